@@ -1,0 +1,72 @@
+// Communicator: the collectives data-parallel training needs, on raw buffers.
+//
+// Kept free of LibTorch so that it compiles (and is tested) in seconds; the
+// trainer hands it pointers into its flat gradient buffer. Two implementations:
+// GlooCommunicator (TCP, CPU memory) and NcclCommunicator (CUDA device memory;
+// compiled only where CUDA and NCCL are found). Both bootstrap through a Store.
+//
+// Ordering contract: every rank must issue the same collectives in the same
+// order. AllreduceAsync calls are executed in issue order by one background
+// thread per communicator, which is what lets the trainer overlap bucket
+// allreduces with the rest of backward.
+//
+// Thread-safety: AllreduceAsync/Allreduce/Barrier may be called from one thread
+// at a time (the training thread); Work::Wait from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "common/store.h"
+
+namespace holdfast {
+
+enum class ReduceOp { kSum, kAvg };
+
+// Handle for one asynchronous collective.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the collective finished; returns its error (timeout, peer gone).
+  virtual Status Wait() = 0;
+};
+
+struct CommunicatorOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::shared_ptr<Store> store;  // already namespaced for this generation
+  std::string interface_host = "127.0.0.1";  // address this rank listens on (Gloo)
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  int cuda_device = 0;  // NCCL only
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual const char* backend() const = 0;  // "gloo", "nccl"
+
+  // In-place allreduce of `count` float32 values at `data` (host memory for
+  // Gloo, device memory for NCCL). `data` must stay valid until Wait returns.
+  virtual std::unique_ptr<Work> AllreduceAsync(float* data, size_t count, ReduceOp op) = 0;
+  Status Allreduce(float* data, size_t count, ReduceOp op) { return AllreduceAsync(data, count, op)->Wait(); }
+  // In-place broadcast of `bytes` bytes from root to all ranks.
+  virtual Status Broadcast(void* data, size_t bytes, int root) = 0;
+  virtual Status Barrier() = 0;
+};
+
+// Single-process communicator: every collective is the identity. Used for world_size 1.
+std::unique_ptr<Communicator> MakeLocalCommunicator();
+
+// Gloo over TCP. Fails with a clear Status when a peer does not show up in time.
+Result<std::unique_ptr<Communicator>> MakeGlooCommunicator(const CommunicatorOptions& options);
+
+// NCCL; returns kFailedPrecondition naming the reason when built without CUDA/NCCL.
+Result<std::unique_ptr<Communicator>> MakeNcclCommunicator(const CommunicatorOptions& options);
+
+}  // namespace holdfast
