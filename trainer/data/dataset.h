@@ -4,7 +4,9 @@
 //   - kText: a byte-level text file; every byte is a token (vocab 256).
 //   - kBin:  pre-tokenized little-endian uint16 tokens (the nanoGPT layout).
 //   - kSft:  JSONL, one {"prompt": "...", "response": "..."} object per line;
-//            byte-level tokens; the loss covers response tokens only.
+//            byte-level tokens; the loss covers response tokens only. Examples
+//            are decoded into memory at Open (only their first block_size + 1
+//            bytes, all a sample can use), then the map is dropped.
 //
 // Sampling is a pure function of (seed, global sample index): sample i of a run
 // is the same whatever the world size, so a run's data cursor is one integer,
@@ -46,6 +48,10 @@ constexpr int64_t kSftEndOfText = 0;
 // SplitMix64 (Steele et al.): the mixing function behind the sampler.
 uint64_t SplitMix64(uint64_t x);
 
+// h(index) = SplitMix64(SplitMix64(seed) ^ index): the hash that picks the
+// window (text, bin) or example (sft) of global sample `index`.
+uint64_t SampleHash(uint64_t seed, uint64_t index);
+
 class Dataset {
  public:
   virtual ~Dataset() = default;
@@ -55,9 +61,11 @@ class Dataset {
   static Result<std::unique_ptr<Dataset>> Open(const DataOptions& options);
 
   // Writes block_size inputs and block_size targets for global sample `index`.
+  // `inputs` and `targets` (caller-owned) each hold block_size elements.
   virtual void Sample(uint64_t index, int64_t* inputs, int64_t* targets) const = 0;
 
-  // Fills a [batch, block_size] batch with samples first_index .. first_index+batch-1.
+  // Fills a [batch, block_size] batch with samples first_index .. first_index+batch-1;
+  // `inputs` and `targets` (caller-owned) each hold batch * block_size elements.
   void FillBatch(uint64_t first_index, int batch, int64_t* inputs, int64_t* targets) const;
 
   virtual const DataOptions& options() const = 0;

@@ -1,0 +1,94 @@
+// CheckpointLoader: finds the newest checkpoint that verifies and returns one
+// rank's buffers from it.
+//
+// Step folders are tried newest first. A folder counts only when its manifest
+// parses and its own checksum holds, its world size is the one expected, and
+// every shard has the manifest's size and XXH3-64 (LoadOptions::
+// verify_all_shards; on by default so that every rank, verifying the same bytes,
+// picks the same step). Each folder passed over is reported with the reason
+// (SkippedCheckpoint) and logged; a damaged checkpoint therefore costs one
+// step back, never a crash loop.
+//
+// Thread-safety: a CheckpointLoader has no mutable state; it may be used from
+// several threads at once if its Storage may.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/format.h"
+#include "checkpoint/storage.h"
+#include "common/status.h"
+
+namespace holdfast {
+
+struct LoadOptions {
+  // Read and checksum every rank's shard, not only the one returned.
+  bool verify_all_shards = true;
+  // Skip checkpoints of another world size (0 = accept any).
+  int expected_world_size = 0;
+  size_t read_chunk_bytes = 8u << 20;
+  // Drop each file's cached pages before reading it (benchmarks).
+  bool drop_cache = false;
+};
+
+struct SkippedCheckpoint {
+  int64_t step = -1;
+  std::string dir;
+  Status reason;
+};
+
+// A read-only view into a LoadedShard's bytes.
+struct ConstBufferView {
+  std::string name;
+  const uint8_t* data = nullptr;  // owned by the LoadedShard
+  size_t size = 0;
+};
+
+// One rank's shard of a verified checkpoint. Owns its bytes; move-only.
+struct LoadedShard {
+  Manifest manifest;
+  std::string dir;
+  ShardHeader header;
+  std::unique_ptr<uint8_t[]> bytes;  // the whole shard file, header.file_size bytes
+
+  // The buffer called name; kNotFound lists the names there are.
+  Result<ConstBufferView> Find(const std::string& name) const;
+  std::vector<ConstBufferView> Buffers() const;
+};
+
+class CheckpointLoader {
+ public:
+  // `storage` is not owned; nullptr = PosixStorage::Default().
+  explicit CheckpointLoader(std::string root, Storage* storage = nullptr);
+
+  // Step folders under root (committed or not), newest first. kNotFound when
+  // root does not exist.
+  Result<std::vector<int64_t>> ListSteps() const;
+  // Reads the manifest of step and checks its own checksum only.
+  Result<Manifest> ReadManifest(int64_t step) const;
+  // Reads the manifest and checksums every shard (nothing kept).
+  Result<Manifest> Verify(int64_t step, const LoadOptions& options = {}) const;
+  // Verifies step and returns rank's shard.
+  Result<LoadedShard> Load(int64_t step, int rank, const LoadOptions& options = {}) const;
+  // The newest checkpoint that verifies, with rank's shard. `skipped` (not
+  // owned, may be null) receives every newer folder passed over and why.
+  // kNotFound when none verifies.
+  Result<LoadedShard> LoadNewest(int rank, const LoadOptions& options = {},
+                                 std::vector<SkippedCheckpoint>* skipped = nullptr) const;
+
+  std::string StepDir(int64_t step) const;
+
+ private:
+  // Reads path fully, checks size and checksum against the manifest entry;
+  // into dst (not owned) if given, else through a scratch buffer.
+  Status ReadAndCheck(const std::string& path, const ManifestShard& want, const LoadOptions& options,
+                      uint8_t* dst) const;
+
+  const std::string root_;
+  Storage* const storage_;  // not owned
+};
+
+}  // namespace holdfast

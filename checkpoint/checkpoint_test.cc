@@ -1,0 +1,392 @@
+// CheckpointWriter + CheckpointLoader against real files in a temporary folder.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "checkpoint/checkpoint_loader.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/failing_storage.h"
+#include "common/memory_store.h"
+#include "spdlog/spdlog.h"
+
+namespace holdfast {
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base ? base : "/tmp") + "/hf_ckpt_test_XXXXXX";
+    HF_CHECK(::mkdtemp(tmpl.data()) != nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A rank's state whose bytes depend on (step, rank), so a test can tell which
+// checkpoint it got back.
+struct State {
+  State(int64_t step, int rank) {
+    meta = "{\"step\": " + std::to_string(step) + ", \"rank\": " + std::to_string(rank) + "}";
+    params.resize(1000 + rank * 3);
+    for (size_t i = 0; i < params.size(); ++i) params[i] = static_cast<float>(step * 1000 + rank + i);
+    moments.assign(77, static_cast<uint8_t>(step + rank));
+  }
+  std::vector<BufferView> Views() const {
+    return {{"meta", meta.data(), meta.size()},
+            {"params", params.data(), params.size() * sizeof(float)},
+            {"adam.exp_avg", moments.data(), moments.size()}};
+  }
+  std::string meta;
+  std::vector<float> params;
+  std::vector<uint8_t> moments;
+};
+
+void ExpectState(const LoadedShard& shard, int64_t step, int rank) {
+  State want(step, rank);
+  EXPECT_EQ(shard.manifest.step, step);
+  EXPECT_EQ(shard.header.rank, rank);
+  std::vector<BufferView> views = want.Views();
+  for (const BufferView& v : views) {
+    Result<ConstBufferView> got = shard.Find(v.name);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_EQ(got->size, v.size) << v.name;
+    EXPECT_EQ(std::memcmp(got->data, v.data, v.size), 0) << v.name;
+  }
+}
+
+std::unique_ptr<CheckpointWriter> MakeWriter(const std::string& root, Storage* storage = nullptr,
+                                             CheckpointWriter::Callback cb = nullptr) {
+  CheckpointWriterOptions o;
+  o.root = root;
+  o.storage = storage;
+  o.config_hash = "cfg";
+  o.layout = "dp=1";
+  Result<std::unique_ptr<CheckpointWriter>> w = CheckpointWriter::Create(o, std::move(cb));
+  HF_CHECK_MSG(w.ok(), w.status().ToString());
+  return std::move(w).value();
+}
+
+Status SaveAndFlush(CheckpointWriter* w, int64_t step, int rank = 0) {
+  State s(step, rank);
+  Result<SaveDecision> d = w->Save(step, s.Views());
+  if (!d.ok()) return d.status();
+  return w->Flush();
+}
+
+std::vector<std::string> FilesIn(const std::string& dir) {
+  Result<std::vector<std::string>> names = PosixStorage::Default()->ListDir(dir);
+  if (!names.ok()) return {};
+  std::set<std::string> sorted(names->begin(), names->end());
+  return std::vector<std::string>(sorted.begin(), sorted.end());
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+TEST(CheckpointTest, SaveThenLoadNewestReturnsTheSameBytes) {
+  TempDir tmp;
+  std::vector<SaveOutcome> seen;
+  auto w = MakeWriter(tmp.path(), nullptr, [&](const SaveOutcome& o) { seen.push_back(o); });
+  EXPECT_EQ(w->newest_committed_step(), -1);
+  ASSERT_TRUE(SaveAndFlush(w.get(), 10).ok());
+  ASSERT_TRUE(SaveAndFlush(w.get(), 20).ok());
+  EXPECT_EQ(w->newest_committed_step(), 20);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_TRUE(seen[1].committed());
+  EXPECT_EQ(w->TakeOutcomes().size(), 2u);
+
+  CheckpointLoader loader(tmp.path());
+  std::vector<SkippedCheckpoint> skipped;
+  Result<LoadedShard> got = loader.LoadNewest(0, {}, &skipped);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(skipped.empty());
+  ExpectState(*got, 20, 0);
+  EXPECT_EQ(got->manifest.parent_step, 10);
+  EXPECT_EQ(got->manifest.config_hash, "cfg");
+  EXPECT_EQ(FilesIn(got->dir), (std::vector<std::string>{"MANIFEST.json", "shard-00000-of-00001.bin"}));
+
+  // A new writer on the same folder continues the lineage.
+  w.reset();
+  auto w2 = MakeWriter(tmp.path());
+  EXPECT_EQ(w2->newest_committed_step(), 20);
+  ASSERT_TRUE(SaveAndFlush(w2.get(), 30).ok());
+  EXPECT_EQ(loader.ReadManifest(30)->parent_step, 20);
+}
+
+TEST(CheckpointTest, TwoRanksCommitOneManifestThroughTheStore) {
+  TempDir tmp;
+  auto store = std::make_shared<InMemoryStore>();
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  for (int r = 0; r < 2; ++r) {
+    CheckpointWriterOptions o;
+    o.root = tmp.path();
+    o.rank = r;
+    o.world_size = 2;
+    o.store = store;
+    o.commit_timeout = std::chrono::seconds(30);
+    writers.push_back(std::move(CheckpointWriter::Create(o)).value());
+  }
+  State s0(5, 0), s1(5, 1);
+  ASSERT_TRUE(writers[1]->Save(5, s1.Views()).ok());
+  ASSERT_TRUE(writers[0]->Save(5, s0.Views()).ok());
+  EXPECT_TRUE(writers[0]->Flush().ok());
+  EXPECT_TRUE(writers[1]->Flush().ok());
+  EXPECT_EQ(writers[1]->newest_committed_step(), 5);
+
+  CheckpointLoader loader(tmp.path());
+  for (int r = 0; r < 2; ++r) {
+    LoadOptions lo;
+    lo.expected_world_size = 2;
+    Result<LoadedShard> got = loader.LoadNewest(r, lo);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ExpectState(*got, 5, r);
+  }
+  // A run with another world size does not resume from it.
+  LoadOptions other_world;
+  other_world.expected_world_size = 4;
+  EXPECT_EQ(loader.LoadNewest(0, other_world).status().code(), StatusCode::kNotFound);
+}
+
+TEST(CheckpointTest, AFailedRankMeansNoManifestAndEveryRankHearsOfIt) {
+  TempDir tmp;
+  auto store = std::make_shared<InMemoryStore>();
+  FailingStorage failing(PosixStorage::Default());
+  failing.FailNthWrite(1, EIO);
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  for (int r = 0; r < 2; ++r) {
+    CheckpointWriterOptions o;
+    o.root = tmp.path();
+    o.rank = r;
+    o.world_size = 2;
+    o.store = store;
+    o.storage = r == 1 ? static_cast<Storage*>(&failing) : nullptr;
+    writers.push_back(std::move(CheckpointWriter::Create(o)).value());
+  }
+  State s0(8, 0), s1(8, 1);
+  ASSERT_TRUE(writers[1]->Save(8, s1.Views()).ok());
+  ASSERT_TRUE(writers[0]->Save(8, s0.Views()).ok());
+  Status st1 = writers[1]->Flush();
+  Status st0 = writers[0]->Flush();
+  EXPECT_EQ(st1.code(), StatusCode::kIoError) << st1.ToString();
+  EXPECT_EQ(st0.code(), StatusCode::kUnavailable) << st0.ToString();
+  EXPECT_NE(st0.message().find("rank 1 failed"), std::string::npos) << st0.ToString();
+  EXPECT_EQ(writers[0]->newest_committed_step(), -1);
+  EXPECT_EQ(FilesIn(tmp.path() + "/" + StepDirName(8)), (std::vector<std::string>{"shard-00000-of-00002.bin"}));
+}
+
+TEST(CheckpointTest, FlippingAnyByteFallsBackToThePreviousCheckpoint) {
+  TempDir tmp;
+  auto w = MakeWriter(tmp.path());
+  ASSERT_TRUE(SaveAndFlush(w.get(), 1).ok());
+  ASSERT_TRUE(SaveAndFlush(w.get(), 2).ok());
+  CheckpointLoader loader(tmp.path());
+  const std::string dir = loader.StepDir(2);
+  spdlog::set_level(spdlog::level::err);  // thousands of expected "skipping step 2" warnings
+  for (const std::string& name : {std::string("MANIFEST.json"), ShardFileName(0, 1)}) {
+    const std::string path = dir + "/" + name;
+    const std::string good = ReadFile(path);
+    ASSERT_GT(good.size(), 100u);
+    for (size_t i = 0; i < good.size(); ++i) {
+      std::string bad = good;
+      bad[i] ^= 0x20;
+      WriteFile(path, bad);
+      std::vector<SkippedCheckpoint> skipped;
+      Result<LoadedShard> got = loader.LoadNewest(0, {}, &skipped);
+      ASSERT_TRUE(got.ok()) << name << " byte " << i << ": " << got.status().ToString();
+      ASSERT_EQ(got->manifest.step, 1) << name << " byte " << i << " went undetected";
+      ASSERT_EQ(skipped.size(), 1u);
+      EXPECT_EQ(skipped[0].step, 2);
+      EXPECT_EQ(skipped[0].reason.code(), StatusCode::kCorruption) << skipped[0].reason.ToString();
+    }
+    WriteFile(path, good);
+  }
+  spdlog::set_level(spdlog::level::info);
+  // Truncation and a missing shard are caught too.
+  const std::string shard = dir + "/" + ShardFileName(0, 1);
+  const std::string good = ReadFile(shard);
+  WriteFile(shard, good.substr(0, good.size() - 1));
+  EXPECT_EQ(loader.LoadNewest(0)->manifest.step, 1);
+  std::remove(shard.c_str());
+  EXPECT_EQ(loader.LoadNewest(0)->manifest.step, 1);
+  ExpectState(*loader.LoadNewest(0), 1, 0);
+}
+
+TEST(CheckpointTest, AFolderWithoutManifestIsNotACheckpoint) {
+  TempDir tmp;
+  auto w = MakeWriter(tmp.path());
+  ASSERT_TRUE(SaveAndFlush(w.get(), 1).ok());
+  const std::string partial = tmp.path() + "/" + StepDirName(2);
+  ASSERT_TRUE(PosixStorage::Default()->MakeDir(partial).ok());
+  WriteFile(partial + "/" + ShardFileName(0, 1), "half a shard");
+  WriteFile(partial + "/MANIFEST.json.tmp", "{\"step\": 2");
+  std::vector<SkippedCheckpoint> skipped;
+  Result<LoadedShard> got = CheckpointLoader(tmp.path()).LoadNewest(0, {}, &skipped);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->manifest.step, 1);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].reason.code(), StatusCode::kNotFound);
+  EXPECT_NE(skipped[0].reason.message().find("did not finish"), std::string::npos);
+}
+
+TEST(CheckpointTest, NoSpaceDuringASaveIsReportedAndTheNextSaveWorks) {
+  TempDir tmp;
+  FailingStorage disk(PosixStorage::Default());
+  std::vector<SaveOutcome> seen;
+  auto w = MakeWriter(tmp.path(), &disk, [&](const SaveOutcome& o) { seen.push_back(o); });
+  ASSERT_TRUE(SaveAndFlush(w.get(), 1).ok());
+
+  disk.FailWritesAfter(1000, ENOSPC);  // the shard is ~4.2 KB: a short write, then ENOSPC
+  State s(2, 0);
+  Result<SaveDecision> d = w->Save(2, s.Views());
+  ASSERT_TRUE(d.ok());  // the training loop never sees storage errors from Save
+  EXPECT_EQ(*d, SaveDecision::kQueued);
+  Status st = w->Flush();
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("No space left on device"), std::string::npos) << st.ToString();
+  EXPECT_GE(disk.faults_injected(), 1);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_FALSE(seen[1].committed());
+  EXPECT_EQ(w->newest_committed_step(), 1);
+  // No manifest, and the partial file is gone.
+  EXPECT_TRUE(FilesIn(tmp.path() + "/" + StepDirName(2)).empty());
+  EXPECT_EQ(CheckpointLoader(tmp.path()).LoadNewest(0)->manifest.step, 1);
+
+  disk.Clear();  // space freed
+  ASSERT_TRUE(SaveAndFlush(w.get(), 3).ok());
+  EXPECT_EQ(w->newest_committed_step(), 3);
+  EXPECT_EQ(CheckpointLoader(tmp.path()).ReadManifest(3)->parent_step, 1);
+}
+
+TEST(CheckpointTest, FsyncErrorMeansNoManifest) {
+  TempDir tmp;
+  FailingStorage disk(PosixStorage::Default());
+  auto w = MakeWriter(tmp.path(), &disk);
+  disk.FailSync(EIO);
+  Status st = SaveAndFlush(w.get(), 4);
+  EXPECT_EQ(st.code(), StatusCode::kIoError) << st.ToString();
+  EXPECT_NE(st.message().find("fsync"), std::string::npos);
+  EXPECT_TRUE(FilesIn(tmp.path() + "/" + StepDirName(4)).empty());
+  EXPECT_EQ(CheckpointLoader(tmp.path()).LoadNewest(0).status().code(), StatusCode::kNotFound);
+}
+
+// Holds every write until released, so a test can have a save in flight.
+class GatedStorage final : public Storage {
+ public:
+  explicit GatedStorage(Storage* base) : base_(base), released_(gate_.get_future().share()) {}
+  void Release() { gate_.set_value(); }
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    released_.wait();
+    return base_->NewWritableFile(path);
+  }
+  Result<std::unique_ptr<ReadableFile>> OpenReadable(const std::string& p) override { return base_->OpenReadable(p); }
+  Status Rename(const std::string& a, const std::string& b) override { return base_->Rename(a, b); }
+  Status Unlink(const std::string& p) override { return base_->Unlink(p); }
+  Status MakeDir(const std::string& p) override { return base_->MakeDir(p); }
+  Status RemoveDir(const std::string& p) override { return base_->RemoveDir(p); }
+  Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
+  Result<std::vector<std::string>> ListDir(const std::string& p) override { return base_->ListDir(p); }
+  Result<bool> Exists(const std::string& p) override { return base_->Exists(p); }
+
+ private:
+  Storage* base_;
+  std::promise<void> gate_;
+  std::shared_future<void> released_;
+};
+
+TEST(CheckpointTest, SkipPolicyDropsASaveRequestedWhileOneIsInFlight) {
+  TempDir tmp;
+  GatedStorage disk(PosixStorage::Default());
+  CheckpointWriterOptions o;
+  o.root = tmp.path();
+  o.storage = &disk;
+  o.policy = InFlightPolicy::kSkip;
+  auto w = std::move(CheckpointWriter::Create(o)).value();
+  State s1(1, 0), s2(2, 0);
+  EXPECT_EQ(*w->Save(1, s1.Views()), SaveDecision::kQueued);
+  EXPECT_EQ(*w->Save(2, s2.Views()), SaveDecision::kSkipped);  // step 1 cannot finish before Release
+  EXPECT_EQ(w->skipped_saves(), 1);
+  disk.Release();
+  EXPECT_TRUE(w->Flush().ok());
+  EXPECT_EQ(w->newest_committed_step(), 1);
+  Result<std::vector<int64_t>> steps = CheckpointLoader(tmp.path()).ListSteps();
+  EXPECT_EQ(*steps, std::vector<int64_t>{1});
+}
+
+TEST(CheckpointTest, WaitPolicyStagesTheNextSaveAfterTheOneInFlight) {
+  TempDir tmp;
+  GatedStorage disk(PosixStorage::Default());
+  auto w = MakeWriter(tmp.path(), &disk);  // kWait is the default
+  State s1(1, 0), s2(2, 0);
+  EXPECT_EQ(*w->Save(1, s1.Views()), SaveDecision::kQueued);
+  std::thread second([&] { EXPECT_EQ(*w->Save(2, s2.Views()), SaveDecision::kQueued); });
+  disk.Release();
+  second.join();
+  EXPECT_TRUE(w->Flush().ok());
+  EXPECT_EQ(w->skipped_saves(), 0);
+  CheckpointLoader loader(tmp.path());
+  ExpectState(*loader.Load(1, 0), 1, 0);
+  ExpectState(*loader.Load(2, 0), 2, 0);
+}
+
+TEST(CheckpointTest, RetentionKeepsTheLastKAndEveryNth) {
+  TempDir tmp;
+  CheckpointWriterOptions o;
+  o.root = tmp.path();
+  o.retention.keep_last = 2;
+  o.retention.keep_every = 4;
+  auto w = std::move(CheckpointWriter::Create(o)).value();
+  for (int64_t step = 1; step <= 5; ++step) ASSERT_TRUE(SaveAndFlush(w.get(), step).ok());
+  // A save of step 6 that died (no manifest), and one from an older attempt ahead of us.
+  ASSERT_TRUE(PosixStorage::Default()->MakeDir(tmp.path() + "/" + StepDirName(6)).ok());
+  WriteFile(tmp.path() + "/" + StepDirName(6) + "/" + ShardFileName(0, 1) + ".tmp", "x");
+  ASSERT_TRUE(PosixStorage::Default()->MakeDir(tmp.path() + "/" + StepDirName(100)).ok());
+  for (int64_t step = 7; step <= 9; ++step) ASSERT_TRUE(SaveAndFlush(w.get(), step).ok());
+  Result<std::vector<int64_t>> steps = CheckpointLoader(tmp.path()).ListSteps();
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(*steps, (std::vector<int64_t>{100, 9, 8, 4}));
+  ExpectState(*CheckpointLoader(tmp.path()).LoadNewest(0), 9, 0);
+}
+
+TEST(CheckpointTest, ACommittedStepIsNeverOverwritten) {
+  TempDir tmp;
+  auto w = MakeWriter(tmp.path());
+  ASSERT_TRUE(SaveAndFlush(w.get(), 1).ok());
+  State other(2, 0);  // different bytes under the same step number
+  ASSERT_TRUE(w->Save(1, other.Views()).ok());
+  EXPECT_EQ(w->Flush().code(), StatusCode::kFailedPrecondition);
+  ExpectState(*CheckpointLoader(tmp.path()).LoadNewest(0), 1, 0);
+}
+
+TEST(CheckpointTest, BadRequestsAreRefusedAtSave) {
+  TempDir tmp;
+  auto w = MakeWriter(tmp.path());
+  int x = 0;
+  EXPECT_EQ(w->Save(1, {{"a", &x, 4}, {"a", &x, 4}}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(w->Save(-1, {{"a", &x, 4}}).status().code(), StatusCode::kInvalidArgument);
+  CheckpointWriterOptions o;
+  o.root = tmp.path();
+  o.world_size = 2;
+  EXPECT_EQ(CheckpointWriter::Create(o).status().code(), StatusCode::kInvalidArgument);  // no store
+}
+
+}  // namespace
+}  // namespace holdfast

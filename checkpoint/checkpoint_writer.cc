@@ -1,0 +1,414 @@
+#include "checkpoint/checkpoint_writer.h"
+
+#include <spdlog/spdlog.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "checkpoint/checkpoint_loader.h"
+
+namespace holdfast {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string ShardKey(int64_t step, int rank) {
+  return "ckpt/" + std::to_string(step) + "/shard/" + std::to_string(rank);
+}
+std::string OutcomeKey(int64_t step) { return "ckpt/" + std::to_string(step) + "/outcome"; }
+
+std::vector<uint8_t> Bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+std::string Text(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+
+std::string JoinPath(const std::string& a, const std::string& b) { return a + "/" + b; }
+
+}  // namespace
+
+const char* InFlightPolicyName(InFlightPolicy policy) {
+  return policy == InFlightPolicy::kWait ? "wait" : "skip";
+}
+
+Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Create(CheckpointWriterOptions options,
+                                                                   Callback callback) {
+  if (options.root.empty()) return InvalidArgumentError("checkpoint writer: root directory is empty");
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return InvalidArgumentError("checkpoint writer: rank " + std::to_string(options.rank) +
+                                " is outside world size " + std::to_string(options.world_size));
+  }
+  if (options.world_size > 1 && options.store == nullptr) {
+    return InvalidArgumentError("checkpoint writer: world size " + std::to_string(options.world_size) +
+                                " needs a Store to commit through");
+  }
+  if (options.retention.keep_last < 1 || options.retention.keep_every < 0) {
+    return InvalidArgumentError("checkpoint writer: retention needs keep_last >= 1 and keep_every >= 0");
+  }
+  if (options.write_chunk_bytes == 0) options.write_chunk_bytes = 8u << 20;
+  if (options.storage == nullptr) options.storage = PosixStorage::Default();
+
+  std::unique_ptr<CheckpointWriter> w(new CheckpointWriter(std::move(options), std::move(callback)));
+  // The parent of the first save: the newest folder with a readable manifest.
+  CheckpointLoader loader(w->options_.root, w->storage_);
+  Result<std::vector<int64_t>> steps = loader.ListSteps();
+  if (steps.ok()) {
+    for (int64_t step : *steps) {
+      if (loader.ReadManifest(step).ok()) {
+        w->parent_step_ = step;
+        w->newest_committed_ = step;
+        break;
+      }
+    }
+  } else if (steps.status().code() != StatusCode::kNotFound) {
+    return steps.status();
+  }
+  w->thread_ = std::thread([p = w.get()] { p->ThreadMain(); });
+  return w;
+}
+
+CheckpointWriter::CheckpointWriter(CheckpointWriterOptions options, Callback callback)
+    : options_(std::move(options)), storage_(options_.storage), callback_(std::move(callback)) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+size_t CheckpointWriter::staging_capacity() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return staging_capacity_;
+}
+
+void CheckpointWriter::WaitIdle(std::unique_lock<std::mutex>* lock) {
+  idle_cv_.wait(*lock, [this] { return !job_.has_value(); });
+}
+
+void CheckpointWriter::EnsureStaging(size_t bytes) {
+  if (bytes <= staging_capacity_) return;
+  spdlog::info("checkpoint: rank {} allocating a {:.1f} MB staging buffer (was {:.1f} MB)", options_.rank,
+               bytes / 1e6, staging_capacity_ / 1e6);
+  staging_.reset();  // free first: bounded memory matters more than the realloc
+  std::unique_ptr<uint8_t[]> fresh(new uint8_t[bytes]);
+  std::memset(fresh.get(), 0, bytes);  // fault the pages in now, not during a copy
+  std::lock_guard<std::mutex> l(mu_);
+  staging_ = std::move(fresh);
+  staging_capacity_ = bytes;
+}
+
+Status CheckpointWriter::Reserve(size_t bytes) {
+  std::lock_guard<std::mutex> save_lock(save_mu_);
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    WaitIdle(&l);
+  }
+  EnsureStaging(bytes);
+  return Status::Ok();
+}
+
+Result<SaveDecision> CheckpointWriter::Save(int64_t step, const std::vector<BufferView>& buffers) {
+  const Clock::time_point t0 = Clock::now();
+  std::lock_guard<std::mutex> save_lock(save_mu_);
+  std::vector<std::pair<std::string, uint64_t>> sizes;
+  sizes.reserve(buffers.size());
+  for (const BufferView& b : buffers) {
+    if (b.data == nullptr && b.size > 0) {
+      return InvalidArgumentError("checkpoint buffer '" + b.name + "' has no data");
+    }
+    sizes.emplace_back(b.name, b.size);
+  }
+  HF_ASSIGN_OR_RETURN(ShardHeader header, LayoutShard(step, options_.rank, options_.world_size, sizes));
+
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    if (job_.has_value()) {
+      const int64_t in_flight = job_->step;
+      if (options_.policy == InFlightPolicy::kSkip) {
+        ++skipped_;
+        spdlog::warn("checkpoint: save of step {} skipped: step {} is still being written (policy=skip, {} skipped so far)",
+                     step, in_flight, skipped_.load());
+        return SaveDecision::kSkipped;
+      }
+      WaitIdle(&l);
+      spdlog::warn("checkpoint: save of step {} waited {:.1f} ms for step {} to finish writing (policy=wait)", step,
+                   SecondsSince(t0) * 1e3, in_flight);
+    }
+  }
+  // The background thread is idle: the staging buffer is ours until handover.
+  EnsureStaging(header.file_size);
+  uint8_t* dst = staging_.get();
+  std::vector<uint8_t> head = EncodeShardHeader(header);
+  std::memcpy(dst, head.data(), head.size());
+  uint64_t pos = head.size();
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const ShardEntry& e = header.entries[i];
+    std::memset(dst + pos, 0, e.offset - pos);  // alignment padding
+    if (e.size > 0) std::memcpy(dst + e.offset, buffers[i].data, e.size);
+    pos = e.offset + e.size;
+  }
+
+  Job job;
+  job.step = step;
+  job.header = std::move(header);
+  job.stall_seconds = SecondsSince(t0);
+  job.handed_over = Clock::now();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    job_ = std::move(job);
+  }
+  work_cv_.notify_one();
+  return SaveDecision::kQueued;
+}
+
+Status CheckpointWriter::Flush() {
+  std::lock_guard<std::mutex> save_lock(save_mu_);
+  std::unique_lock<std::mutex> l(mu_);
+  WaitIdle(&l);
+  return last_status_;
+}
+
+std::vector<SaveOutcome> CheckpointWriter::TakeOutcomes() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<SaveOutcome> out;
+  out.swap(outcomes_);
+  return out;
+}
+
+void CheckpointWriter::ThreadMain() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      work_cv_.wait(l, [this] { return stop_ || job_.has_value(); });
+      if (!job_.has_value()) return;  // stopping and idle
+      job = *job_;
+    }
+    SaveOutcome outcome = Run(job);
+    if (outcome.committed()) {
+      spdlog::info("checkpoint: rank {} step {} committed: {:.1f} MB written in {:.3f} s ({:.0f} MB/s), "
+                   "stall {:.1f} ms",
+                   options_.rank, outcome.step, outcome.shard_bytes / 1e6, outcome.write_seconds,
+                   outcome.shard_bytes / 1e6 / std::max(outcome.write_seconds, 1e-9), outcome.stall_seconds * 1e3);
+    } else {
+      spdlog::error("checkpoint: rank {} step {} NOT saved, training continues: {}", options_.rank, outcome.step,
+                    outcome.status.ToString());
+    }
+    if (callback_) callback_(outcome);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      last_status_ = outcome.status;
+      outcomes_.push_back(outcome);
+      if (outcomes_.size() > 64) outcomes_.erase(outcomes_.begin());
+      job_.reset();
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+SaveOutcome CheckpointWriter::Run(const Job& job) {
+  SaveOutcome out;
+  out.step = job.step;
+  out.shard_bytes = job.header.file_size;
+  out.stall_seconds = job.stall_seconds;
+  const std::string dir = JoinPath(options_.root, StepDirName(job.step));
+  const Clock::time_point t0 = Clock::now();
+  Result<uint64_t> sum = WriteShard(job, dir);
+  out.write_seconds = SecondsSince(t0);
+  if (options_.world_size > 1) {
+    // Tell rank 0 either way, so a failed rank does not cost it the whole timeout.
+    std::string value = sum.ok() ? "ok " + std::to_string(job.header.file_size) + " " + HexU64(*sum)
+                                 : "error " + sum.status().ToString();
+    Status published = options_.store->Set(ShardKey(job.step, options_.rank), Bytes(value));
+    if (!published.ok() && sum.ok()) sum = published.WithContext("publishing shard to the store");
+  }
+  if (!sum.ok()) {
+    out.status = sum.status().WithContext("checkpoint step " + std::to_string(job.step) + " rank " +
+                                          std::to_string(options_.rank));
+  } else {
+    out.status = Commit(job, dir, *sum);
+  }
+  out.total_seconds = std::chrono::duration<double>(Clock::now() - job.handed_over).count();
+  if (out.status.ok()) {
+    parent_step_ = job.step;
+    newest_committed_ = std::max(newest_committed_.load(), job.step);
+    if (options_.rank == 0) Prune(job.step);
+  }
+  return out;
+}
+
+Result<uint64_t> CheckpointWriter::WriteShard(const Job& job, const std::string& dir) {
+  HF_RETURN_IF_ERROR(storage_->MakeDir(options_.root));
+  HF_RETURN_IF_ERROR(storage_->MakeDir(dir));
+  // The step folder's own entry must be durable before a manifest inside it is.
+  HF_RETURN_IF_ERROR(storage_->SyncDir(options_.root));
+  HF_ASSIGN_OR_RETURN(bool committed, storage_->Exists(JoinPath(dir, kManifestFileName)));
+  if (committed) {
+    return FailedPreconditionError(dir + " is already a committed checkpoint; refusing to overwrite it");
+  }
+  const std::string final_path = JoinPath(dir, ShardFileName(options_.rank, options_.world_size));
+  const std::string tmp_path = final_path + kTempSuffix;
+  auto fail = [&](const Status& s) -> Status {
+    (void)storage_->Unlink(tmp_path);  // best effort: loaders ignore it anyway
+    return s;
+  };
+  HF_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, storage_->NewWritableFile(tmp_path));
+  XXH3_state_t* state = XXH3_createState();
+  HF_CHECK(state != nullptr);
+  XXH3_64bits_reset(state);
+  const uint8_t* p = staging_.get();
+  uint64_t left = job.header.file_size;
+  Status s;
+  while (left > 0 && s.ok()) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(left, options_.write_chunk_bytes));
+    XXH3_64bits_update(state, p, n);
+    s = file->Append(p, n);
+    p += n;
+    left -= n;
+  }
+  const uint64_t sum = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  if (s.ok()) s = file->Sync();
+  Status closed = file->Close();
+  if (s.ok()) s = closed;
+  if (!s.ok()) return fail(s);
+  s = storage_->Rename(tmp_path, final_path);
+  if (!s.ok()) return fail(s);
+  HF_RETURN_IF_ERROR(storage_->SyncDir(dir));
+  return sum;
+}
+
+Status CheckpointWriter::Commit(const Job& job, const std::string& dir, uint64_t shard_xxh3) {
+  const std::string where = "checkpoint step " + std::to_string(job.step);
+  if (options_.rank != 0) {
+    Result<std::vector<uint8_t>> outcome = options_.store->Get(OutcomeKey(job.step), options_.commit_timeout);
+    if (!outcome.ok()) return outcome.status().WithContext(where + ": waiting for rank 0 to commit");
+    std::string text = Text(*outcome);
+    if (text == "committed") return Status::Ok();
+    return UnavailableError(where + ": rank 0 did not commit: " + text);
+  }
+
+  Manifest m;
+  m.step = job.step;
+  m.world_size = options_.world_size;
+  m.layout = options_.layout;
+  m.config_hash = options_.config_hash;
+  m.parent_step = parent_step_;
+  m.created_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  m.shards.resize(options_.world_size);
+  Status s;
+  for (int r = 0; r < options_.world_size && s.ok(); ++r) {
+    ManifestShard& shard = m.shards[r];
+    shard.rank = r;
+    shard.file = ShardFileName(r, options_.world_size);
+    if (r == 0) {
+      shard.size = job.header.file_size;
+      shard.xxh3 = shard_xxh3;
+      continue;
+    }
+    Result<std::vector<uint8_t>> got = options_.store->Get(ShardKey(job.step, r), options_.commit_timeout);
+    if (!got.ok()) {
+      s = got.status().WithContext(where + ": waiting for rank " + std::to_string(r) + "'s shard");
+      break;
+    }
+    std::string text = Text(*got);
+    char hex[17] = {0};
+    unsigned long long size = 0;
+    if (text.rfind("ok ", 0) == 0 && std::sscanf(text.c_str(), "ok %llu %16s", &size, hex) == 2 &&
+        ParseHexU64(hex).has_value()) {
+      shard.size = size;
+      shard.xxh3 = *ParseHexU64(hex);
+    } else {
+      s = UnavailableError(where + ": rank " + std::to_string(r) + " failed to write its shard: " + text);
+    }
+  }
+  if (s.ok()) s = WriteManifest(dir, m).WithContext(where);
+  if (options_.world_size > 1) {
+    Status told = options_.store->Set(OutcomeKey(job.step), Bytes(s.ok() ? "committed" : s.ToString()));
+    if (!told.ok()) spdlog::warn("checkpoint: could not publish the outcome of step {}: {}", job.step, told.ToString());
+  }
+  return s;
+}
+
+Status CheckpointWriter::WriteManifest(const std::string& dir, const Manifest& manifest) {
+  const std::string final_path = JoinPath(dir, kManifestFileName);
+  const std::string tmp_path = final_path + kTempSuffix;
+  const std::string text = EncodeManifest(manifest);
+  Status s;
+  {
+    Result<std::unique_ptr<WritableFile>> file = storage_->NewWritableFile(tmp_path);
+    if (!file.ok()) return file.status();
+    s = (*file)->Append(text.data(), text.size());
+    if (s.ok()) s = (*file)->Sync();
+    Status closed = (*file)->Close();
+    if (s.ok()) s = closed;
+  }
+  if (s.ok()) s = storage_->Rename(tmp_path, final_path);
+  if (!s.ok()) {
+    (void)storage_->Unlink(tmp_path);
+    return s;
+  }
+  // Until the folder is synced the rename may not survive a power cut; report
+  // failure then, even though the manifest may turn up after a reboot (it is
+  // complete and verifies, so that is harmless).
+  return storage_->SyncDir(dir);
+}
+
+void CheckpointWriter::Prune(int64_t newest) {
+  CheckpointLoader loader(options_.root, storage_);
+  Result<std::vector<int64_t>> steps = loader.ListSteps();
+  if (!steps.ok()) {
+    spdlog::warn("checkpoint: retention skipped: {}", steps.status().ToString());
+    return;
+  }
+  std::vector<int64_t> committed;
+  std::vector<int64_t> partial;
+  for (int64_t step : *steps) {
+    Result<bool> has = storage_->Exists(JoinPath(JoinPath(options_.root, StepDirName(step)), kManifestFileName));
+    if (!has.ok()) {
+      spdlog::warn("checkpoint: retention skipped: {}", has.status().ToString());
+      return;
+    }
+    (*has ? committed : partial).push_back(step);
+  }
+  std::set<int64_t> keep = {newest};
+  for (size_t i = 0; i < committed.size() && i < static_cast<size_t>(options_.retention.keep_last); ++i) {
+    keep.insert(committed[i]);  // ListSteps is newest first
+  }
+  std::vector<int64_t> doomed;
+  for (int64_t step : committed) {
+    bool every = options_.retention.keep_every > 0 && step % options_.retention.keep_every == 0;
+    if (!keep.count(step) && !every) doomed.push_back(step);
+  }
+  for (int64_t step : partial) {
+    if (step < newest) doomed.push_back(step);  // a save that died before committing
+  }
+  for (int64_t step : doomed) {
+    Status s = RemoveCheckpointDir(JoinPath(options_.root, StepDirName(step)));
+    if (s.ok()) {
+      spdlog::info("checkpoint: retention removed step {}", step);
+    } else {
+      spdlog::warn("checkpoint: retention could not remove step {}: {}", step, s.ToString());
+    }
+  }
+}
+
+Status CheckpointWriter::RemoveCheckpointDir(const std::string& dir) {
+  // Manifest first, made durable, so a crash mid-removal leaves a partial folder
+  // (ignored) and never a visible checkpoint with missing shards.
+  HF_RETURN_IF_ERROR(storage_->Unlink(JoinPath(dir, kManifestFileName)));
+  HF_RETURN_IF_ERROR(storage_->SyncDir(dir));
+  HF_ASSIGN_OR_RETURN(std::vector<std::string> names, storage_->ListDir(dir));
+  for (const std::string& name : names) HF_RETURN_IF_ERROR(storage_->Unlink(JoinPath(dir, name)));
+  return storage_->RemoveDir(dir);
+}
+
+}  // namespace holdfast

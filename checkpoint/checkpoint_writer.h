@@ -1,0 +1,180 @@
+// CheckpointWriter: asynchronous, sharded, verified checkpoint saves for one rank.
+//
+// The training loop calls Save(step, buffers). Save blocks only while the
+// buffers are copied into one pre-allocated host staging buffer (allocated at
+// Reserve() or the first save, reused after, grown only if the state grows);
+// a background thread owned by the writer then writes the shard file through
+// Storage, computing its XXH3-64 as it goes, fsyncs it, renames it into place
+// and publishes "<size> <xxh3>" under "ckpt/<step>/shard/<rank>" in the Store.
+// Rank 0's thread waits for every rank's key, writes MANIFEST.json last
+// (temporary name, fsync file, rename, fsync folder) and then publishes
+// "ckpt/<step>/outcome"; other ranks wait for that outcome, so every rank
+// reports the same commit. Rank 0 then prunes old checkpoints (RetentionPolicy).
+//
+// Memory is bounded by exactly one staging buffer (the size of the shard file):
+// a save requested while another is in flight either waits for it (kWait; the
+// training loop blocks, and the wait is logged) or is dropped (kSkip; logged and
+// counted). A failed save (ENOSPC, EIO, a peer's failure, a commit timeout)
+// never stops training: Save already returned, the failure arrives through the
+// callback and TakeOutcomes(), the temporary file is removed, and no manifest
+// is written. A killed process leaves at most a folder without a manifest,
+// which loaders ignore and a later commit prunes.
+//
+// A step is saved at most once per Store namespace (generation): the keys of a
+// failed step are not reused. A step that already has a manifest is refused.
+//
+// Thread-safety: Save, Reserve and Flush serialise on an internal mutex and may
+// be called from any thread (normally the training loop's). The callback runs
+// on the writer's background thread and must not call Save or Flush.
+// newest_committed_step(), TakeOutcomes() and skipped_saves() are safe from any
+// thread. The destructor waits for the save in flight to finish.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checkpoint/format.h"
+#include "checkpoint/storage.h"
+#include "common/status.h"
+#include "common/store.h"
+
+namespace holdfast {
+
+// One named piece of a rank's state: contiguous host memory, not owned; it
+// only needs to stay valid until Save returns.
+struct BufferView {
+  std::string name;
+  const void* data = nullptr;
+  size_t size = 0;
+};
+
+// What Save does when the previous save is still being written.
+enum class InFlightPolicy {
+  kWait,  // block the caller until the background write finishes, then stage
+  kSkip,  // drop this save and return kSkipped at once
+};
+const char* InFlightPolicyName(InFlightPolicy policy);
+
+// Which committed checkpoints survive pruning: the newest keep_last, every
+// step that is a multiple of keep_every (0 = none), and always the newest.
+// Folders without a manifest older than the newest commit are removed too.
+struct RetentionPolicy {
+  int keep_last = 3;
+  int64_t keep_every = 0;
+};
+
+struct CheckpointWriterOptions {
+  std::string root;  // checkpoints go to root/step-<12 digits>/
+  int rank = 0;
+  int world_size = 1;
+  std::string layout;       // recorded in the manifest, e.g. "dp=8"
+  std::string config_hash;  // recorded in the manifest
+  InFlightPolicy policy = InFlightPolicy::kWait;
+  RetentionPolicy retention;
+  // Rendezvous for the commit; required when world_size > 1, unused otherwise.
+  std::shared_ptr<Store> store;
+  // How long rank 0 waits for all shards, and other ranks for the outcome.
+  std::chrono::milliseconds commit_timeout{std::chrono::minutes(10)};
+  // Not owned; must outlive the writer. nullptr = PosixStorage::Default().
+  Storage* storage = nullptr;
+  size_t write_chunk_bytes = 8u << 20;
+};
+
+enum class SaveDecision { kQueued, kSkipped };
+
+// The end of one save, as the callback and TakeOutcomes() report it.
+struct SaveOutcome {
+  int64_t step = -1;
+  Status status;             // OK = committed (the manifest is durable)
+  uint64_t shard_bytes = 0;  // this rank's shard file
+  double stall_seconds = 0;  // Save's time in the caller, waiting + copying
+  double write_seconds = 0;  // background: shard write + checksum + fsync + rename
+  double total_seconds = 0;  // from Save's return to commit (or failure)
+  bool committed() const { return status.ok(); }
+};
+
+class CheckpointWriter {
+ public:
+  using Callback = std::function<void(const SaveOutcome&)>;
+
+  // Validates options, reads the newest manifest under root (the parent of the
+  // first save) and starts the background thread.
+  static Result<std::unique_ptr<CheckpointWriter>> Create(CheckpointWriterOptions options,
+                                                          Callback callback = nullptr);
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Allocates (and touches) a staging buffer of at least `bytes`, so the first
+  // Save does not pay for page faults. Waits for a save in flight.
+  Status Reserve(size_t bytes);
+
+  // Stages the buffers and hands them to the background thread. Errors are only
+  // about the request itself (bad names, negative step); storage failures come
+  // later as a SaveOutcome.
+  Result<SaveDecision> Save(int64_t step, const std::vector<BufferView>& buffers);
+
+  // Waits until no save is in flight; returns the status of the last save that
+  // finished (OK if none did). For a final checkpoint before exit.
+  Status Flush();
+
+  // Newest step this writer saw committed (or found at Create); -1 if none.
+  int64_t newest_committed_step() const { return newest_committed_.load(); }
+  // Outcomes not taken yet, oldest first (at most the last 64 are kept).
+  std::vector<SaveOutcome> TakeOutcomes();
+  int64_t skipped_saves() const { return skipped_.load(); }
+  size_t staging_capacity() const;
+
+ private:
+  struct Job {
+    int64_t step = 0;
+    ShardHeader header;
+    double stall_seconds = 0;
+    std::chrono::steady_clock::time_point handed_over;
+  };
+
+  CheckpointWriter(CheckpointWriterOptions options, Callback callback);
+  void ThreadMain();
+  SaveOutcome Run(const Job& job);
+  // Writes this rank's shard; returns its checksum.
+  Result<uint64_t> WriteShard(const Job& job, const std::string& dir);
+  Status Commit(const Job& job, const std::string& dir, uint64_t shard_xxh3);
+  Status WriteManifest(const std::string& dir, const Manifest& manifest);
+  void Prune(int64_t newest);
+  Status RemoveCheckpointDir(const std::string& dir);
+  void EnsureStaging(size_t bytes);  // caller holds save_mu_, writer idle
+  void WaitIdle(std::unique_lock<std::mutex>* lock);
+
+  const CheckpointWriterOptions options_;
+  Storage* const storage_;  // not owned
+  const Callback callback_;
+
+  std::mutex save_mu_;  // serialises Save/Reserve/Flush callers
+  // The staging buffer: written by the Save caller while idle_, read by the
+  // background thread while a job runs; the handover goes through mu_.
+  std::unique_ptr<uint8_t[]> staging_;
+  size_t staging_capacity_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;           // a job arrived or stopping
+  std::condition_variable idle_cv_;           // a job finished
+  std::optional<Job> job_;                    // guarded by mu_; set = in flight
+  bool stop_ = false;                         // guarded by mu_
+  Status last_status_;                        // guarded by mu_
+  std::vector<SaveOutcome> outcomes_;         // guarded by mu_
+  std::optional<int64_t> parent_step_;        // background thread only (after Create)
+  std::atomic<int64_t> newest_committed_{-1};
+  std::atomic<int64_t> skipped_{0};
+  std::thread thread_;
+};
+
+}  // namespace holdfast

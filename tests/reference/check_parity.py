@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""Checks holdfast-train against the PyTorch reference, step by step.
+
+  check_parity.py --holdfast-train PATH [--config parity.toml] [--steps 50]
+                  [--tolerance 1e-4] [--keep DIR]
+
+1. Copies the config into a temporary folder and writes corpus.txt beside it
+   (Debian's common-licenses texts, present on every Debian machine).
+2. Runs `holdfast-train --config CFG --dump-init D --metrics cpp.jsonl
+   --set train.steps=N`: the C++ trainer's initial weights land in D.
+3. Runs gpt_reference.py from D on the same config.
+4. Compares the per-step loss: the largest relative difference over the N steps
+   must be <= tolerance (and the learning rates must agree). Prints the first and
+   last steps and the largest difference; exits 0 when they agree, 1 when not.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = ["GPL-3", "LGPL-2.1", "Apache-2.0", "Artistic"]
+KEYS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "step_ms")
+
+
+def write_corpus(path):
+    with open(path, "wb") as out:
+        for name in CORPUS:
+            with open(os.path.join("/usr/share/common-licenses", name), "rb") as f:
+                out.write(f.read())
+
+
+def read_metrics(path, who):
+    rows = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            missing = [k for k in KEYS if k not in row]
+            if missing:
+                raise SystemExit(f"{who} {path}:{n}: metrics line lacks {missing}: {line.strip()}")
+            rows[int(row["step"])] = row
+    return rows
+
+
+def run(cmd, cwd, log):
+    print("$", " ".join(cmd), flush=True)
+    with open(log, "w") as f:
+        proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, timeout=900)
+    if proc.returncode != 0:
+        with open(log) as f:
+            tail = f.read()[-4000:]
+        raise SystemExit(f"FAIL: exit status {proc.returncode} from {cmd[0]}; its output:\n{tail}")
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def compare(cpp, ref, steps, tolerance):
+    expected = list(range(1, steps + 1))
+    for who, rows in (("holdfast-train", cpp), ("reference", ref)):
+        if sorted(rows) != expected:
+            print(f"FAIL: {who} reported steps {sorted(rows)[:5]}...{sorted(rows)[-3:]}, "
+                  f"expected 1..{steps}")
+            return False
+    print(f"{'step':>5} {'loss C++':>12} {'loss torch':>12} {'rel diff':>10} "
+          f"{'gnorm C++':>10} {'gnorm torch':>11} {'lr':>10}")
+    shown = set(expected[:5] + expected[-5:])
+    worst, worst_step, first_bad, lr_bad = 0.0, 0, None, None
+    for s in expected:
+        a, b = cpp[s], ref[s]
+        d = rel(a["loss"], b["loss"]) if math.isfinite(a["loss"]) else math.inf
+        if d > worst:
+            worst, worst_step = d, s
+        if d > tolerance and first_bad is None:
+            first_bad = s
+        if rel(a["lr"], b["lr"]) > 1e-6 and lr_bad is None:
+            lr_bad = s
+        if s in shown or s == first_bad:
+            print(f"{s:>5} {a['loss']:>12.7f} {b['loss']:>12.7f} {d:>10.2e} "
+                  f"{a['grad_norm']:>10.5f} {b['grad_norm']:>11.5f} {a['lr']:>10.3e}")
+    print(f"max relative loss difference {worst:.3e} at step {worst_step} "
+          f"(tolerance {tolerance:g}, {steps} steps)")
+    ok = True
+    if lr_bad is not None:
+        print(f"FAIL: learning rate differs from step {lr_bad}: C++ {cpp[lr_bad]['lr']!r}, "
+              f"reference {ref[lr_bad]['lr']!r} (schedule: warmup then cosine to min_lr)")
+        ok = False
+    if first_bad is not None:
+        where = ("forward pass, loss or initial weights" if first_bad == 1 else
+                 "optimizer, clipping, schedule or data order")
+        print(f"FAIL: loss differs beyond tolerance from step {first_bad}: look at the {where}")
+        ok = False
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--holdfast-train", required=True, help="path of the holdfast-train binary")
+    ap.add_argument("--config", default=os.path.join(HERE, "parity.toml"))
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--tolerance", type=float, default=1e-4)
+    ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (default: a temp dir)")
+    args = ap.parse_args()
+
+    work = args.keep or tempfile.mkdtemp(prefix="holdfast-parity-")
+    os.makedirs(work, exist_ok=True)
+    try:
+        config = os.path.join(work, os.path.basename(args.config))
+        shutil.copyfile(args.config, config)
+        write_corpus(os.path.join(work, "corpus.txt"))
+        init, cpp_out, ref_out = (os.path.join(work, n) for n in ("init", "cpp.jsonl", "ref.jsonl"))
+        # Run from a folder other than the config's, so that a data.path resolved
+        # against the working directory instead of the config's folder shows up.
+        cwd = os.path.join(work, "cwd")
+        os.makedirs(cwd, exist_ok=True)
+        run([os.path.abspath(args.holdfast_train), "--config", config, "--dump-init", init,
+             "--metrics", cpp_out, "--set", f"train.steps={args.steps}"],
+            cwd=cwd, log=os.path.join(work, "cpp.log"))
+        if not os.path.exists(os.path.join(init, "params.json")):
+            raise SystemExit(f"FAIL: holdfast-train --dump-init {init} wrote no params.json")
+        if not os.path.exists(cpp_out):
+            raise SystemExit(f"FAIL: holdfast-train --metrics {cpp_out} wrote no metrics")
+        run([sys.executable, os.path.join(HERE, "gpt_reference.py"), "--config", config,
+             "--init", init, "--steps", str(args.steps), "--metrics", ref_out],
+            cwd=cwd, log=os.path.join(work, "ref.log"))
+        ok = compare(read_metrics(cpp_out, "holdfast-train"), read_metrics(ref_out, "reference"),
+                     args.steps, args.tolerance)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print("PASS" if ok else "FAIL (rerun with --keep DIR to inspect the runs)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+// Subprocess: runs a real program for integration tests and collects what a
+// user would see (exit code, stdout+stderr). Not thread-safe; one per call.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace holdfast::testing {
+
+struct ProcessResult {
+  int exit_code = -1;  // 128+signal when killed by a signal
+  std::string output;  // stdout and stderr, interleaved
+};
+
+// Runs argv[0] with argv, extra environment entries added, and waits for it.
+ProcessResult RunProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
+
+// The build tree's path of a target binary, from HOLDFAST_BUILD_DIR (set by ctest).
+std::string BuildPath(const std::string& relative);
+
+// A fresh temporary directory, removed by the destructor.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag);
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Reads a whole file (empty when missing).
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& content);
+
+}  // namespace holdfast::testing

@@ -1,0 +1,226 @@
+// End-to-end tests of holdfast-train as a user runs it: real processes, real
+// files, DP over Gloo on loopback.
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/subprocess.h"
+
+namespace holdfast {
+namespace {
+
+using testing::BuildPath;
+using testing::ProcessResult;
+using testing::ReadFile;
+using testing::RunProcess;
+using testing::TempDir;
+using testing::WriteFile;
+
+// Real English text present on every Debian machine (base-files).
+std::string MakeCorpus(const TempDir& dir) {
+  std::string text;
+  for (const char* name : {"GPL-3", "LGPL-2.1", "Apache-2.0", "Artistic"}) {
+    text += ReadFile(std::string("/usr/share/common-licenses/") + name);
+  }
+  const std::string path = dir / "corpus.txt";
+  WriteFile(path, text);
+  return path;
+}
+
+std::string SmallConfig(const std::string& corpus, double dropout) {
+  std::ostringstream os;
+  os << "[model]\nn_layer = 2\nn_head = 4\nn_embd = 64\nblock_size = 64\ndropout = " << dropout << "\n"
+     << "[data]\nformat = \"text\"\npath = \"" << corpus << "\"\n"
+     << "[train]\nsteps = 20\nmicro_batch = 4\nseed = 7\nthreads = 1\nlog_every = 5\n"
+     << "[optim]\nlr = 3e-3\nmin_lr = 3e-4\nwarmup_steps = 5\n"
+     << "[dist]\nbucket_mb = 0.05\n";  // several buckets even for this small model
+  return os.str();
+}
+
+std::vector<nlohmann::json> ReadMetrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(ReadFile(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  }
+  return out;
+}
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  TrainerTest() : dir_("trainer") {
+    corpus_ = MakeCorpus(dir_);
+  }
+
+  std::string WriteConfig(const std::string& name, double dropout = 0.0) {
+    const std::string path = dir_ / name;
+    WriteFile(path, SmallConfig(corpus_, dropout));
+    return path;
+  }
+
+  ProcessResult Train(std::vector<std::string> args) {
+    args.insert(args.begin(), BuildPath("trainer/holdfast-train"));
+    ProcessResult r = RunProcess(args);
+    return r;
+  }
+
+  TempDir dir_;
+  std::string corpus_;
+};
+
+TEST_F(TrainerTest, LossFallsOnARealCorpus) {
+  const std::string cfg = WriteConfig("run.toml");
+  ProcessResult r = Train({"--config", cfg, "--set", "train.steps=60", "--metrics", dir_ / "m.jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto m = ReadMetrics(dir_ / "m.jsonl");
+  ASSERT_EQ(m.size(), 60u);
+  const double first = m.front()["loss"].get<double>();
+  double last5 = 0;
+  for (size_t i = m.size() - 5; i < m.size(); ++i) last5 += m[i]["loss"].get<double>() / 5;
+  EXPECT_NEAR(first, std::log(256.0), 0.3) << "an untrained byte model starts near ln(256)";
+  EXPECT_LT(last5, first - 1.5) << r.output;
+  for (const auto& line : m) {
+    for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_ms"}) {
+      EXPECT_TRUE(line.contains(key)) << line.dump();
+    }
+  }
+}
+
+TEST_F(TrainerTest, DataParallelMatchesSingleProcessOnTheSameGlobalBatch) {
+  const std::string cfg = WriteConfig("run.toml");
+  ProcessResult one = Train({"--config", cfg, "--set", "train.micro_batch=8", "--metrics", dir_ / "dp1.jsonl",
+                             "--dump-final", dir_ / "dp1"});
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ProcessResult two = Train({"--config", cfg, "--nproc", "2", "--set", "train.micro_batch=4", "--metrics",
+                             dir_ / "dp2.jsonl", "--dump-final", dir_ / "dp2"});
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  auto a = ReadMetrics(dir_ / "dp1.jsonl");
+  auto b = ReadMetrics(dir_ / "dp2.jsonl");
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 20u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double la = a[i]["loss"].get<double>(), lb = b[i]["loss"].get<double>();
+    EXPECT_NEAR(la, lb, 1e-4 * la) << "step " << i + 1;
+  }
+  // Parameters agree to float tolerance (summation order differs, nothing else).
+  const std::string pa = ReadFile(dir_ / "dp1/params.bin"), pb = ReadFile(dir_ / "dp2/params.bin");
+  ASSERT_EQ(pa.size(), pb.size());
+  const float* fa = reinterpret_cast<const float*>(pa.data());
+  const float* fb = reinterpret_cast<const float*>(pb.data());
+  double max_diff = 0;
+  for (size_t i = 0; i < pa.size() / 4; ++i) max_diff = std::max(max_diff, std::fabs(double(fa[i]) - fb[i]));
+  EXPECT_LT(max_diff, 1e-3);
+}
+
+// Capture at step k in one process, restore in a new one, continue to N: the
+// parameters must be bit-identical to an uninterrupted N-step run. Dropout is on,
+// so the RNG state has to travel too.
+void ExpectResumeIsBitExact(TrainerTest* t, const std::vector<std::string>& extra, const TempDir& dir,
+                            const std::string& cfg) {
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  (void)t;
+  const std::string bin = BuildPath("trainer/holdfast-train");
+  ProcessResult full = RunProcess(with({bin, "--config", cfg, "--dump-final", dir / "full", "--metrics",
+                                        dir / "full.jsonl"}));
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  ProcessResult first = RunProcess(with({bin, "--config", cfg, "--save-state-at", "8", "--state-dir", dir / "state",
+                                         "--stop-after", "8", "--metrics", dir / "resumed.jsonl"}));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ProcessResult second = RunProcess(with({bin, "--config", cfg, "--restore-state", dir / "state", "--dump-final",
+                                          dir / "resumed", "--metrics", dir / "resumed.jsonl"}));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_EQ(second.output.find("DETERMINISM BROKEN"), std::string::npos) << second.output;
+  const std::string a = ReadFile(dir / "full/params.bin");
+  const std::string b = ReadFile(dir / "resumed/params.bin");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "resumed parameters differ from the uninterrupted run";
+  // The metrics of the resumed run continue the same curve, step for step.
+  auto fm = ReadMetrics(dir / "full.jsonl");
+  auto rm = ReadMetrics(dir / "resumed.jsonl");
+  ASSERT_EQ(fm.size(), rm.size());
+  for (size_t i = 0; i < fm.size(); ++i) EXPECT_EQ(fm[i]["loss"], rm[i]["loss"]) << "step " << i + 1;
+}
+
+TEST_F(TrainerTest, ResumeIsBitExactSingleProcess) {
+  ExpectResumeIsBitExact(this, {}, dir_, WriteConfig("drop.toml", 0.1));
+}
+
+TEST_F(TrainerTest, ResumeIsBitExactDataParallel) {
+  ExpectResumeIsBitExact(this, {"--nproc", "2"}, dir_, WriteConfig("drop.toml", 0.1));
+}
+
+TEST_F(TrainerTest, ResumeWithOtherThreadsSaysDeterminismIsBroken) {
+  const std::string cfg = WriteConfig("run.toml");
+  ProcessResult first = Train({"--config", cfg, "--save-state-at", "3", "--state-dir", dir_ / "state",
+                               "--stop-after", "3", "--metrics", dir_ / "m.jsonl"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ProcessResult loose = Train({"--config", cfg, "--set", "train.threads=2", "--set", "train.steps=4",
+                               "--restore-state", dir_ / "state", "--metrics", dir_ / "m.jsonl"});
+  EXPECT_EQ(loose.exit_code, 0) << loose.output;
+  EXPECT_NE(loose.output.find("DETERMINISM BROKEN on resume: threads: checkpoint 1, now 2"), std::string::npos)
+      << loose.output;
+  ProcessResult strict = Train({"--config", cfg, "--set", "train.threads=2", "--restore-state", dir_ / "state",
+                                "--strict-determinism", "--metrics", dir_ / "m.jsonl"});
+  EXPECT_EQ(strict.exit_code, 1) << strict.output;
+  EXPECT_NE(strict.output.find("would break bit-exact determinism"), std::string::npos) << strict.output;
+  // A state from another config is refused, not silently loaded.
+  ProcessResult other = Train({"--config", cfg, "--set", "optim.lr=1e-2", "--restore-state", dir_ / "state",
+                               "--metrics", dir_ / "m.jsonl"});
+  EXPECT_EQ(other.exit_code, 1) << other.output;
+  EXPECT_NE(other.output.find("another config"), std::string::npos) << other.output;
+}
+
+TEST_F(TrainerTest, BadConfigAndBadDataGetClearErrors) {
+  const std::string bad = dir_ / "bad.toml";
+  WriteFile(bad, "[model]\nn_layer = 2\nlayers = 3\n");
+  ProcessResult r = Train({"--config", bad});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("bad.toml:3: unknown key 'model.layers'"), std::string::npos) << r.output;
+
+  ProcessResult flag = Train({"--config", WriteConfig("run.toml"), "--set", "train.steps=-5"});
+  EXPECT_EQ(flag.exit_code, 2);
+  EXPECT_NE(flag.output.find("train.steps"), std::string::npos) << flag.output;
+
+  ProcessResult missing = Train({"--config", WriteConfig("run.toml"), "--set", "data.path=" + (dir_ / "nope.txt")});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.output.find(dir_ / "nope.txt"), std::string::npos) << missing.output;
+
+  const std::string odd = dir_ / "odd.bin";
+  WriteFile(odd, std::string(4097, 'x'));
+  ProcessResult bin = Train({"--config", WriteConfig("run.toml"), "--set", "data.format=bin", "--set",
+                             "model.vocab_size=50304", "--set", "data.path=" + odd});
+  EXPECT_EQ(bin.exit_code, 2);
+  EXPECT_NE(bin.output.find(odd), std::string::npos) << bin.output;
+
+  const std::string sft = dir_ / "sft.jsonl";
+  WriteFile(sft, "{\"prompt\": \"Q\", \"response\": \"A\"}\n{\"prompt\": \"Q2\"}\n");
+  ProcessResult s = Train({"--config", WriteConfig("run.toml"), "--set", "data.format=sft", "--set", "data.path=" + sft});
+  EXPECT_EQ(s.exit_code, 2);
+  EXPECT_NE(s.output.find(":2"), std::string::npos) << s.output;
+}
+
+TEST_F(TrainerTest, SftTrainsOnResponsesOnly) {
+  std::string jsonl;
+  for (int i = 0; i < 50; ++i) {
+    jsonl += "{\"prompt\": \"What is " + std::to_string(i) + " plus one? \", \"response\": \"It is " +
+             std::to_string(i + 1) + ".\"}\n";
+  }
+  WriteFile(dir_ / "sft.jsonl", jsonl);
+  ProcessResult r = Train({"--config", WriteConfig("run.toml"), "--set", "data.format=sft", "--set",
+                           "data.path=" + (dir_ / "sft.jsonl"), "--set", "train.steps=40", "--metrics",
+                           dir_ / "m.jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto m = ReadMetrics(dir_ / "m.jsonl");
+  ASSERT_EQ(m.size(), 40u);
+  EXPECT_LT(m.back()["loss"].get<double>(), m.front()["loss"].get<double>() * 0.5) << r.output;
+}
+
+}  // namespace
+}  // namespace holdfast

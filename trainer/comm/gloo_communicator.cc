@@ -1,0 +1,367 @@
+// GlooCommunicator: collectives over Gloo's TCP transport.
+//
+// Rendezvous goes through our Store (adapter below) under the "gloo/" prefix;
+// the context is a full mesh. Every collective goes through one queue drained
+// by one worker thread, so collectives run in issue order on every rank and
+// AllreduceAsync returns at once (the trainer overlaps bucket allreduces with
+// backward). After a collective fails the context is in an unknown state: the
+// communicator stays failed and every later collective returns that error.
+#include "trainer/comm/communicator.h"
+
+#if HOLDFAST_HAVE_GLOO
+
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace holdfast {
+namespace {
+
+// Carries a Store failure through Gloo's rendezvous code back to GlooError.
+struct StoreFailure : std::exception {
+  explicit StoreFailure(Status s) : status(std::move(s)) {}
+  const char* what() const noexcept override { return status.message().c_str(); }
+  Status status;
+};
+
+// The one place Gloo's exceptions (and our StoreFailure thrown through Gloo)
+// become a Status. Call only from inside a catch block.
+Status GlooError(const std::string& context) {
+  try {
+    throw;
+  } catch (const StoreFailure& e) {
+    return e.status.WithContext(context);
+  } catch (const gloo::IoException& e) {
+    std::string msg = e.what();
+    // Gloo's TCP transport says "Timed out waiting ..." / "Read timeout" / "Connect timeout".
+    bool timeout = msg.find("imeout") != std::string::npos || msg.find("imed out") != std::string::npos;
+    if (timeout) return TimeoutError(context + ": a peer did not answer in time: " + msg);
+    return UnavailableError(context + ": lost the connection to a peer (did it exit?): " + msg);
+  } catch (const gloo::EnforceNotMet& e) {
+    return InternalError(context + ": gloo check failed: " + e.what());
+  } catch (const gloo::Exception& e) {
+    return InternalError(context + ": gloo: " + e.what());
+  } catch (const std::exception& e) {
+    return InternalError(context + ": " + e.what());
+  } catch (...) {
+    return InternalError(context + ": unknown exception from gloo");
+  }
+}
+
+template <typename F>
+Status GlooCall(const std::string& context, F&& f) {
+  try {
+    f();
+    return Status::Ok();
+  } catch (...) {
+    return GlooError(context);
+  }
+}
+
+// Gloo's rendezvous store, backed by ours. Failures throw StoreFailure.
+class GlooStoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  GlooStoreAdapter(std::shared_ptr<holdfast::Store> store, std::chrono::milliseconds timeout)
+      : store_(std::move(store)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    Status s = store_->Set(key, std::vector<uint8_t>(data.begin(), data.end()));
+    if (!s.ok()) throw StoreFailure(s);
+  }
+  std::vector<char> get(const std::string& key) override {
+    auto v = store_->Get(key, timeout_);
+    if (!v.ok()) throw StoreFailure(v.status());
+    return std::vector<char>(v->begin(), v->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    Status s = store_->Wait(keys, timeout);
+    if (!s.ok()) throw StoreFailure(s);
+  }
+
+ private:
+  std::shared_ptr<holdfast::Store> store_;
+  std::chrono::milliseconds timeout_;
+};
+
+void SumFloats(void* c, const void* a, const void* b, size_t n) {
+  float* out = static_cast<float*>(c);
+  const float* x = static_cast<const float*>(a);
+  const float* y = static_cast<const float*>(b);
+  if (out == x) {
+    float* __restrict o = out;
+    const float* __restrict q = y;
+    for (size_t i = 0; i < n; ++i) o[i] += q[i];
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
+}
+
+// State shared between the communicator, its worker thread and its Work handles.
+struct Core {
+  enum class Kind { kAllreduce, kBroadcast, kBarrier };
+  struct Op {
+    Kind kind;
+    void* data;
+    size_t count;  // floats for allreduce, bytes for broadcast
+    ReduceOp reduce;
+    int root;
+    uint64_t seq;
+  };
+
+  std::mutex mu;
+  std::condition_variable work_cv;  // queue gained an op, or stopping
+  std::condition_variable done_cv;  // completed advanced
+  std::deque<Op> queue;             // guarded by mu
+  uint64_t issued = 0;              // guarded by mu; seq of the last op queued (1-based)
+  uint64_t completed = 0;           // guarded by mu; every op with seq <= completed is done
+  uint64_t failed_seq = std::numeric_limits<uint64_t>::max();  // guarded by mu; first failed op
+  Status error;                     // guarded by mu; why failed_seq failed
+  bool stopping = false;            // guarded by mu
+
+  uint64_t Enqueue(const Op& op) {
+    std::lock_guard<std::mutex> lock(mu);
+    Op queued = op;
+    queued.seq = ++issued;
+    queue.push_back(queued);
+    work_cv.notify_one();
+    return queued.seq;
+  }
+
+  Status WaitFor(uint64_t seq) {
+    std::unique_lock<std::mutex> lock(mu);
+    done_cv.wait(lock, [&] { return completed >= seq; });
+    if (seq < failed_seq) return Status::Ok();
+    if (seq == failed_seq) return error;
+    return Status(error.code(), "gloo collective #" + std::to_string(seq) + " was not run because collective #" +
+                                    std::to_string(failed_seq) + " failed: " + error.message());
+  }
+};
+
+class GlooWork final : public Work {
+ public:
+  GlooWork(std::shared_ptr<Core> core, uint64_t seq) : core_(std::move(core)), seq_(seq) {}
+  Status Wait() override { return core_->WaitFor(seq_); }
+
+ private:
+  std::shared_ptr<Core> core_;
+  uint64_t seq_;
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(const CommunicatorOptions& options, std::shared_ptr<gloo::Context> context)
+      : rank_(options.rank),
+        world_size_(options.world_size),
+        timeout_(options.timeout),
+        context_(std::move(context)),
+        core_(std::make_shared<Core>()),
+        barrier_options_(context_) {
+    barrier_options_.setTimeout(timeout_);
+    worker_ = std::thread([this] { WorkerLoop(); });
+  }
+
+  // Waits for the collective in flight (it ends by completing or timing out);
+  // collectives still queued fail with kFailedPrecondition.
+  ~GlooCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(core_->mu);
+      core_->stopping = true;
+    }
+    core_->work_cv.notify_one();
+    worker_.join();
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  const char* backend() const override { return "gloo"; }
+
+  std::unique_ptr<Work> AllreduceAsync(float* data, size_t count, ReduceOp op) override {
+    uint64_t seq = core_->Enqueue({Core::Kind::kAllreduce, data, count, op, 0, 0});
+    return std::make_unique<GlooWork>(core_, seq);
+  }
+
+  Status Broadcast(void* data, size_t bytes, int root) override {
+    if (root < 0 || root >= world_size_) {
+      return InvalidArgumentError("gloo broadcast: root " + std::to_string(root) + " is not a rank of world " +
+                                  std::to_string(world_size_));
+    }
+    return core_->WaitFor(core_->Enqueue({Core::Kind::kBroadcast, data, bytes, ReduceOp::kSum, root, 0}));
+  }
+
+  Status Barrier() override {
+    return core_->WaitFor(core_->Enqueue({Core::Kind::kBarrier, nullptr, 0, ReduceOp::kSum, 0, 0}));
+  }
+
+ private:
+  void WorkerLoop() {
+    for (;;) {
+      Core::Op op;
+      bool skip;
+      {
+        std::unique_lock<std::mutex> lock(core_->mu);
+        core_->work_cv.wait(lock, [&] { return core_->stopping || !core_->queue.empty(); });
+        if (core_->queue.empty()) return;  // stopping with nothing left
+        op = core_->queue.front();
+        core_->queue.pop_front();
+        skip = core_->stopping || core_->failed_seq != std::numeric_limits<uint64_t>::max();
+      }
+      Status status;
+      if (!skip) {
+        status = Run(op);
+      } else {
+        std::lock_guard<std::mutex> lock(core_->mu);
+        if (core_->failed_seq == std::numeric_limits<uint64_t>::max()) {
+          status = FailedPreconditionError("gloo collective #" + std::to_string(op.seq) +
+                                           " was not run: the communicator was destroyed first");
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(core_->mu);
+        if (!status.ok() && core_->failed_seq == std::numeric_limits<uint64_t>::max()) {
+          core_->failed_seq = op.seq;
+          core_->error = status;
+        }
+        core_->completed = op.seq;
+      }
+      core_->done_cv.notify_all();
+    }
+  }
+
+  // Runs on the worker thread.
+  Status Run(const Core::Op& op) {
+    const uint32_t tag = static_cast<uint32_t>(op.seq);
+    switch (op.kind) {
+      case Core::Kind::kAllreduce: {
+        if (op.count == 0 || world_size_ == 1) return Status::Ok();
+        gloo::AllreduceOptions& opts = AllreduceOptionsFor(static_cast<float*>(op.data), op.count);
+        opts.setTag(tag);
+        HF_RETURN_IF_ERROR(GlooCall(Describe("allreduce", op), [&] { gloo::allreduce(opts); }));
+        if (op.reduce == ReduceOp::kAvg) {
+          float* __restrict p = static_cast<float*>(op.data);
+          const float scale = 1.0f / static_cast<float>(world_size_);
+          for (size_t i = 0; i < op.count; ++i) p[i] *= scale;
+        }
+        return Status::Ok();
+      }
+      case Core::Kind::kBroadcast: {
+        if (op.count == 0 || world_size_ == 1) return Status::Ok();
+        return GlooCall(Describe("broadcast", op), [&] {
+          gloo::BroadcastOptions opts(context_);
+          opts.setOutput(static_cast<uint8_t*>(op.data), op.count);
+          opts.setRoot(op.root);
+          opts.setTag(tag);
+          opts.setTimeout(timeout_);
+          gloo::broadcast(opts);
+        });
+      }
+      case Core::Kind::kBarrier: {
+        if (world_size_ == 1) return Status::Ok();
+        barrier_options_.setTag(tag);
+        return GlooCall(Describe("barrier", op), [&] { gloo::barrier(barrier_options_); });
+      }
+    }
+    return InternalError("unknown collective kind");
+  }
+
+  std::string Describe(const char* what, const Core::Op& op) const {
+    return std::string("gloo ") + what + " #" + std::to_string(op.seq) + " (rank " + std::to_string(rank_) + " of " +
+           std::to_string(world_size_) + ", " + std::to_string(op.count) +
+           (op.kind == Core::Kind::kAllreduce ? " floats" : " bytes") + ")";
+  }
+
+  // The trainer allreduces the same few bucket slices every step: keep their
+  // options (and the unbound buffers Gloo builds for them) instead of
+  // rebuilding them per call. Bounded so a caller with ever-new pointers
+  // cannot grow it without limit.
+  gloo::AllreduceOptions& AllreduceOptionsFor(float* data, size_t count) {
+    constexpr size_t kMaxCached = 256;
+    BufferKey key{data, count};
+    auto it = allreduce_options_.find(key);
+    if (it != allreduce_options_.end()) return *it->second;
+    if (allreduce_options_.size() >= kMaxCached) allreduce_options_.clear();
+    auto opts = std::make_unique<gloo::AllreduceOptions>(context_);
+    opts->setOutput(data, count);
+    opts->setReduceFunction(&SumFloats);
+    opts->setTimeout(timeout_);
+    return *(allreduce_options_[key] = std::move(opts));
+  }
+
+  struct BufferKey {
+    float* data;
+    size_t count;
+    bool operator==(const BufferKey& o) const { return data == o.data && count == o.count; }
+  };
+  struct BufferKeyHash {
+    size_t operator()(const BufferKey& k) const {
+      return std::hash<const void*>()(k.data) ^ (std::hash<size_t>()(k.count) * 0x9e3779b97f4a7c15ull);
+    }
+  };
+
+  const int rank_;
+  const int world_size_;
+  const std::chrono::milliseconds timeout_;
+  std::shared_ptr<gloo::Context> context_;  // used only by the worker thread after construction
+  std::shared_ptr<Core> core_;
+  // Worker-thread only:
+  std::unordered_map<BufferKey, std::unique_ptr<gloo::AllreduceOptions>, BufferKeyHash> allreduce_options_;
+  gloo::BarrierOptions barrier_options_;
+  std::thread worker_;  // last: started after everything it uses
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> MakeGlooCommunicator(const CommunicatorOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return InvalidArgumentError("gloo: rank " + std::to_string(options.rank) + " is not within world size " +
+                                std::to_string(options.world_size));
+  }
+  if (options.store == nullptr) return InvalidArgumentError("gloo: CommunicatorOptions.store is not set");
+  if (options.timeout.count() <= 0) {
+    return InvalidArgumentError("gloo: timeout must be positive, got " + std::to_string(options.timeout.count()) +
+                                " ms");
+  }
+  const std::string where = "gloo rendezvous of rank " + std::to_string(options.rank) + " of " +
+                            std::to_string(options.world_size) + " on " + options.interface_host;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  Status s = GlooCall(where, [&] {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.interface_host;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
+    context->setTimeout(options.timeout);
+    // Waits (up to the timeout) for every rank to publish its address under gloo/rank_<r>.
+    GlooStoreAdapter store(std::make_shared<PrefixStore>("gloo", options.store), options.timeout);
+    context->connectFullMesh(store, device);
+  });
+  if (!s.ok()) return s;
+  return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(options, std::move(context)));
+}
+
+}  // namespace holdfast
+
+#else  // !HOLDFAST_HAVE_GLOO
+
+namespace holdfast {
+Result<std::unique_ptr<Communicator>> MakeGlooCommunicator(const CommunicatorOptions&) {
+  return FailedPreconditionError("built without Gloo: install libgloo-dev and reconfigure");
+}
+}  // namespace holdfast
+
+#endif

@@ -1,0 +1,386 @@
+#include "trainer/config.h"
+
+#include <xxhash.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <variant>
+
+#include <toml++/toml.h>
+
+namespace holdfast {
+namespace {
+
+using Value = std::variant<int64_t, double, bool, std::string>;
+enum class Kind { kInt, kFloat, kBool, kString };
+
+const char* KindName(Kind k) {
+  switch (k) {
+    case Kind::kInt: return "an integer";
+    case Kind::kFloat: return "a number";
+    case Kind::kBool: return "true or false";
+    case Kind::kString: return "a string";
+  }
+  return "?";
+}
+
+// One row per key: the whole schema in one table, so that parsing, validation,
+// printing and hashing can never disagree about which keys exist.
+struct KeyDef {
+  const char* section;
+  const char* key;
+  Kind kind;
+  double lo;            // inclusive range for numbers
+  double hi;
+  const char* choices;  // "a|b|c" for strings with a fixed set, else nullptr
+  bool affects_math;    // part of ConfigHash
+  std::function<void(TrainerConfig&, const Value&)> set;
+  std::function<Value(const TrainerConfig&)> get;
+};
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+#define HF_INT(sec, field, lo, hi, math)                                                      \
+  KeyDef{#sec, #field, Kind::kInt, lo, hi, nullptr, math,                                     \
+         [](TrainerConfig& c, const Value& v) {                                               \
+           c.sec.field = static_cast<decltype(c.sec.field)>(std::get<int64_t>(v));           \
+         },                                                                                   \
+         [](const TrainerConfig& c) -> Value { return static_cast<int64_t>(c.sec.field); }}
+#define HF_FLOAT(sec, field, lo, hi, math)                                                    \
+  KeyDef{#sec, #field, Kind::kFloat, lo, hi, nullptr, math,                                   \
+         [](TrainerConfig& c, const Value& v) { c.sec.field = std::get<double>(v); },         \
+         [](const TrainerConfig& c) -> Value { return c.sec.field; }}
+#define HF_BOOL(sec, field, math)                                                             \
+  KeyDef{#sec, #field, Kind::kBool, 0, 0, nullptr, math,                                      \
+         [](TrainerConfig& c, const Value& v) { c.sec.field = std::get<bool>(v); },           \
+         [](const TrainerConfig& c) -> Value { return c.sec.field; }}
+#define HF_STRING(sec, field, choices, math)                                                  \
+  KeyDef{#sec, #field, Kind::kString, 0, 0, choices, math,                                    \
+         [](TrainerConfig& c, const Value& v) { c.sec.field = std::get<std::string>(v); },    \
+         [](const TrainerConfig& c) -> Value { return c.sec.field; }}
+
+const std::vector<KeyDef>& Schema() {
+  static const std::vector<KeyDef> kSchema = {
+      HF_INT(model, n_layer, 1, 1024, true),
+      HF_INT(model, n_head, 1, 1024, true),
+      HF_INT(model, n_embd, 1, 65536, true),
+      HF_INT(model, block_size, 1, 1 << 20, true),
+      HF_INT(model, vocab_size, 2, 1 << 20, true),
+      HF_FLOAT(model, dropout, 0.0, 0.999, true),
+      HF_BOOL(model, bias, true),
+      HF_STRING(data, format, "text|bin|sft", true),
+      HF_STRING(data, path, nullptr, false),
+      HF_INT(train, steps, 1, 1e15, true),
+      HF_INT(train, micro_batch, 1, 1 << 20, true),
+      HF_INT(train, grad_accum, 1, 1 << 20, true),
+      HF_INT(train, seed, 0, 9.2e18, true),
+      HF_INT(train, threads, 1, 1024, true),
+      HF_INT(train, log_every, 1, 1e15, false),
+      HF_FLOAT(optim, lr, 0.0, 10.0, true),
+      HF_FLOAT(optim, min_lr, 0.0, 10.0, true),
+      HF_INT(optim, warmup_steps, 0, 1e15, true),
+      HF_INT(optim, decay_steps, 0, 1e15, true),
+      HF_FLOAT(optim, weight_decay, 0.0, 10.0, true),
+      HF_FLOAT(optim, beta1, 0.0, 0.999999, true),
+      HF_FLOAT(optim, beta2, 0.0, 0.999999, true),
+      HF_FLOAT(optim, eps, 1e-30, 1.0, true),
+      HF_FLOAT(optim, grad_clip, 0.0, kInf, true),
+      HF_STRING(dist, backend, "gloo|nccl", false),
+      HF_FLOAT(dist, bucket_mb, 0.001, 4096.0, false),
+      HF_BOOL(dist, overlap, false),
+      HF_STRING(dist, host, nullptr, false),
+      HF_INT(dist, timeout_s, 1, 86400 * 7, false),
+      HF_STRING(output, dir, nullptr, false),
+      HF_STRING(output, metrics, nullptr, false),
+  };
+  return kSchema;
+}
+
+#undef HF_INT
+#undef HF_FLOAT
+#undef HF_BOOL
+#undef HF_STRING
+
+std::string KnownKeys(const std::string& section) {
+  std::string out;
+  for (const KeyDef& d : Schema()) {
+    if (section != d.section) continue;
+    if (!out.empty()) out += ", ";
+    out += d.key;
+  }
+  return out;
+}
+
+std::string KnownSections() {
+  std::string out;
+  std::string last;
+  for (const KeyDef& d : Schema()) {
+    if (last == d.section) continue;
+    last = d.section;
+    if (!out.empty()) out += ", ";
+    out += "[" + last + "]";
+  }
+  return out;
+}
+
+const KeyDef* FindKey(const std::string& section, const std::string& key) {
+  for (const KeyDef& d : Schema()) {
+    if (section == d.section && key == d.key) return &d;
+  }
+  return nullptr;
+}
+
+bool SectionExists(const std::string& section) {
+  for (const KeyDef& d : Schema()) {
+    if (section == d.section) return true;
+  }
+  return false;
+}
+
+std::string Where(const std::string& file, const toml::source_region& src) {
+  std::string where = file.empty() ? "<flags>" : file;
+  if (src.begin.line > 0) where += ":" + std::to_string(src.begin.line);
+  return where;
+}
+
+std::string FormatNumber(double v) {
+  std::ostringstream os;
+  os.precision(17);
+  os << v;
+  return os.str();
+}
+
+// Converts a TOML node to the key's type and checks its range; `where` prefixes errors.
+Result<Value> Convert(const KeyDef& d, const toml::node& node, const std::string& where) {
+  const std::string name = std::string(d.section) + "." + d.key;
+  auto type_error = [&]() {
+    return InvalidArgumentError(where + ": key '" + name + "' must be " + KindName(d.kind));
+  };
+  Value v;
+  switch (d.kind) {
+    case Kind::kInt: {
+      if (!node.is_integer()) return type_error();
+      int64_t x = node.as_integer()->get();
+      if (static_cast<double>(x) < d.lo || static_cast<double>(x) > d.hi) {
+        return InvalidArgumentError(where + ": key '" + name + "' must be between " + FormatNumber(d.lo) +
+                                    " and " + FormatNumber(d.hi) + ", got " + std::to_string(x));
+      }
+      v = x;
+      break;
+    }
+    case Kind::kFloat: {
+      double x;
+      if (node.is_floating_point()) {
+        x = node.as_floating_point()->get();
+      } else if (node.is_integer()) {
+        x = static_cast<double>(node.as_integer()->get());
+      } else {
+        return type_error();
+      }
+      if (!std::isfinite(x) && !(std::isinf(x) && x > 0 && std::isinf(d.hi))) {
+        return InvalidArgumentError(where + ": key '" + name + "' must be a finite number");
+      }
+      if (x < d.lo || x > d.hi) {
+        return InvalidArgumentError(where + ": key '" + name + "' must be between " + FormatNumber(d.lo) +
+                                    " and " + FormatNumber(d.hi) + ", got " + FormatNumber(x));
+      }
+      v = x;
+      break;
+    }
+    case Kind::kBool:
+      if (!node.is_boolean()) return type_error();
+      v = node.as_boolean()->get();
+      break;
+    case Kind::kString: {
+      if (!node.is_string()) return type_error();
+      std::string s = node.as_string()->get();
+      if (d.choices != nullptr) {
+        bool found = false;
+        std::stringstream ss(d.choices);
+        std::string choice;
+        while (std::getline(ss, choice, '|')) found = found || choice == s;
+        if (!found) {
+          return InvalidArgumentError(where + ": key '" + name + "' must be one of " + d.choices + ", got '" + s +
+                                      "'");
+        }
+      }
+      v = s;
+      break;
+    }
+  }
+  return v;
+}
+
+Status ApplyTable(const toml::table& root, const std::string& file, TrainerConfig* config) {
+  for (auto&& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    const std::string where = Where(file, section_key.source());
+    if (!SectionExists(section)) {
+      return InvalidArgumentError(where + ": unknown section '" + section + "' (known sections: " + KnownSections() +
+                                  ")");
+    }
+    const toml::table* table = section_node.as_table();
+    if (table == nullptr) {
+      return InvalidArgumentError(where + ": '" + section + "' must be a table ([" + section + "])");
+    }
+    for (auto&& [key, node] : *table) {
+      const std::string k(key.str());
+      const std::string key_where = Where(file, key.source());
+      const KeyDef* d = FindKey(section, k);
+      if (d == nullptr) {
+        return InvalidArgumentError(key_where + ": unknown key '" + section + "." + k + "' (known keys in [" +
+                                    section + "]: " + KnownKeys(section) + ")");
+      }
+      HF_ASSIGN_OR_RETURN(Value v, Convert(*d, node, key_where));
+      if (section == "data" && k == "path" && !file.empty()) {
+        // A relative data path means "next to the config file".
+        std::filesystem::path p(std::get<std::string>(v));
+        if (p.is_relative()) v = (std::filesystem::path(file).parent_path() / p).lexically_normal().string();
+      }
+      d->set(*config, v);
+    }
+  }
+  return Status::Ok();
+}
+
+Status ApplyOverride(const std::string& text, TrainerConfig* config) {
+  const std::string where = "flag --set '" + text + "'";
+  const size_t eq = text.find('=');
+  const size_t dot = text.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq) {
+    return InvalidArgumentError(where + ": expected section.key=value, e.g. --set optim.lr=3e-4");
+  }
+  const std::string section = text.substr(0, dot);
+  const std::string key = text.substr(dot + 1, eq - dot - 1);
+  const std::string value = text.substr(eq + 1);
+  if (!SectionExists(section)) {
+    return InvalidArgumentError(where + ": unknown section '" + section + "' (known sections: " + KnownSections() +
+                                ")");
+  }
+  const KeyDef* d = FindKey(section, key);
+  if (d == nullptr) {
+    return InvalidArgumentError(where + ": unknown key '" + section + "." + key + "' (known keys in [" + section +
+                                "]: " + KnownKeys(section) + ")");
+  }
+  // The value is TOML (3e-4, true, "x"); a bare word for a string key is taken as the string.
+  toml::table parsed;
+  bool parsed_ok = false;
+  try {
+    parsed = toml::parse("v = " + value);
+    parsed_ok = true;
+  } catch (const toml::parse_error&) {
+  }
+  if (!parsed_ok) {
+    if (d->kind != Kind::kString) {
+      return InvalidArgumentError(where + ": key '" + section + "." + key + "' must be " + KindName(d->kind));
+    }
+    parsed = toml::table{{"v", value}};
+  }
+  HF_ASSIGN_OR_RETURN(Value v, Convert(*d, *parsed.get("v"), where));
+  d->set(*config, v);
+  return Status::Ok();
+}
+
+std::string ValueToToml(const Value& v) {
+  if (std::holds_alternative<int64_t>(v)) return std::to_string(std::get<int64_t>(v));
+  if (std::holds_alternative<double>(v)) {
+    double x = std::get<double>(v);
+    if (std::isinf(x)) return "inf";
+    std::string s = FormatNumber(x);
+    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+    return s;
+  }
+  if (std::holds_alternative<bool>(v)) return std::get<bool>(v) ? "true" : "false";
+  std::ostringstream os;
+  os << toml::value<std::string>(std::get<std::string>(v));
+  return os.str();
+}
+
+}  // namespace
+
+Result<TrainerConfig> LoadTrainerConfig(const std::string& path, const std::vector<std::string>& overrides) {
+  TrainerConfig config;
+  config.source = path;
+  if (!path.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+      return NotFoundError("config file " + path + " does not exist (pass --config with a TOML file, see examples/)");
+    }
+    if (std::filesystem::is_directory(path, ec)) {
+      return InvalidArgumentError("config file " + path + " is a directory; pass a TOML file");
+    }
+    toml::table root;
+    try {
+      root = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+      return InvalidArgumentError(Where(path, e.source()) + ": TOML syntax error: " + std::string(e.description()));
+    }
+    HF_RETURN_IF_ERROR(ApplyTable(root, path, &config));
+  }
+  for (const std::string& o : overrides) HF_RETURN_IF_ERROR(ApplyOverride(o, &config));
+  HF_RETURN_IF_ERROR(ValidateTrainerConfig(config));
+  return config;
+}
+
+Status ValidateTrainerConfig(const TrainerConfig& c) {
+  const std::string where = c.source.empty() ? "config" : c.source;
+  if (c.model.n_embd % c.model.n_head != 0) {
+    return InvalidArgumentError(where + ": model.n_embd (" + std::to_string(c.model.n_embd) +
+                                ") must be divisible by model.n_head (" + std::to_string(c.model.n_head) + ")");
+  }
+  if (c.optim.min_lr > c.optim.lr) {
+    return InvalidArgumentError(where + ": optim.min_lr (" + FormatNumber(c.optim.min_lr) +
+                                ") must not exceed optim.lr (" + FormatNumber(c.optim.lr) + ")");
+  }
+  if (c.data.path.empty()) {
+    return InvalidArgumentError(where + ": data.path is required: a text file, a uint16 .bin file or a JSONL "
+                                "file (set data.format accordingly)");
+  }
+  if (c.data.format == "text" || c.data.format == "sft") {
+    if (c.model.vocab_size != 256) {
+      return InvalidArgumentError(where + ": data.format = \"" + c.data.format +
+                                  "\" is byte-level: set model.vocab_size = 256 (got " +
+                                  std::to_string(c.model.vocab_size) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+uint64_t ConfigHash(const TrainerConfig& c) {
+  std::string canon;
+  for (const KeyDef& d : Schema()) {
+    if (!d.affects_math) continue;
+    canon += std::string(d.section) + "." + d.key + "=" + ValueToToml(d.get(c)) + "\n";
+  }
+  return XXH3_64bits(canon.data(), canon.size());
+}
+
+std::string ConfigToToml(const TrainerConfig& c) {
+  std::string out;
+  std::string last;
+  for (const KeyDef& d : Schema()) {
+    if (last != d.section) {
+      if (!out.empty()) out += "\n";
+      out += "[" + std::string(d.section) + "]\n";
+      last = d.section;
+    }
+    out += std::string(d.key) + " = " + ValueToToml(d.get(c)) + "\n";
+  }
+  return out;
+}
+
+double LearningRateAt(const OptimConfig& o, int64_t total_steps, int64_t step) {
+  if (step < o.warmup_steps) {
+    return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
+  }
+  const int64_t decay = o.decay_steps > 0 ? o.decay_steps : total_steps;
+  double p = static_cast<double>(step - o.warmup_steps) /
+             static_cast<double>(std::max<int64_t>(1, decay - o.warmup_steps));
+  p = std::min(1.0, std::max(0.0, p));
+  return o.min_lr + 0.5 * (1.0 + std::cos(M_PI * p)) * (o.lr - o.min_lr);
+}
+
+}  // namespace holdfast

@@ -1,0 +1,94 @@
+// TrainerConfig: everything a training run is, read from TOML and flags.
+//
+// Every key is known and validated: an unknown key, a wrong type or an
+// out-of-range value is an error that names the file, the line and the key, and
+// says what is allowed. Flags override the file (`--set section.key=value`).
+// The config hash covers the keys that change the math of training (model,
+// data, optimiser, schedule, batch, seed), so a checkpoint can tell whether it
+// belongs to this run. Plain data; no LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace holdfast {
+
+struct ModelConfig {
+  int n_layer = 4;
+  int n_head = 4;
+  int n_embd = 128;
+  int block_size = 128;
+  int vocab_size = 256;
+  double dropout = 0.0;
+  bool bias = true;
+};
+
+struct DataConfig {
+  std::string format = "text";  // text | bin | sft
+  std::string path;             // resolved against the config file's folder
+};
+
+struct TrainConfig {
+  int64_t steps = 100;
+  int micro_batch = 8;   // samples per rank per micro-step
+  int grad_accum = 1;    // micro-steps per optimiser step
+  uint64_t seed = 1337;
+  int threads = 1;       // LibTorch intra-op threads per rank
+  int log_every = 1;
+};
+
+struct OptimConfig {
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup_steps = 10;
+  int64_t decay_steps = 0;  // 0 = train.steps
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0 = off
+};
+
+struct DistConfig {
+  std::string backend = "gloo";  // gloo | nccl
+  double bucket_mb = 4.0;
+  bool overlap = true;           // allreduce buckets while backward runs
+  std::string host = "127.0.0.1";
+  int64_t timeout_s = 300;
+};
+
+struct OutputConfig {
+  std::string dir = ".";
+  std::string metrics = "metrics.jsonl";  // relative to dir
+};
+
+struct TrainerConfig {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OptimConfig optim;
+  DistConfig dist;
+  OutputConfig output;
+  std::string source;  // the file it came from, for messages ("" = defaults)
+};
+
+// Reads `path` (may be empty: defaults only), then applies overrides of the
+// form "section.key=value" (value in TOML syntax; bare words are strings).
+Result<TrainerConfig> LoadTrainerConfig(const std::string& path, const std::vector<std::string>& overrides);
+
+// Checks cross-key rules (n_embd divisible by n_head, min_lr <= lr, ...).
+Status ValidateTrainerConfig(const TrainerConfig& config);
+
+// Hash of everything that changes training's math; stable across runs/builds.
+uint64_t ConfigHash(const TrainerConfig& config);
+
+// Canonical TOML text of the config (what the run actually used).
+std::string ConfigToToml(const TrainerConfig& config);
+
+// LR at 0-based step: linear warmup to lr, then cosine to min_lr.
+double LearningRateAt(const OptimConfig& optim, int64_t total_steps, int64_t step);
+
+}  // namespace holdfast

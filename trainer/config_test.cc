@@ -1,0 +1,123 @@
+#include "trainer/config.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace holdfast {
+namespace {
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("hf_config_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Write(const std::string& text) {
+    std::string path = (dir_ / "run.toml").string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(ConfigTest, ReadsFileAndResolvesDataPathNextToIt) {
+  auto cfg = LoadTrainerConfig(Write("[model]\nn_layer = 2\nn_embd = 64\n[data]\npath = \"corpus.txt\"\n"
+                                     "[optim]\nlr = 3e-3\nmin_lr = 1\n"),
+                               {"optim.min_lr=1e-4"});
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->model.n_layer, 2);
+  EXPECT_EQ(cfg->model.n_embd, 64);
+  EXPECT_EQ(cfg->model.n_head, 4);  // default
+  EXPECT_DOUBLE_EQ(cfg->optim.lr, 3e-3);
+  EXPECT_DOUBLE_EQ(cfg->optim.min_lr, 1e-4);  // flag overrides file
+  EXPECT_EQ(cfg->data.path, (dir_ / "corpus.txt").string());
+}
+
+TEST_F(ConfigTest, UnknownKeyNamesKeyAndLine) {
+  auto cfg = LoadTrainerConfig(Write("[data]\npath = \"x\"\n\n[model]\nn_layer = 2\nn_layr = 3\n"), {});
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_EQ(cfg.status().code(), StatusCode::kInvalidArgument);
+  const std::string& m = cfg.status().message();
+  EXPECT_NE(m.find("run.toml:6"), std::string::npos) << m;
+  EXPECT_NE(m.find("model.n_layr"), std::string::npos) << m;
+  EXPECT_NE(m.find("n_layer"), std::string::npos) << m;  // lists the known keys
+}
+
+TEST_F(ConfigTest, WrongTypeAndRangeNameKeyAndLine) {
+  auto typed = LoadTrainerConfig(Write("[data]\npath = \"x\"\n[train]\nsteps = \"many\"\n"), {});
+  ASSERT_FALSE(typed.ok());
+  EXPECT_NE(typed.status().message().find("run.toml:4: key 'train.steps' must be an integer"), std::string::npos)
+      << typed.status().message();
+  auto ranged = LoadTrainerConfig(Write("[data]\npath = \"x\"\n[optim]\nlr = -1.0\n"), {});
+  ASSERT_FALSE(ranged.ok());
+  EXPECT_NE(ranged.status().message().find("run.toml:4: key 'optim.lr' must be between"), std::string::npos)
+      << ranged.status().message();
+}
+
+TEST_F(ConfigTest, SyntaxErrorAndMissingFile) {
+  auto bad = LoadTrainerConfig(Write("[model]\nn_layer = = 2\n"), {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("run.toml:2"), std::string::npos) << bad.status().message();
+  auto missing = LoadTrainerConfig((dir_ / "nope.toml").string(), {});
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ConfigTest, BadOverridesAreRejectedClearly) {
+  const std::string path = Write("[data]\npath = \"x\"\n");
+  EXPECT_NE(LoadTrainerConfig(path, {"optim.lr"}).status().message().find("expected section.key=value"),
+            std::string::npos);
+  EXPECT_NE(LoadTrainerConfig(path, {"optim.lr=fast"}).status().message().find("must be a number"),
+            std::string::npos);
+  EXPECT_NE(LoadTrainerConfig(path, {"optimizer.lr=1"}).status().message().find("unknown section"),
+            std::string::npos);
+  EXPECT_NE(LoadTrainerConfig(path, {"data.format=csv"}).status().message().find("one of text|bin|sft"),
+            std::string::npos);
+  auto ok = LoadTrainerConfig(path, {"data.format=bin", "model.vocab_size=50304", "dist.backend=\"gloo\""});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->data.format, "bin");
+}
+
+TEST_F(ConfigTest, CrossKeyRules) {
+  const std::string path = Write("[data]\npath = \"x\"\n");
+  EXPECT_NE(LoadTrainerConfig(path, {"model.n_embd=100", "model.n_head=3"}).status().message().find("divisible"),
+            std::string::npos);
+  EXPECT_NE(LoadTrainerConfig(path, {"model.vocab_size=300"}).status().message().find("vocab_size = 256"),
+            std::string::npos);
+  EXPECT_NE(LoadTrainerConfig("", {}).status().message().find("data.path is required"), std::string::npos);
+}
+
+TEST_F(ConfigTest, HashFollowsTheMathOnly) {
+  auto a = LoadTrainerConfig("", {"data.path=x"});
+  auto b = LoadTrainerConfig("", {"data.path=x", "output.dir=/elsewhere", "train.log_every=10"});
+  auto c = LoadTrainerConfig("", {"data.path=x", "optim.lr=2e-3"});
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(ConfigHash(*a), ConfigHash(*b));
+  EXPECT_NE(ConfigHash(*a), ConfigHash(*c));
+  // The printed config reads back to the same config.
+  auto again = LoadTrainerConfig(Write(ConfigToToml(*c)), {});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(ConfigHash(*again), ConfigHash(*c));
+}
+
+TEST(LearningRateTest, WarmupThenCosineToMin) {
+  OptimConfig o;
+  o.lr = 1.0;
+  o.min_lr = 0.1;
+  o.warmup_steps = 4;
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 104, 0), 0.25);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 104, 3), 1.0);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 104, 4), 1.0);
+  EXPECT_NEAR(LearningRateAt(o, 104, 54), 0.55, 1e-12);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 104, 104), 0.1);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 104, 500), 0.1);
+}
+
+}  // namespace
+}  // namespace holdfast

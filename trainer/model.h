@@ -1,0 +1,78 @@
+// Gpt: the decoder-only transformer holdfast-train trains (nanoGPT layout).
+//
+// Parameter names follow nanoGPT ("wte.weight", "h.0.attn.c_attn.weight", ...)
+// so that a Python reference can load the same weights by name; lm_head is tied
+// to wte. This header includes LibTorch: only trainer/*.cc that need the module
+// include it. Not thread-safe: one training thread owns the module.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "trainer/config.h"
+
+namespace holdfast {
+
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttentionImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  int n_head_;
+  int n_embd_;
+  double dropout_;
+  torch::nn::Linear c_attn_{nullptr};
+  torch::nn::Linear c_proj_{nullptr};
+  torch::Tensor mask_;  // [T, T] causal mask, bool; a buffer, not a parameter
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  double dropout_;
+  torch::nn::Linear c_fc_{nullptr};
+  torch::nn::Linear c_proj_{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const ModelConfig& cfg);
+  torch::Tensor forward(torch::Tensor x);
+
+ private:
+  torch::nn::LayerNorm ln_1_{nullptr};
+  CausalSelfAttention attn_{nullptr};
+  torch::nn::LayerNorm ln_2_{nullptr};
+  Mlp mlp_{nullptr};
+};
+TORCH_MODULE(Block);
+
+class GptImpl : public torch::nn::Module {
+ public:
+  explicit GptImpl(const ModelConfig& cfg);
+
+  // idx, targets: int64 [B, T]. Returns the mean cross-entropy over targets != -1.
+  torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& targets);
+
+  // nanoGPT's init: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), zero biases.
+  // Draws from the default generator, so torch::manual_seed fixes it.
+  void InitWeights();
+
+  const ModelConfig& config() const { return cfg_; }
+
+ private:
+  ModelConfig cfg_;
+  torch::nn::Embedding wte_{nullptr};
+  torch::nn::Embedding wpe_{nullptr};
+  torch::nn::ModuleList h_{nullptr};
+  torch::nn::LayerNorm ln_f_{nullptr};
+  torch::Tensor pos_;  // arange(block_size), cached
+};
+TORCH_MODULE(Gpt);
+
+}  // namespace holdfast

@@ -1,0 +1,54 @@
+// TrainState: a rank's complete training state as named host byte buffers.
+//
+// This is the boundary between the trainer (which knows tensors) and the
+// checkpoint layer (which knows bytes). Buffers:
+//   "meta"             JSON: format, step, data cursor, config hash, world
+//                      layout, optimiser step, determinism fingerprint
+//   "params"           float32, the flat parameter buffer (layout in meta)
+//   "optim.exp_avg"    float32, AdamW first moment, same layout
+//   "optim.exp_avg_sq" float32, AdamW second moment, same layout
+//   "rng.cpu"          LibTorch's default CPU generator state
+// Plain data: copyable, no LibTorch, no threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace holdfast {
+
+struct StateBuffer {
+  std::string name;
+  std::vector<uint8_t> bytes;
+};
+
+struct TrainState {
+  std::vector<StateBuffer> buffers;
+
+  const StateBuffer* Find(const std::string& name) const;
+  uint64_t TotalBytes() const;
+};
+
+// What determinism depends on. Two runs with equal fingerprints (and equal
+// config hash) produce bit-identical parameters.
+struct DeterminismFingerprint {
+  std::string torch_version;
+  std::string blas;  // the BLAS library actually loaded (resolved path)
+  int threads = 0;
+  int world_size = 0;
+  int grad_accum = 0;
+  int64_t bucket_bytes = 0;
+  std::string backend;
+
+  // Human-readable differences ("threads: checkpoint 2, now 1"); empty when equal.
+  std::vector<std::string> Diff(const DeterminismFingerprint& now) const;
+};
+
+// A simple on-disk form used until the checkpoint layer takes over: one file
+// per buffer in `dir`, plus an index. Overwrites `dir`'s previous contents.
+Status WriteStateDir(const TrainState& state, const std::string& dir);
+Result<TrainState> ReadStateDir(const std::string& dir);
+
+}  // namespace holdfast

@@ -1,0 +1,517 @@
+// The LibTorch side of holdfast-train: flat parameters, bucketed gradient
+// allreduce overlapped with backward, a flat AdamW, and complete state capture.
+#include "trainer/trainer.h"
+
+#include <malloc.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include "trainer/comm/communicator.h"
+#include "trainer/data/dataset.h"
+#include "trainer/model.h"
+
+namespace holdfast {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr const char* kStateFormat = "holdfast-train-state-v1";
+constexpr const char* kParamsFormat = "holdfast-params-v1";
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// The BLAS library LibTorch actually loaded, as the kernel mapped it.
+std::string LoadedBlas() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    const size_t slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    std::string path = line.substr(slash);
+    const std::string base = std::filesystem::path(path).filename().string();
+    if (base.find("blas") != std::string::npos || base.find("mkl_core") != std::string::npos) return path;
+  }
+  return "unknown";
+}
+
+std::string Hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+Status TorchError(const std::string& what, const std::exception& e) {
+  if (auto* c10 = dynamic_cast<const c10::Error*>(&e)) {
+    return InternalError(what + ": LibTorch: " + c10->what_without_backtrace());
+  }
+  return InternalError(what + ": " + e.what());
+}
+
+}  // namespace
+
+std::vector<std::string> DeterminismFingerprint::Diff(const DeterminismFingerprint& now) const {
+  std::vector<std::string> out;
+  auto cmp = [&](const char* what, const std::string& a, const std::string& b) {
+    if (a != b) out.push_back(std::string(what) + ": checkpoint " + a + ", now " + b);
+  };
+  cmp("torch version", torch_version, now.torch_version);
+  cmp("BLAS", blas, now.blas);
+  cmp("threads", std::to_string(threads), std::to_string(now.threads));
+  cmp("world size", std::to_string(world_size), std::to_string(now.world_size));
+  cmp("grad_accum", std::to_string(grad_accum), std::to_string(now.grad_accum));
+  cmp("bucket bytes", std::to_string(bucket_bytes), std::to_string(now.bucket_bytes));
+  cmp("backend", backend, now.backend);
+  return out;
+}
+
+void ConfigureTorchRuntime(int threads) {
+  at::set_num_threads(threads);
+  at::set_num_interop_threads(1);
+}
+
+struct Trainer::Impl {
+  struct Slot {
+    std::string name;
+    torch::Tensor param;
+    std::vector<int64_t> shape;
+    int64_t offset = 0;  // in floats, in the flat buffers
+    int64_t numel = 0;
+    bool decay = false;
+    int bucket = 0;
+  };
+  struct Bucket {
+    int64_t offset = 0;
+    int64_t numel = 0;
+    int total = 0;
+    int pending = 0;
+    std::unique_ptr<Work> work;
+  };
+
+  // Calls back into the trainer when a parameter's gradient has been
+  // accumulated (DDP's trick: a post hook on the AccumulateGrad node).
+  class GradReadyHook : public torch::autograd::FunctionPostHook {
+   public:
+    GradReadyHook(Impl* impl, int slot) : impl_(impl), slot_(slot) {}
+    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                              const torch::autograd::variable_list& /*inputs*/) override {
+      impl_->OnGradReady(slot_);
+      return outputs;
+    }
+
+   private:
+    Impl* impl_;  // not owned; outlives the hook (the hook dies with the grad accumulators Impl holds)
+    int slot_;
+  };
+
+  TrainerConfig cfg;
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Dataset> data;
+  Gpt model{nullptr};
+
+  torch::Tensor flat_params;  // all parameters; module parameters are views into it
+  torch::Tensor flat_grads;   // all gradients; .grad of each parameter is a view into it
+  torch::Tensor exp_avg;
+  torch::Tensor exp_avg_sq;
+  std::vector<Slot> slots;    // flat order (reverse of registration: backward order)
+  std::vector<std::pair<int64_t, int64_t>> decay_runs;  // contiguous [offset, numel) with weight decay
+  std::vector<Bucket> buckets;
+  int64_t bucket_bytes = 0;
+  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators;
+
+  // Per-step state, touched only by the training thread (autograd runs CPU
+  // backward on the calling thread, so hooks run here too).
+  bool syncing = false;
+  int next_launch = 0;
+
+  int64_t step = 0;
+  uint64_t cursor = 0;  // global sample index of the next step's first sample
+  torch::Tensor x_batch;
+  torch::Tensor y_batch;
+
+  int rank() const { return comm->rank(); }
+  int world() const { return comm->world_size(); }
+
+  void BuildFlatLayout() {
+    torch::NoGradGuard no_grad;
+    std::vector<std::pair<std::string, torch::Tensor>> named;
+    for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
+    std::reverse(named.begin(), named.end());  // gradients become ready roughly in this order
+    int64_t total = 0;
+    for (auto& [name, p] : named) {
+      Slot s;
+      s.name = name;
+      s.param = p;
+      s.shape = p.sizes().vec();
+      s.offset = total;
+      s.numel = p.numel();
+      s.decay = p.dim() >= 2;
+      total += s.numel;
+      slots.push_back(std::move(s));
+    }
+    flat_params = torch::empty({total}, torch::kFloat32);
+    flat_grads = torch::zeros({total}, torch::kFloat32);
+    exp_avg = torch::zeros({total}, torch::kFloat32);
+    exp_avg_sq = torch::zeros({total}, torch::kFloat32);
+    for (Slot& s : slots) {
+      auto pview = flat_params.slice(0, s.offset, s.offset + s.numel).view(s.shape);
+      pview.copy_(s.param.detach());
+      s.param.set_data(pview);
+      s.param.mutable_grad() = flat_grads.slice(0, s.offset, s.offset + s.numel).view(s.shape);
+      if (s.decay) {
+        if (!decay_runs.empty() && decay_runs.back().first + decay_runs.back().second == s.offset) {
+          decay_runs.back().second += s.numel;
+        } else {
+          decay_runs.emplace_back(s.offset, s.numel);
+        }
+      }
+    }
+    // Buckets: contiguous ranges of whole parameters, about bucket_mb each.
+    bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(cfg.dist.bucket_mb * 1024 * 1024));
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (buckets.empty() || buckets.back().numel * 4 >= bucket_bytes) {
+        Bucket b;
+        b.offset = slots[i].offset;
+        buckets.push_back(std::move(b));
+      }
+      buckets.back().numel += slots[i].numel;
+      buckets.back().total += 1;
+      slots[i].bucket = static_cast<int>(buckets.size()) - 1;
+    }
+    if (world() > 1 && cfg.dist.overlap) {
+      for (size_t i = 0; i < slots.size(); ++i) {
+        auto acc = torch::autograd::impl::grad_accumulator(slots[i].param);
+        acc->add_post_hook(std::make_unique<GradReadyHook>(this, static_cast<int>(i)));
+        grad_accumulators.push_back(std::move(acc));
+      }
+    }
+  }
+
+  void OnGradReady(int slot) {
+    if (!syncing) return;
+    Bucket& b = buckets[slots[slot].bucket];
+    if (--b.pending == 0) LaunchReadyBuckets();
+  }
+
+  // Launches buckets strictly in index order, so every rank issues the same sequence.
+  void LaunchReadyBuckets() {
+    while (next_launch < static_cast<int>(buckets.size()) && buckets[next_launch].pending == 0) {
+      Bucket& b = buckets[next_launch];
+      b.work = comm->AllreduceAsync(flat_grads.data_ptr<float>() + b.offset, static_cast<size_t>(b.numel),
+                                    ReduceOp::kAvg);
+      ++next_launch;
+    }
+  }
+
+  Status FinishGradSync(double* wait_ms) {
+    auto t0 = Clock::now();
+    for (Bucket& b : buckets) b.pending = 0;  // anything not launched yet (unused parameters) goes now
+    LaunchReadyBuckets();
+    Status first;
+    for (Bucket& b : buckets) {
+      Status s = b.work->Wait();
+      b.work.reset();
+      if (!s.ok() && first.ok()) first = s;
+    }
+    *wait_ms = MsSince(t0);
+    return first.WithContext("gradient allreduce");
+  }
+
+  void ApplyAdamW(double lr) {
+    torch::NoGradGuard no_grad;
+    const OptimConfig& o = cfg.optim;
+    // Same arithmetic, in the same order, as torch.optim.AdamW (single-tensor path),
+    // applied to the whole flat buffer at once instead of once per parameter.
+    for (auto [off, n] : decay_runs) flat_params.slice(0, off, off + n).mul_(1 - lr * o.weight_decay);
+    exp_avg.mul_(o.beta1).add_(flat_grads, 1 - o.beta1);
+    exp_avg_sq.mul_(o.beta2).addcmul_(flat_grads, flat_grads, 1 - o.beta2);
+    const double s = static_cast<double>(step + 1);
+    const double bias_correction1 = 1 - std::pow(o.beta1, s);
+    const double bias_correction2 = 1 - std::pow(o.beta2, s);
+    const double step_size = lr / bias_correction1;
+    const double bias_correction2_sqrt = std::sqrt(bias_correction2);
+    auto denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(o.eps);
+    flat_params.addcdiv_(exp_avg, denom, -step_size);
+  }
+
+  Result<StepMetrics> Step() {
+    const auto t0 = Clock::now();
+    const int accum = cfg.train.grad_accum;
+    const int B = cfg.train.micro_batch;
+    StepMetrics m;
+    double loss_sum = 0;
+    flat_grads.zero_();
+    for (int micro = 0; micro < accum; ++micro) {
+      const uint64_t first = cursor + (static_cast<uint64_t>(micro) * world() + rank()) * B;
+      data->FillBatch(first, B, x_batch.data_ptr<int64_t>(), y_batch.data_ptr<int64_t>());
+      syncing = world() > 1 && cfg.dist.overlap && micro == accum - 1;
+      if (syncing) {
+        next_launch = 0;
+        for (Bucket& b : buckets) b.pending = b.total;
+      }
+      auto loss = model->forward(x_batch, y_batch);
+      if (accum > 1) loss = loss / accum;
+      loss.backward();
+      loss_sum += loss.item<double>();
+      syncing = false;
+    }
+    if (world() > 1) {
+      if (!cfg.dist.overlap) {
+        next_launch = 0;
+        for (Bucket& b : buckets) b.pending = 0;
+      }
+      HF_RETURN_IF_ERROR(FinishGradSync(&m.comm_wait_ms));
+      float loss_f = static_cast<float>(loss_sum);
+      HF_RETURN_IF_ERROR(comm->Allreduce(&loss_f, 1, ReduceOp::kAvg).WithContext("loss allreduce"));
+      loss_sum = loss_f;
+    }
+    {
+      torch::NoGradGuard no_grad;
+      auto total_norm = flat_grads.norm(2);
+      m.grad_norm = total_norm.item<double>();
+      if (cfg.optim.grad_clip > 0) {
+        // clip_grad_norm_'s arithmetic: max_norm / (norm + 1e-6), clamped to 1.
+        auto coef = (total_norm + 1e-6).reciprocal() * cfg.optim.grad_clip;
+        flat_grads.mul_(coef.clamp_max(1.0));
+      }
+    }
+    const double lr = LearningRateAt(cfg.optim, cfg.train.steps, step);
+    ApplyAdamW(lr);
+    cursor += static_cast<uint64_t>(B) * accum * world();
+    step += 1;
+    m.step = step;
+    m.loss = loss_sum;
+    m.lr = lr;
+    m.step_ms = MsSince(t0);
+    const double tokens = static_cast<double>(B) * accum * world() * cfg.model.block_size;
+    m.tokens_per_s = tokens / (m.step_ms / 1000.0);
+    return m;
+  }
+
+  DeterminismFingerprint Fingerprint() const {
+    DeterminismFingerprint f;
+    f.torch_version = TORCH_VERSION;
+    f.blas = LoadedBlas();
+    f.threads = at::get_num_threads();
+    f.world_size = world();
+    f.grad_accum = cfg.train.grad_accum;
+    f.bucket_bytes = world() > 1 ? bucket_bytes : 0;
+    f.backend = world() > 1 ? comm->backend() : "none";
+    return f;
+  }
+
+  nlohmann::json Layout() const {
+    nlohmann::json layout = nlohmann::json::array();
+    for (const Slot& s : slots) {
+      layout.push_back({{"name", s.name}, {"shape", s.shape}, {"offset", s.offset}, {"numel", s.numel}});
+    }
+    return layout;
+  }
+};
+
+Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Trainer::~Trainer() = default;
+
+Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, std::unique_ptr<Communicator> comm) {
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = config;
+  impl->comm = std::move(comm);
+  Result<DataFormat> format = ParseDataFormat(config.data.format);
+  if (!format.ok()) return format.status();
+  DataOptions dopt;
+  dopt.format = *format;
+  dopt.path = config.data.path;
+  dopt.block_size = config.model.block_size;
+  dopt.vocab_size = config.model.vocab_size;
+  dopt.seed = config.train.seed;
+  Result<std::unique_ptr<Dataset>> data = Dataset::Open(dopt);
+  if (!data.ok()) return data.status();
+  impl->data = std::move(data).value();
+  try {
+    torch::manual_seed(config.train.seed);
+    impl->model = Gpt(config.model);
+    impl->model->InitWeights();
+    impl->model->train();
+    impl->BuildFlatLayout();
+    // Dropout draws from here on: a stream per rank.
+    torch::manual_seed(config.train.seed * 1000003ULL + 1 + static_cast<uint64_t>(impl->rank()));
+    impl->x_batch = torch::empty({config.train.micro_batch, config.model.block_size}, torch::kLong);
+    impl->y_batch = torch::empty({config.train.micro_batch, config.model.block_size}, torch::kLong);
+  } catch (const std::exception& e) {
+    return TorchError("building the model", e);
+  }
+  return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
+}
+
+Result<StepMetrics> Trainer::Step() {
+  try {
+    return impl_->Step();
+  } catch (const std::exception& e) {
+    return TorchError("training step " + std::to_string(impl_->step + 1), e);
+  }
+}
+
+int64_t Trainer::step() const { return impl_->step; }
+int Trainer::rank() const { return impl_->rank(); }
+int Trainer::world_size() const { return impl_->world(); }
+const TrainerConfig& Trainer::config() const { return impl_->cfg; }
+DeterminismFingerprint Trainer::Fingerprint() const { return impl_->Fingerprint(); }
+int64_t Trainer::num_params() const { return impl_->flat_params.numel(); }
+
+uint64_t Trainer::ParamsHash() const {
+  return XXH3_64bits(impl_->flat_params.data_ptr<float>(), impl_->flat_params.numel() * sizeof(float));
+}
+
+namespace {
+std::vector<uint8_t> TensorBytes(const torch::Tensor& t) {
+  const auto* p = static_cast<const uint8_t*>(t.data_ptr());
+  return std::vector<uint8_t>(p, p + t.numel() * t.element_size());
+}
+Status CopyInto(const StateBuffer* b, const torch::Tensor& t, const char* name) {
+  if (b == nullptr) return CorruptionError(std::string("state has no '") + name + "' buffer");
+  const size_t want = static_cast<size_t>(t.numel() * t.element_size());
+  if (b->bytes.size() != want) {
+    return CorruptionError(std::string("state buffer '") + name + "' has " + std::to_string(b->bytes.size()) +
+                           " bytes, the model needs " + std::to_string(want));
+  }
+  std::memcpy(t.data_ptr(), b->bytes.data(), want);
+  return Status::Ok();
+}
+}  // namespace
+
+Result<TrainState> Trainer::CaptureState() const {
+  const Impl& d = *impl_;
+  const DeterminismFingerprint f = d.Fingerprint();
+  nlohmann::json meta = {
+      {"format", kStateFormat},
+      {"step", d.step},
+      {"data_cursor", d.cursor},
+      {"config_hash", Hex(ConfigHash(d.cfg))},
+      {"rank", d.rank()},
+      {"world_size", d.world()},
+      {"optim", {{"kind", "adamw"}, {"step", d.step}}},
+      {"layout", d.Layout()},
+      {"determinism",
+       {{"torch_version", f.torch_version}, {"blas", f.blas}, {"threads", f.threads},
+        {"world_size", f.world_size}, {"grad_accum", f.grad_accum}, {"bucket_bytes", f.bucket_bytes},
+        {"backend", f.backend}}},
+  };
+  TrainState state;
+  const std::string meta_text = meta.dump(1);
+  state.buffers.push_back({"meta", std::vector<uint8_t>(meta_text.begin(), meta_text.end())});
+  try {
+    state.buffers.push_back({"params", TensorBytes(d.flat_params)});
+    state.buffers.push_back({"optim.exp_avg", TensorBytes(d.exp_avg)});
+    state.buffers.push_back({"optim.exp_avg_sq", TensorBytes(d.exp_avg_sq)});
+    auto gen = at::detail::getDefaultCPUGenerator();
+    torch::Tensor rng;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      rng = gen.get_state();
+    }
+    state.buffers.push_back({"rng.cpu", TensorBytes(rng)});
+  } catch (const std::exception& e) {
+    return TorchError("capturing state", e);
+  }
+  return state;
+}
+
+Status Trainer::RestoreState(const TrainState& state, bool strict_determinism, std::vector<std::string>* warnings) {
+  Impl& d = *impl_;
+  const StateBuffer* meta_buf = state.Find("meta");
+  if (meta_buf == nullptr) return CorruptionError("state has no 'meta' buffer");
+  nlohmann::json meta = nlohmann::json::parse(meta_buf->bytes.begin(), meta_buf->bytes.end(), nullptr, false);
+  if (meta.is_discarded() || !meta.is_object()) return CorruptionError("state 'meta' is not valid JSON");
+  try {
+    if (meta.value("format", "") != kStateFormat) {
+      return CorruptionError("state format is '" + meta.value("format", "") + "', expected " + kStateFormat);
+    }
+    const std::string want_hash = Hex(ConfigHash(d.cfg));
+    const std::string have_hash = meta.at("config_hash").get<std::string>();
+    if (have_hash != want_hash) {
+      return FailedPreconditionError("the state was saved by a run with another config (config hash " + have_hash +
+                                     ", this run " + want_hash +
+                                     "); resume with the config it was saved with, or start a new run");
+    }
+    if (meta.at("layout") != d.Layout()) {
+      return FailedPreconditionError("the state's parameter layout differs from this model's");
+    }
+    DeterminismFingerprint saved;
+    const auto& det = meta.at("determinism");
+    saved.torch_version = det.at("torch_version").get<std::string>();
+    saved.blas = det.at("blas").get<std::string>();
+    saved.threads = det.at("threads").get<int>();
+    saved.world_size = det.at("world_size").get<int>();
+    saved.grad_accum = det.at("grad_accum").get<int>();
+    saved.bucket_bytes = det.at("bucket_bytes").get<int64_t>();
+    saved.backend = det.at("backend").get<std::string>();
+    std::vector<std::string> diffs = saved.Diff(d.Fingerprint());
+    if (!diffs.empty()) {
+      std::string all;
+      for (const auto& s : diffs) all += (all.empty() ? "" : "; ") + s;
+      if (strict_determinism) {
+        return FailedPreconditionError("resuming would break bit-exact determinism (" + all +
+                                       "); rerun with the same settings, or drop --strict-determinism");
+      }
+      if (warnings != nullptr) *warnings = diffs;
+    }
+    HF_RETURN_IF_ERROR(CopyInto(state.Find("params"), d.flat_params, "params"));
+    HF_RETURN_IF_ERROR(CopyInto(state.Find("optim.exp_avg"), d.exp_avg, "optim.exp_avg"));
+    HF_RETURN_IF_ERROR(CopyInto(state.Find("optim.exp_avg_sq"), d.exp_avg_sq, "optim.exp_avg_sq"));
+    const StateBuffer* rng = state.Find("rng.cpu");
+    if (rng == nullptr) return CorruptionError("state has no 'rng.cpu' buffer");
+    auto rng_tensor = torch::empty({static_cast<int64_t>(rng->bytes.size())}, torch::kUInt8);
+    std::memcpy(rng_tensor.data_ptr(), rng->bytes.data(), rng->bytes.size());
+    auto gen = at::detail::getDefaultCPUGenerator();
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(rng_tensor);
+    }
+    d.step = meta.at("step").get<int64_t>();
+    d.cursor = meta.at("data_cursor").get<uint64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return CorruptionError(std::string("state 'meta' is missing a field: ") + e.what());
+  } catch (const std::exception& e) {
+    return TorchError("restoring state", e);
+  }
+  return Status::Ok();
+}
+
+Status Trainer::DumpParams(const std::string& dir) const {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return IoError("create " + dir + ": " + ec.message());
+  nlohmann::json index = {{"format", kParamsFormat}, {"dtype", "float32"}, {"tensors", nlohmann::json::array()}};
+  std::ofstream bin(dir + "/params.bin", std::ios::binary | std::ios::trunc);
+  int64_t offset = 0;
+  // Registration order (the order a reader expects), not flat order.
+  for (auto it = impl_->slots.rbegin(); it != impl_->slots.rend(); ++it) {
+    const float* p = impl_->flat_params.data_ptr<float>() + it->offset;
+    bin.write(reinterpret_cast<const char*>(p), it->numel * 4);
+    index["tensors"].push_back({{"name", it->name}, {"shape", it->shape}, {"offset", offset}, {"numel", it->numel}});
+    offset += it->numel * 4;
+  }
+  bin.close();
+  if (!bin) return IoError("write " + dir + "/params.bin failed");
+  std::ofstream js(dir + "/params.json", std::ios::trunc);
+  js << index.dump(1) << "\n";
+  js.close();
+  if (!js) return IoError("write " + dir + "/params.json failed");
+  return Status::Ok();
+}
+
+}  // namespace holdfast

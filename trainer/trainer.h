@@ -1,0 +1,77 @@
+// Trainer: one data-parallel rank of holdfast-train.
+//
+// Owns the GPT model, its parameters and gradients as two flat float32
+// buffers (parameters are views into them), a flat AdamW, the data sampler
+// cursor, and the Communicator that averages gradients. Backward fills
+// gradient buckets; each bucket is allreduced as soon as it is complete, in a
+// fixed order on every rank, while backward goes on (DDP-style overlap).
+//
+// This header is LibTorch-free (pimpl) so that main and tests compile fast.
+// Not thread-safe: one thread drives a Trainer.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "trainer/config.h"
+#include "trainer/train_state.h"
+
+namespace holdfast {
+
+class Communicator;
+
+struct StepMetrics {
+  int64_t step = 0;        // completed steps after this one (1-based)
+  double loss = 0;         // mean loss over the step's global batch
+  double lr = 0;
+  double grad_norm = 0;    // before clipping
+  double tokens_per_s = 0;
+  double step_ms = 0;
+  double comm_wait_ms = 0;  // time backward's end waited for the last allreduce
+};
+
+class Trainer {
+ public:
+  // Builds the model (initialised from config.train.seed) and opens the data.
+  // `comm` is owned by the Trainer; its world size and rank define the layout.
+  static Result<std::unique_ptr<Trainer>> Create(const TrainerConfig& config, std::unique_ptr<Communicator> comm);
+  ~Trainer();
+
+  // Runs one optimiser step (grad_accum micro-steps).
+  Result<StepMetrics> Step();
+
+  int64_t step() const;
+  int rank() const;
+  int world_size() const;
+  const TrainerConfig& config() const;
+
+  // Complete state, copied into host buffers.
+  Result<TrainState> CaptureState() const;
+  // Restores a captured state. A state from another config fails; a state
+  // whose determinism fingerprint differs is restored with a loud warning
+  // (returned in *warnings) unless strict, in which case it fails.
+  Status RestoreState(const TrainState& state, bool strict_determinism, std::vector<std::string>* warnings);
+
+  DeterminismFingerprint Fingerprint() const;
+
+  // Parameters in the "holdfast-params-v1" layout: DIR/params.json + DIR/params.bin
+  // (named tensors, float32, little endian), readable from Python.
+  Status DumpParams(const std::string& dir) const;
+  // XXH3-64 of the flat parameter bytes: equal hashes = bit-identical parameters.
+  uint64_t ParamsHash() const;
+  int64_t num_params() const;
+
+ private:
+  struct Impl;
+  explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Applies the threading and allocator settings determinism and speed depend on;
+// call once at process start, before any LibTorch work.
+void ConfigureTorchRuntime(int threads);
+
+}  // namespace holdfast
