@@ -111,7 +111,9 @@ def render(results, args, info, data_desc, command):
              f"- Torch: {info['torch']}",
              f"- BLAS: {info['blas']} (both sides)",
              f"- Data: {data_desc}",
-             f"- Date: {datetime.date.today().isoformat()}", "",
+             f"- Date: {datetime.date.today().isoformat()}; load average before/after "
+             f"{info['load_before']:.2f}/{info['load_after']:.2f} (a busy machine inflates both sides)",
+             "",
              "| DP | C++ step ms (median; runs) | Python step ms (median; runs) | C++/Python | "
              "Python/C++ |",
              "| --- | --- | --- | --- | --- |"]
@@ -178,6 +180,10 @@ def main():
     args.env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     command = "bench/trainer_bench.sh " + shlex.join(sys.argv[1:])
     info = machine()
+    info["load_before"] = os.getloadavg()[0]
+    if info["load_before"] > 0.5:
+        print(f"warning: load average {info['load_before']:.2f}: other work shares the CPUs, "
+              "the timings will be noisy", file=sys.stderr)
     sides = ["Python"] if args.python_only else ["C++", "Python"]
     results = {}
     with tempfile.TemporaryDirectory(prefix="holdfast-bench-") as tmp:
@@ -191,6 +197,7 @@ def main():
                     results.setdefault((side, dp), []).append(ms)
                     print(f"DP={dp} round {r + 1} {side:6}: median step {ms:8.1f} ms "
                           f"(final loss {loss:.3f})", flush=True)
+    info["load_after"] = os.getloadavg()[0]
     section = render(results, args, info, data_desc, command)
     print()
     print(section)

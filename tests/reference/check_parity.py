@@ -73,7 +73,7 @@ def compare(cpp, ref, steps, tolerance):
     print(f"{'step':>5} {'loss C++':>12} {'loss torch':>12} {'rel diff':>10} "
           f"{'gnorm C++':>10} {'gnorm torch':>11} {'lr':>10}")
     shown = set(expected[:5] + expected[-5:])
-    worst, worst_step, first_bad, lr_bad = 0.0, 0, None, None
+    worst, worst_step, first_bad, lr_bad = 0.0, 1, None, None
     for s in expected:
         a, b = cpp[s], ref[s]
         d = rel(a["loss"], b["loss"]) if math.isfinite(a["loss"]) else math.inf

@@ -114,7 +114,7 @@ class Dataset:
             self.examples = []
             with open(path, "r", encoding="utf-8") as f:
                 for line in f:
-                    if line.strip():
+                    if line.strip(" \t\n\r\v\f"):  # ASCII whitespace only, as the C++
                         obj = json.loads(line)
                         self.examples.append((obj["prompt"].encode("utf-8"),
                                               obj["response"].encode("utf-8")))

@@ -161,7 +161,7 @@ TEST_F(TrainerTest, ResumeWithOtherThreadsSaysDeterminismIsBroken) {
   ProcessResult first = Train({"--config", cfg, "--save-state-at", "3", "--state-dir", dir_ / "state",
                                "--stop-after", "3", "--metrics", dir_ / "m.jsonl"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  ProcessResult loose = Train({"--config", cfg, "--set", "train.threads=2", "--set", "train.steps=4",
+  ProcessResult loose = Train({"--config", cfg, "--set", "train.threads=2", "--stop-after", "4",
                                "--restore-state", dir_ / "state", "--metrics", dir_ / "m.jsonl"});
   EXPECT_EQ(loose.exit_code, 0) << loose.output;
   EXPECT_NE(loose.output.find("DETERMINISM BROKEN on resume: threads: checkpoint 1, now 2"), std::string::npos)

@@ -86,16 +86,26 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
   }
   std::vector<char> get(const std::string& key) override {
     auto v = store_->Get(key, timeout_);
-    if (!v.ok()) throw StoreFailure(v.status());
+    if (!v.ok()) throw StoreFailure(v.status().WithContext(WaitingFor({key})));
     return std::vector<char>(v->begin(), v->end());
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
     Status s = store_->Wait(keys, timeout);
-    if (!s.ok()) throw StoreFailure(s);
+    if (!s.ok()) throw StoreFailure(s.WithContext(WaitingFor(keys)));
   }
 
  private:
+  // Gloo keys each rank's address by its rank number ("1").
+  static std::string WaitingFor(const std::vector<std::string>& keys) {
+    std::string ranks;
+    for (const std::string& k : keys) {
+      if (k.empty() || k.find_first_not_of("0123456789") != std::string::npos) return "waiting for the other ranks";
+      ranks += (ranks.empty() ? "" : ", ") + k;
+    }
+    return "waiting for rank " + ranks + " to publish its address";
+  }
+
   std::shared_ptr<holdfast::Store> store_;
   std::chrono::milliseconds timeout_;
 };

@@ -1,0 +1,370 @@
+// NcclCommunicator: collectives on CUDA device memory through NCCL.
+//
+// Bootstrap: rank 0 creates the ncclUniqueId and publishes it in the store at
+// "nccl/unique_id"; the others Get it. The communicator is created in NCCL's
+// non-blocking mode so that neither init nor a hung collective can hold the
+// caller past options.timeout: waits poll the communicator's async error and,
+// on timeout or error, abort it (ncclCommAbort) and fail for good.
+//
+// Collectives run on a dedicated non-blocking stream that first waits for the
+// legacy default stream (where LibTorch's default stream produces gradients),
+// so queued NCCL work is ordered after the gradients it reads without
+// serialising later compute behind it. Work::Wait blocks the host until a
+// cudaEvent recorded after the collective has completed.
+//
+// ncclResult_t and cudaError_t each become a Status in exactly one function.
+#include "trainer/comm/communicator.h"
+
+#if HOLDFAST_HAVE_NCCL
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0), "needs NCCL >= 2.14 (ncclAvg, non-blocking init)");
+
+namespace holdfast {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The one place a cudaError_t becomes a Status.
+Status CudaError(const std::string& context, cudaError_t err) {
+  if (err == cudaSuccess) return Status::Ok();
+  std::string msg = context + ": CUDA error " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
+  switch (err) {
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+    case cudaErrorDevicesUnavailable:
+      return FailedPreconditionError(msg);
+    case cudaErrorMemoryAllocation:
+      return ResourceExhaustedError(msg);
+    default:
+      return InternalError(msg);
+  }
+}
+
+// The one place an ncclResult_t becomes a Status. `comm` (may be null) adds
+// NCCL's last error text.
+Status NcclError(const std::string& context, ncclResult_t res, ncclComm_t comm) {
+  if (res == ncclSuccess) return Status::Ok();
+  std::string msg = context + ": NCCL error: " + ncclGetErrorString(res);
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && last[0] != '\0') msg += std::string(" (") + last + ")";
+  switch (res) {
+    case ncclRemoteError:
+      return UnavailableError(msg + "; a peer rank failed or went away");
+    case ncclSystemError:
+      return UnavailableError(msg + "; a network or system call failed");
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+      return InvalidArgumentError(msg);
+    case ncclUnhandledCudaError:
+    case ncclInternalError:
+    default:
+      return InternalError(msg);
+  }
+}
+
+class NcclCommunicator;
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(NcclCommunicator* comm, cudaEvent_t event, std::string what)
+      : comm_(comm), event_(event), what_(std::move(what)) {}
+  ~NcclWork() override;
+  Status Wait() override;
+
+ private:
+  NcclCommunicator* comm_;  // not owned; the communicator must outlive its Work
+  cudaEvent_t event_;       // borrowed from the communicator's pool
+  std::string what_;
+  std::mutex mu_;
+  bool done_ = false;  // guarded by mu_
+  Status status_;      // guarded by mu_
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(const CommunicatorOptions& options) : options_(options) {}
+
+  ~NcclCommunicator() override {
+    if (!failed_.load() && comm_ != nullptr) {
+      // Finalize flushes outstanding work collectively; if a peer is gone it
+      // times out and Fail() aborts instead.
+      ncclResult_t res;
+      {
+        std::lock_guard<std::mutex> lock(comm_mu_);
+        res = ncclCommFinalize(comm_);
+      }
+      Status s = res == ncclSuccess || res == ncclInProgress ? WaitIdle("nccl: finalize")
+                                                              : Fail(NcclError("nccl: finalize", res, comm_));
+      if (s.ok()) ncclCommDestroy(comm_);
+    }
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+    if (input_ready_ != nullptr) cudaEventDestroy(input_ready_);
+    if (barrier_buffer_ != nullptr) cudaFree(barrier_buffer_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  Status Init() {
+    const std::string who = "nccl: rank " + std::to_string(options_.rank) + " of " +
+                            std::to_string(options_.world_size) + " on cuda device " +
+                            std::to_string(options_.cuda_device);
+    HF_RETURN_IF_ERROR(CudaError(who + ": cudaSetDevice", cudaSetDevice(options_.cuda_device)));
+    HF_RETURN_IF_ERROR(CudaError(who + ": cudaStreamCreate", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)));
+    HF_RETURN_IF_ERROR(
+        CudaError(who + ": cudaEventCreate", cudaEventCreateWithFlags(&input_ready_, cudaEventDisableTiming)));
+    HF_RETURN_IF_ERROR(CudaError(who + ": cudaMalloc", cudaMalloc(&barrier_buffer_, sizeof(float))));
+
+    ncclUniqueId id;
+    const std::string key = "nccl/unique_id";
+    if (options_.rank == 0) {
+      HF_RETURN_IF_ERROR(NcclError(who + ": ncclGetUniqueId", ncclGetUniqueId(&id), nullptr));
+      std::vector<uint8_t> bytes(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof(id));
+      HF_RETURN_IF_ERROR(options_.store->Set(key, bytes).WithContext(who + ": publishing the ncclUniqueId"));
+    } else {
+      auto bytes = options_.store->Get(key, options_.timeout);
+      if (!bytes.ok()) return bytes.status().WithContext(who + ": waiting for rank 0's ncclUniqueId");
+      if (bytes->size() != sizeof(id)) {
+        return CorruptionError(who + ": store key '" + key + "' holds " + std::to_string(bytes->size()) +
+                               " bytes, not an ncclUniqueId (" + std::to_string(sizeof(id)) + ")");
+      }
+      std::memcpy(&id, bytes->data(), sizeof(id));
+    }
+
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // so init and collectives can be abandoned at our timeout
+    ncclResult_t res;
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      res = ncclCommInitRankConfig(&comm_, options_.world_size, id, options_.rank, &config);
+    }
+    if (res != ncclSuccess && res != ncclInProgress) {
+      return Fail(NcclError(who + ": ncclCommInitRankConfig", res, comm_));
+    }
+    return WaitIdle(who + ": ncclCommInitRankConfig (waiting for every rank to join)");
+  }
+
+  int rank() const override { return options_.rank; }
+  int world_size() const override { return options_.world_size; }
+  const char* backend() const override { return "nccl"; }
+
+  std::unique_ptr<Work> AllreduceAsync(float* data, size_t count, ReduceOp op) override {
+    const std::string what = "nccl allreduce of " + std::to_string(count) + " floats (rank " +
+                             std::to_string(options_.rank) + " of " + std::to_string(options_.world_size) + ")";
+    cudaEvent_t event = nullptr;
+    Status s = Enqueue(what, [&] {
+      return ncclAllReduce(data, data, count, ncclFloat32, op == ReduceOp::kAvg ? ncclAvg : ncclSum, comm_, stream_);
+    }, &event);
+    if (!s.ok()) return std::make_unique<FailedWork>(s);
+    return std::make_unique<NcclWork>(this, event, what);
+  }
+
+  Status Broadcast(void* data, size_t bytes, int root) override {
+    if (root < 0 || root >= options_.world_size) {
+      return InvalidArgumentError("nccl broadcast: root " + std::to_string(root) + " is not a rank of world " +
+                                  std::to_string(options_.world_size));
+    }
+    const std::string what = "nccl broadcast of " + std::to_string(bytes) + " bytes from rank " + std::to_string(root);
+    cudaEvent_t event = nullptr;
+    HF_RETURN_IF_ERROR(Enqueue(what, [&] {
+      return ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_);
+    }, &event));
+    return NcclWork(this, event, what).Wait();
+  }
+
+  Status Barrier() override {
+    cudaEvent_t event = nullptr;
+    HF_RETURN_IF_ERROR(Enqueue("nccl barrier", [&] {
+      return ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_, stream_);
+    }, &event));
+    return NcclWork(this, event, "nccl barrier").Wait();
+  }
+
+  // Polls until `event` completed, the communicator reports an error, or the
+  // timeout passes; the last two abort the communicator.
+  Status WaitEvent(const std::string& what, cudaEvent_t event) {
+    const Clock::time_point deadline = Clock::now() + options_.timeout;
+    for (;;) {
+      if (failed_.load()) return FailedStatus(what);
+      cudaError_t q = cudaEventQuery(event);
+      if (q == cudaSuccess) return Status::Ok();
+      if (q != cudaErrorNotReady) return Fail(CudaError(what + ": cudaEventQuery", q));
+      HF_RETURN_IF_ERROR(CheckAsyncError(what));
+      if (Clock::now() >= deadline) {
+        return Fail(TimeoutError(what + ": did not complete within " + std::to_string(options_.timeout.count()) +
+                                 " ms (a peer is hung or gone); the NCCL communicator was aborted"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));  // CUDA offers no wait with a timeout
+    }
+  }
+
+  void ReleaseEvent(cudaEvent_t event) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_events_.push_back(event);
+  }
+
+ private:
+  class FailedWork final : public Work {
+   public:
+    explicit FailedWork(Status s) : status_(std::move(s)) {}
+    Status Wait() override { return status_; }
+
+   private:
+    Status status_;
+  };
+
+  // Orders the collective after work already queued on the legacy default
+  // stream, issues it, and records a completion event (from the pool).
+  template <typename F>
+  Status Enqueue(const std::string& what, F&& issue, cudaEvent_t* event) {
+    if (failed_.load()) return FailedStatus(what);
+    HF_RETURN_IF_ERROR(CudaError(what + ": cudaSetDevice", cudaSetDevice(options_.cuda_device)));
+    HF_RETURN_IF_ERROR(Fail(CudaError(what + ": cudaEventRecord", cudaEventRecord(input_ready_, cudaStreamLegacy))));
+    HF_RETURN_IF_ERROR(Fail(CudaError(what + ": cudaStreamWaitEvent", cudaStreamWaitEvent(stream_, input_ready_, 0))));
+    ncclResult_t res;
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      if (failed_.load()) return FailedStatus(what);
+      res = issue();
+    }
+    if (res == ncclInProgress) {
+      HF_RETURN_IF_ERROR(WaitIdle(what));
+    } else if (res != ncclSuccess) {
+      return Fail(NcclError(what, res, comm_));
+    }
+    HF_ASSIGN_OR_RETURN(*event, TakeEvent(what));
+    return Fail(CudaError(what + ": cudaEventRecord", cudaEventRecord(*event, stream_)));
+  }
+
+  Result<cudaEvent_t> TakeEvent(const std::string& what) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_events_.empty()) {
+        cudaEvent_t e = free_events_.back();
+        free_events_.pop_back();
+        return e;
+      }
+    }
+    cudaEvent_t e = nullptr;
+    HF_RETURN_IF_ERROR(CudaError(what + ": cudaEventCreate", cudaEventCreateWithFlags(&e, cudaEventDisableTiming)));
+    return e;
+  }
+
+  // Waits out ncclInProgress after a non-blocking call.
+  Status WaitIdle(const std::string& what) {
+    const Clock::time_point deadline = Clock::now() + options_.timeout;
+    for (;;) {
+      ncclResult_t state = ncclInProgress;
+      ncclResult_t res;
+      {
+        std::lock_guard<std::mutex> lock(comm_mu_);
+        if (failed_.load()) return FailedStatus(what);
+        res = ncclCommGetAsyncError(comm_, &state);
+      }
+      if (res != ncclSuccess) return Fail(NcclError(what + ": ncclCommGetAsyncError", res, comm_));
+      if (state == ncclSuccess) return Status::Ok();
+      if (state != ncclInProgress) return Fail(NcclError(what, state, comm_));
+      if (Clock::now() >= deadline) {
+        return Fail(TimeoutError(what + ": not done within " + std::to_string(options_.timeout.count()) +
+                                 " ms; the NCCL communicator was aborted"));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  Status CheckAsyncError(const std::string& what) {
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t res;
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      if (failed_.load()) return FailedStatus(what);
+      res = ncclCommGetAsyncError(comm_, &state);
+    }
+    if (res != ncclSuccess) return Fail(NcclError(what + ": ncclCommGetAsyncError", res, comm_));
+    if (state != ncclSuccess && state != ncclInProgress) return Fail(NcclError(what, state, comm_));
+    return Status::Ok();
+  }
+
+  // Marks the communicator failed (first error wins) and aborts it so that
+  // every rank's pending work ends. Passes OK through.
+  Status Fail(Status s) {
+    if (s.ok()) return s;
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    if (!failed_.load()) {
+      first_error_ = s;
+      failed_.store(true);
+      if (comm_ != nullptr) ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+    return s;
+  }
+
+  // Needs comm_mu_ held, or failed_ seen true (first_error_ is then final).
+  Status FailedStatus(const std::string& what) {
+    return Status(first_error_.code(), what + ": not run, the communicator failed earlier: " + first_error_.message());
+  }
+
+  const CommunicatorOptions options_;
+  // Every NCCL call on comm_ holds comm_mu_, so Work::Wait on another thread
+  // cannot abort the communicator under a call in progress.
+  std::mutex comm_mu_;
+  ncclComm_t comm_ = nullptr;       // guarded by comm_mu_; nulled by Fail after the abort
+  std::atomic<bool> failed_{false};  // set once, under comm_mu_
+  Status first_error_;               // written once under comm_mu_ before failed_ is set
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t input_ready_ = nullptr;  // training thread only
+  float* barrier_buffer_ = nullptr;    // one device float for Barrier
+  std::mutex mu_;
+  std::vector<cudaEvent_t> free_events_;  // guarded by mu_
+};
+
+NcclWork::~NcclWork() {
+  if (event_ == nullptr) return;
+  // An event still pending must not be reused; wait it out (it ends or the comm is aborted).
+  if (!done_) (void)Wait();
+  comm_->ReleaseEvent(event_);
+}
+
+Status NcclWork::Wait() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!done_) {
+    status_ = comm_->WaitEvent(what_, event_);
+    done_ = true;
+  }
+  return status_;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> MakeNcclCommunicator(const CommunicatorOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return InvalidArgumentError("nccl: rank " + std::to_string(options.rank) + " is not within world size " +
+                                std::to_string(options.world_size));
+  }
+  if (options.store == nullptr) return InvalidArgumentError("nccl: CommunicatorOptions.store is not set");
+  auto comm = std::make_unique<NcclCommunicator>(options);
+  HF_RETURN_IF_ERROR(comm->Init());
+  return std::unique_ptr<Communicator>(std::move(comm));
+}
+
+}  // namespace holdfast
+
+#else  // !HOLDFAST_HAVE_NCCL
+
+namespace holdfast {
+Result<std::unique_ptr<Communicator>> MakeNcclCommunicator(const CommunicatorOptions&) {
+  return FailedPreconditionError(
+      "built without NCCL: the CUDA toolkit or NCCL was not found at configure time (or HOLDFAST_WITH_CUDA=OFF); "
+      "rebuild on a machine with /usr/local/cuda and libnccl, or use the gloo backend");
+}
+}  // namespace holdfast
+
+#endif
