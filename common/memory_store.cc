@@ -1,9 +1,17 @@
 #include "common/memory_store.h"
 
+#include <algorithm>
 #include <charconv>
 #include <utility>
 
 namespace holdfast {
+
+namespace {
+// wait_for(now + a huge timeout) overflows; nobody waits longer than this anyway.
+std::chrono::milliseconds Clamp(std::chrono::milliseconds t) {
+  return std::clamp(t, std::chrono::milliseconds(0), std::chrono::milliseconds(std::chrono::hours(24 * 30)));
+}
+}  // namespace
 
 Result<int64_t> ParseStoreCounter(const std::string& key, const std::vector<uint8_t>& value) {
   int64_t v = 0;
@@ -34,7 +42,7 @@ Status InMemoryStore::Set(const std::string& key, const std::vector<uint8_t>& va
 Result<std::vector<uint8_t>> InMemoryStore::Get(const std::string& key, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   auto found = [&] { return data_.count(key) > 0; };
-  if (!cv_.wait_for(lock, timeout, found)) {
+  if (!cv_.wait_for(lock, Clamp(timeout), found)) {
     return TimeoutError("store key '" + key + "' was not set within " + std::to_string(timeout.count()) + " ms");
   }
   return data_.at(key);
@@ -63,7 +71,7 @@ Status InMemoryStore::Wait(const std::vector<std::string>& keys, std::chrono::mi
     }
     return nullptr;
   };
-  if (!cv_.wait_for(lock, timeout, [&] { return missing() == nullptr; })) {
+  if (!cv_.wait_for(lock, Clamp(timeout), [&] { return missing() == nullptr; })) {
     return TimeoutError("store key '" + *missing() + "' was not set within " + std::to_string(timeout.count()) +
                         " ms (waiting for " + std::to_string(keys.size()) + " keys)");
   }

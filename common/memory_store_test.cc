@@ -26,6 +26,14 @@ TEST(InMemoryStoreTest, SetThenGet) {
   EXPECT_TRUE(store.Delete("never").ok());
 }
 
+TEST(InMemoryStoreTest, HugeTimeoutsDoNotOverflow) {
+  InMemoryStore store;
+  ASSERT_TRUE(store.Set("a", Bytes("1")).ok());
+  EXPECT_TRUE(store.Get("a", milliseconds::max()).ok());
+  EXPECT_TRUE(store.Wait({"a"}, milliseconds::max()).ok());
+  EXPECT_EQ(store.Get("b", milliseconds::min()).status().code(), StatusCode::kTimeout);
+}
+
 TEST(InMemoryStoreTest, GetTimeoutNamesKey) {
   InMemoryStore store;
   auto v = store.Get("missing/key", milliseconds(20));

@@ -85,6 +85,9 @@ TEST_F(TcpStoreTest, GetTimeoutNamesKeyAndAddress) {
   EXPECT_EQ(v.status().code(), StatusCode::kTimeout);
   EXPECT_NE(v.status().message().find("g7/rank3/addr"), std::string::npos) << v.status().message();
   EXPECT_NE(v.status().message().find(server_->address().ToString()), std::string::npos) << v.status().message();
+  EXPECT_EQ(a->Get("never", milliseconds::min()).status().code(), StatusCode::kTimeout);
+  ASSERT_TRUE(a->Set("here", Bytes("1")).ok());
+  EXPECT_TRUE(a->Get("here", milliseconds::max()).ok());
   // The connection is still usable after a timeout.
   EXPECT_TRUE(a->Set("x", Bytes("1")).ok());
 }

@@ -93,6 +93,12 @@ const std::vector<KeyDef>& Schema() {
       HF_BOOL(dist, overlap, false),
       HF_STRING(dist, host, nullptr, false),
       HF_INT(dist, timeout_s, 1, 86400 * 7, false),
+      HF_STRING(checkpoint, dir, nullptr, false),
+      HF_INT(checkpoint, every_steps, 0, 1e15, false),
+      HF_INT(checkpoint, keep_last, 1, 1e9, false),
+      HF_INT(checkpoint, keep_every, 0, 1e15, false),
+      HF_STRING(checkpoint, policy, "wait|skip", false),
+      HF_INT(checkpoint, commit_timeout_s, 1, 86400, false),
       HF_STRING(output, dir, nullptr, false),
       HF_STRING(output, metrics, nullptr, false),
   };
@@ -370,6 +376,13 @@ std::string ConfigToToml(const TrainerConfig& c) {
     out += std::string(d.key) + " = " + ValueToToml(d.get(c)) + "\n";
   }
   return out;
+}
+
+std::string CheckpointRoot(const TrainerConfig& c) {
+  if (c.checkpoint.dir.empty()) return "";
+  std::filesystem::path p(c.checkpoint.dir);
+  if (p.is_relative()) p = std::filesystem::path(c.output.dir) / p;
+  return p.lexically_normal().string();
 }
 
 double LearningRateAt(const OptimConfig& o, int64_t total_steps, int64_t step) {

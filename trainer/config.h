@@ -60,6 +60,15 @@ struct DistConfig {
   int64_t timeout_s = 300;
 };
 
+struct CheckpointConfig {
+  std::string dir;           // "" = no checkpoints; relative = under output.dir
+  int64_t every_steps = 0;   // 0 = only on preemption (SIGTERM/SIGUSR1)
+  int64_t keep_last = 3;
+  int64_t keep_every = 0;    // also keep every N-th step (0 = none)
+  std::string policy = "wait";  // a save requested while one is in flight: wait | skip
+  int64_t commit_timeout_s = 600;
+};
+
 struct OutputConfig {
   std::string dir = ".";
   std::string metrics = "metrics.jsonl";  // relative to dir
@@ -71,6 +80,7 @@ struct TrainerConfig {
   TrainConfig train;
   OptimConfig optim;
   DistConfig dist;
+  CheckpointConfig checkpoint;
   OutputConfig output;
   std::string source;  // the file it came from, for messages ("" = defaults)
 };
@@ -87,6 +97,9 @@ uint64_t ConfigHash(const TrainerConfig& config);
 
 // Canonical TOML text of the config (what the run actually used).
 std::string ConfigToToml(const TrainerConfig& config);
+
+// checkpoint.dir resolved against output.dir ("" when checkpoints are off).
+std::string CheckpointRoot(const TrainerConfig& config);
 
 // LR at 0-based step: linear warmup to lr, then cosine to min_lr.
 double LearningRateAt(const OptimConfig& optim, int64_t total_steps, int64_t step);

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/tcp_store.h"
+#include "trainer/exit_codes.h"
 
 extern char** environ;
 
@@ -98,11 +99,12 @@ int RunLocalRanks(const std::vector<std::string>& argv, const LaunchOptions& opt
       pids[rank] = -1;
       --alive;
       const int code = ExitCodeOf(wstatus);
-      if (code != 0 && result == 0) {
-        result = code;
-        spdlog::error("rank {} {}; stopping the other ranks", rank, Describe(wstatus));
-      }
-      if (code != 0 && !stopping) {
+      // A preempted rank (it committed a checkpoint) is not a failure: the
+      // others stop after the same step on their own.
+      const bool failed = code != 0 && code != kExitPreempted;
+      if (code != 0 && (result == 0 || result == kExitPreempted)) result = code;
+      if (failed) spdlog::error("rank {} {}; stopping the other ranks", rank, Describe(wstatus));
+      if (failed && !stopping) {
         stopping = true;
         stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options.grace_seconds);
         for (pid_t p : pids) {

@@ -4,6 +4,12 @@
 //
 // With --nproc N (and no HOLDFAST_RANK in the environment) it launches N local
 // ranks of itself; under the supervisor daemon each process is one rank.
+// With checkpoint.dir set it resumes from the newest checkpoint that verifies,
+// saves asynchronously every checkpoint.every_steps, and on SIGTERM/SIGUSR1
+// finishes its step, commits a checkpoint of it and exits with kExitPreempted.
+#include <signal.h>
+
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,21 +22,19 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "checkpoint/checkpoint_loader.h"
+#include "checkpoint/checkpoint_writer.h"
 #include "common/store.h"
 #include "common/tcp_store.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/config.h"
+#include "trainer/exit_codes.h"
 #include "trainer/local_launcher.h"
 #include "trainer/train_state.h"
 #include "trainer/trainer.h"
 
 namespace holdfast {
 namespace {
-
-// Documented in README.md ("Exit codes").
-constexpr int kExitOk = 0;
-constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
 
 struct Flags {
   std::string config_path;
@@ -39,39 +43,108 @@ struct Flags {
   std::string dump_init;
   std::string dump_final;
   std::string metrics;
-  int64_t save_state_at = -1;
-  std::string state_dir;
   int64_t stop_after = -1;
-  std::string restore_state;
+  std::string resume = "auto";
+  int64_t resume_from_step = -1;
   bool strict_determinism = false;
 };
+
+std::atomic<int> g_stop_signal{0};
+void OnStopSignal(int sig) { g_stop_signal.store(sig); }
 
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v == nullptr ? fallback : std::atoi(v);
 }
 
-std::string RankDir(const std::string& dir, int rank) { return dir + "/rank" + std::to_string(rank); }
-
-Result<std::unique_ptr<Communicator>> MakeCommunicator(const TrainerConfig& cfg, int rank, int world) {
-  if (world == 1) return MakeLocalCommunicator();
+Result<std::shared_ptr<Store>> ConnectRunStore(const TrainerConfig& cfg) {
   const char* addr = std::getenv(kEnvStoreAddr);
   if (addr == nullptr) {
     return InvalidArgumentError(std::string(kEnvWorldSize) + " > 1 but " + kEnvStoreAddr +
                                 " is not set: start ranks through holdfast-train --nproc N or holdfastd");
   }
   HF_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(addr));
-  const auto timeout = std::chrono::seconds(cfg.dist.timeout_s);
-  HF_ASSIGN_OR_RETURN(std::shared_ptr<Store> store, ConnectTcpStore(hp.host, hp.port, timeout));
+  HF_ASSIGN_OR_RETURN(std::shared_ptr<Store> store,
+                      ConnectTcpStore(hp.host, hp.port, std::chrono::seconds(cfg.dist.timeout_s)));
+  return std::shared_ptr<Store>(
+      std::make_shared<PrefixStore>(GenerationPrefix(EnvInt(kEnvGeneration, 0)), std::move(store)));
+}
+
+Result<std::unique_ptr<Communicator>> MakeCommunicator(const TrainerConfig& cfg, int rank, int world,
+                                                       std::shared_ptr<Store> store) {
+  if (world == 1) return MakeLocalCommunicator();
   CommunicatorOptions opts;
   opts.rank = rank;
   opts.world_size = world;
-  opts.store = std::make_shared<PrefixStore>(GenerationPrefix(EnvInt(kEnvGeneration, 0)), store);
+  opts.store = std::move(store);
   opts.interface_host = cfg.dist.host;
-  opts.timeout = timeout;
+  opts.timeout = std::chrono::seconds(cfg.dist.timeout_s);
   opts.cuda_device = EnvInt(kEnvLocalRank, 0);
   if (cfg.dist.backend == "nccl") return MakeNcclCommunicator(opts);
   return MakeGlooCommunicator(opts);
+}
+
+std::vector<BufferView> ToBufferViews(const std::vector<StateView>& views) {
+  std::vector<BufferView> out;
+  for (const StateView& v : views) out.push_back({v.name, v.data, v.size});
+  return out;
+}
+
+// Finds and restores the checkpoint to resume from. Returns the step restored,
+// or -1 when starting fresh.
+Result<int64_t> ResumeFromCheckpoint(const Flags& flags, const std::string& root, Trainer* trainer) {
+  if (flags.resume == "never" && flags.resume_from_step < 0) return int64_t{-1};
+  CheckpointLoader loader(root);
+  LoadOptions lo;
+  lo.expected_world_size = trainer->world_size();
+  std::vector<SkippedCheckpoint> skipped;
+  Result<LoadedShard> shard = flags.resume_from_step >= 0 ? loader.Load(flags.resume_from_step, trainer->rank(), lo)
+                                                         : loader.LoadNewest(trainer->rank(), lo, &skipped);
+  for (const SkippedCheckpoint& s : skipped) {
+    spdlog::warn("skipping checkpoint of step {} ({}): {}", s.step, s.dir, s.reason.ToString());
+  }
+  if (!shard.ok()) {
+    if (flags.resume_from_step < 0 && shard.status().code() == StatusCode::kNotFound) {
+      spdlog::info("no checkpoint to resume from in {}: starting at step 0", root);
+      return int64_t{-1};
+    }
+    return shard.status().WithContext("resume from " + root);
+  }
+  std::vector<StateView> views;
+  for (const ConstBufferView& b : shard->Buffers()) views.push_back({b.name, b.data, b.size});
+  std::vector<std::string> warnings;
+  HF_RETURN_IF_ERROR(trainer->RestoreState(views, flags.strict_determinism, &warnings)
+                         .WithContext("restore checkpoint " + shard->dir));
+  for (const std::string& w : warnings) {
+    spdlog::error("DETERMINISM BROKEN on resume: {} -- this run will not reproduce the uninterrupted run bit for bit",
+                  w);
+  }
+  spdlog::info("resumed from checkpoint {} (step {})", shard->dir, trainer->step());
+  return trainer->step();
+}
+
+void LogOutcomes(CheckpointWriter* writer) {
+  for (const SaveOutcome& o : writer->TakeOutcomes()) {
+    if (o.committed()) {
+      spdlog::info("checkpoint step {} committed: {:.1f} MB, training stalled {:.1f} ms, written in {:.2f} s",
+                   o.step, o.shard_bytes / 1e6, o.stall_seconds * 1e3, o.write_seconds);
+    } else {
+      spdlog::error("checkpoint step {} FAILED (training goes on; the previous checkpoint stays the newest): {}",
+                    o.step, o.status.ToString());
+    }
+  }
+}
+
+// Saves `step` unless it is committed already, and waits until it is durable.
+Status SaveAndWait(Trainer* trainer, CheckpointWriter* writer) {
+  (void)writer->Flush();  // drain what is in flight; its outcome is logged below
+  if (writer->newest_committed_step() == trainer->step()) return Status::Ok();
+  HF_ASSIGN_OR_RETURN(std::vector<StateView> views, trainer->StateViews());
+  HF_ASSIGN_OR_RETURN(SaveDecision d, writer->Save(trainer->step(), ToBufferViews(views)));
+  (void)d;  // nothing is in flight after Flush, so it is queued
+  Status s = writer->Flush();
+  LogOutcomes(writer);
+  return s;
 }
 
 int Run(const Flags& flags, const TrainerConfig& cfg) {
@@ -82,7 +155,22 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
                                 : "[%H:%M:%S.%e] [%^%l%$] %v");
   ConfigureTorchRuntime(cfg.train.threads);
 
-  auto comm = MakeCommunicator(cfg, rank, world);
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+
+  std::shared_ptr<Store> store;
+  if (world > 1) {
+    auto s = ConnectRunStore(cfg);
+    if (!s.ok()) {
+      spdlog::error("{}", s.status().ToString());
+      return kExitFailed;
+    }
+    store = *s;
+  }
+  auto comm = MakeCommunicator(cfg, rank, world, store);
   if (!comm.ok()) {
     spdlog::error("{}", comm.status().ToString());
     return kExitFailed;
@@ -90,40 +178,55 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
   auto trainer_or = Trainer::Create(cfg, std::move(comm).value());
   if (!trainer_or.ok()) {
     spdlog::error("{}", trainer_or.status().ToString());
-    return trainer_or.status().code() == StatusCode::kInvalidArgument ||
-                   trainer_or.status().code() == StatusCode::kNotFound
-               ? kExitUsage
-               : kExitFailed;
+    const StatusCode code = trainer_or.status().code();
+    return code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ? kExitUsage : kExitFailed;
   }
   Trainer& trainer = **trainer_or;
   if (main_rank) {
     spdlog::info("model: {} parameters, {} layers x {} wide, context {}; data {} {}; world {}", trainer.num_params(),
                  cfg.model.n_layer, cfg.model.n_embd, cfg.model.block_size, cfg.data.format, cfg.data.path, world);
   }
-
-  if (!flags.restore_state.empty()) {
-    auto state = ReadStateDir(RankDir(flags.restore_state, rank));
-    if (!state.ok()) {
-      spdlog::error("cannot read state: {}", state.status().ToString());
-      return kExitFailed;
-    }
-    std::vector<std::string> warnings;
-    Status s = trainer.RestoreState(*state, flags.strict_determinism, &warnings);
-    if (!s.ok()) {
-      spdlog::error("cannot restore state: {}", s.ToString());
-      return kExitFailed;
-    }
-    for (const std::string& w : warnings) {
-      spdlog::error("DETERMINISM BROKEN on resume: {} -- this run will not reproduce the uninterrupted run bit for bit",
-                    w);
-    }
-    spdlog::info("restored state at step {} from {}", trainer.step(), flags.restore_state);
-  }
   if (!flags.dump_init.empty() && main_rank) {
     Status s = trainer.DumpParams(flags.dump_init);
     if (!s.ok()) {
       spdlog::error("{}", s.ToString());
       return kExitFailed;
+    }
+  }
+
+  const std::string ckpt_root = CheckpointRoot(cfg);
+  std::unique_ptr<CheckpointWriter> writer;
+  bool resumed = false;
+  if (!ckpt_root.empty()) {
+    auto step = ResumeFromCheckpoint(flags, ckpt_root, &trainer);
+    if (!step.ok()) {
+      spdlog::error("{}", step.status().ToString());
+      return kExitFailed;
+    }
+    resumed = *step >= 0;
+    CheckpointWriterOptions wo;
+    wo.root = ckpt_root;
+    wo.rank = rank;
+    wo.world_size = world;
+    wo.layout = trainer.Layout();
+    wo.config_hash = trainer.ConfigHashHex();
+    wo.policy = cfg.checkpoint.policy == "skip" ? InFlightPolicy::kSkip : InFlightPolicy::kWait;
+    wo.retention.keep_last = static_cast<int>(cfg.checkpoint.keep_last);
+    wo.retention.keep_every = cfg.checkpoint.keep_every;
+    wo.store = store;
+    wo.commit_timeout = std::chrono::seconds(cfg.checkpoint.commit_timeout_s);
+    auto w = CheckpointWriter::Create(wo);
+    if (!w.ok()) {
+      spdlog::error("cannot start checkpointing to {}: {}", ckpt_root, w.status().ToString());
+      return kExitFailed;
+    }
+    writer = std::move(w).value();
+    auto views = trainer.StateViews();
+    if (views.ok()) {
+      size_t bytes = 0;
+      for (const StateView& v : *views) bytes += v.size;
+      Status s = writer->Reserve(bytes + (1 << 20));
+      if (!s.ok()) spdlog::warn("could not pre-allocate the checkpoint staging buffer: {}", s.ToString());
     }
   }
 
@@ -135,7 +238,7 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
     if (auto parent = std::filesystem::path(path).parent_path(); !parent.empty()) {
       std::filesystem::create_directories(parent, ec);
     }
-    metrics.open(path, flags.restore_state.empty() ? std::ios::trunc : std::ios::app);
+    metrics.open(path, resumed ? std::ios::app : std::ios::trunc);
     if (!metrics) {
       spdlog::error("cannot open metrics file {} for writing", path);
       return kExitFailed;
@@ -143,7 +246,7 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
   }
 
   while (trainer.step() < cfg.train.steps) {
-    auto m = trainer.Step();
+    auto m = trainer.Step(g_stop_signal.load() != 0);
     if (!m.ok()) {
       spdlog::error("{}", m.status().ToString());
       return kExitFailed;
@@ -159,19 +262,43 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
                      cfg.train.steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s, m->step_ms);
       }
     }
-    if (m->step == flags.save_state_at) {
-      auto state = trainer.CaptureState();
-      Status s = state.ok() ? WriteStateDir(*state, RankDir(flags.state_dir, rank)) : state.status();
-      if (!s.ok()) {
-        spdlog::error("cannot save state: {}", s.ToString());
-        return kExitFailed;
+    if (writer != nullptr) {
+      LogOutcomes(writer.get());
+      if (m->stop) {
+        spdlog::warn("stop requested (signal): committing a checkpoint of step {} before exiting", m->step);
+        Status s = SaveAndWait(&trainer, writer.get());
+        if (!s.ok()) {
+          spdlog::error("preemption checkpoint of step {} failed: {}", m->step, s.ToString());
+          return kExitFailed;
+        }
+        spdlog::warn("checkpoint of step {} committed; exiting for preemption (code {})", m->step, kExitPreempted);
+        return kExitPreempted;
       }
-      spdlog::info("saved state at step {} to {}", m->step, flags.state_dir);
+      if (cfg.checkpoint.every_steps > 0 && m->step % cfg.checkpoint.every_steps == 0) {
+        auto views = trainer.StateViews();
+        if (!views.ok()) {
+          spdlog::error("cannot capture state for checkpoint: {}", views.status().ToString());
+          return kExitFailed;
+        }
+        auto decision = writer->Save(m->step, ToBufferViews(*views));
+        if (!decision.ok()) spdlog::error("checkpoint step {}: {}", m->step, decision.status().ToString());
+      }
+    } else if (m->stop) {
+      spdlog::warn("stop requested (signal) after step {}; no checkpoint.dir is set, so nothing is saved", m->step);
+      return kExitPreempted;
     }
     if (m->step == flags.stop_after) {
       spdlog::info("stopping after step {} as asked (--stop-after)", m->step);
+      if (writer != nullptr) {
+        (void)writer->Flush();
+        LogOutcomes(writer.get());
+      }
       return kExitOk;
     }
+  }
+  if (writer != nullptr) {
+    Status s = SaveAndWait(&trainer, writer.get());
+    if (!s.ok()) spdlog::error("final checkpoint failed: {}", s.ToString());
   }
   if (main_rank) {
     if (!flags.dump_final.empty()) {
@@ -201,26 +328,27 @@ int main(int argc, char** argv) {
   app.add_option("--dump-init", flags.dump_init, "write the initial parameters to DIR (params.json + params.bin)");
   app.add_option("--dump-final", flags.dump_final, "write the final parameters to DIR");
   app.add_option("--metrics", flags.metrics, "per-step metrics JSONL (default: output.dir/output.metrics)");
-  app.add_option("--save-state-at", flags.save_state_at, "capture the complete state after step K")
+  app.add_option("--stop-after", flags.stop_after, "exit after step K, its checkpoint (if due) committed")
       ->check(CLI::PositiveNumber);
-  app.add_option("--state-dir", flags.state_dir, "where --save-state-at writes (one folder per rank)");
-  app.add_option("--stop-after", flags.stop_after, "exit after step K (to test resume)")->check(CLI::PositiveNumber);
-  app.add_option("--restore-state", flags.restore_state, "resume from a state written by --save-state-at");
+  app.add_option("--resume", flags.resume, "auto: continue from the newest checkpoint that verifies; never: start over")
+      ->check(CLI::IsMember({"auto", "never"}));
+  app.add_option("--resume-from-step", flags.resume_from_step, "continue from the checkpoint of step N")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--strict-determinism", flags.strict_determinism,
-               "refuse to resume when threads, BLAS, world size or LibTorch differ from the saved state");
+               "refuse to resume when threads, BLAS, world size or LibTorch differ from the checkpoint");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (flags.save_state_at > 0 && flags.state_dir.empty()) {
-    std::fprintf(stderr, "error: --save-state-at needs --state-dir DIR\n");
-    return 2;
-  }
   auto cfg = LoadTrainerConfig(flags.config_path, flags.overrides);
   if (!cfg.ok()) {
     std::fprintf(stderr, "error: %s\n", cfg.status().message().c_str());
-    return 2;
+    return kExitUsage;
+  }
+  if (flags.resume_from_step >= 0 && cfg->checkpoint.dir.empty()) {
+    std::fprintf(stderr, "error: --resume-from-step needs checkpoint.dir (--set checkpoint.dir=DIR)\n");
+    return kExitUsage;
   }
   if (flags.nproc > 1 && std::getenv(kEnvRank) == nullptr) {
     LaunchOptions lo;

@@ -19,17 +19,30 @@
 
 namespace holdfast {
 
+// A named buffer that someone else owns (the trainer's tensors, a loaded shard).
+struct StateView {
+  std::string name;
+  const uint8_t* data = nullptr;  // not owned
+  size_t size = 0;
+};
+
 struct StateBuffer {
   std::string name;
   std::vector<uint8_t> bytes;
 };
 
+// An owning copy of a rank's state.
 struct TrainState {
   std::vector<StateBuffer> buffers;
 
   const StateBuffer* Find(const std::string& name) const;
   uint64_t TotalBytes() const;
+  // Views into this state's buffers, valid while it lives unchanged.
+  std::vector<StateView> Views() const;
 };
+
+// The view called name in views, or nullptr.
+const StateView* FindView(const std::vector<StateView>& views, const std::string& name);
 
 // What determinism depends on. Two runs with equal fingerprints (and equal
 // config hash) produce bit-identical parameters.
@@ -45,10 +58,5 @@ struct DeterminismFingerprint {
   // Human-readable differences ("threads: checkpoint 2, now 1"); empty when equal.
   std::vector<std::string> Diff(const DeterminismFingerprint& now) const;
 };
-
-// A simple on-disk form used until the checkpoint layer takes over: one file
-// per buffer in `dir`, plus an index. Overwrites `dir`'s previous contents.
-Status WriteStateDir(const TrainState& state, const std::string& dir);
-Result<TrainState> ReadStateDir(const std::string& dir);
 
 }  // namespace holdfast

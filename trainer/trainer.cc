@@ -142,6 +142,8 @@ struct Trainer::Impl {
   uint64_t cursor = 0;  // global sample index of the next step's first sample
   torch::Tensor x_batch;
   torch::Tensor y_batch;
+  std::string meta_text;    // backing store of the "meta" state view
+  torch::Tensor rng_state;  // backing store of the "rng.cpu" state view
 
   int rank() const { return comm->rank(); }
   int world() const { return comm->world_size(); }
@@ -248,7 +250,7 @@ struct Trainer::Impl {
     flat_params.addcdiv_(exp_avg, denom, -step_size);
   }
 
-  Result<StepMetrics> Step() {
+  Result<StepMetrics> Step(bool stop_requested) {
     const auto t0 = Clock::now();
     const int accum = cfg.train.grad_accum;
     const int B = cfg.train.micro_batch;
@@ -275,9 +277,12 @@ struct Trainer::Impl {
         for (Bucket& b : buckets) b.pending = 0;
       }
       HF_RETURN_IF_ERROR(FinishGradSync(&m.comm_wait_ms));
-      float loss_f = static_cast<float>(loss_sum);
-      HF_RETURN_IF_ERROR(comm->Allreduce(&loss_f, 1, ReduceOp::kAvg).WithContext("loss allreduce"));
-      loss_sum = loss_f;
+      float shared[2] = {static_cast<float>(loss_sum), stop_requested ? 1.0f : 0.0f};
+      HF_RETURN_IF_ERROR(comm->Allreduce(shared, 2, ReduceOp::kAvg).WithContext("loss allreduce"));
+      loss_sum = shared[0];
+      m.stop = shared[1] > 0;
+    } else {
+      m.stop = stop_requested;
     }
     {
       torch::NoGradGuard no_grad;
@@ -357,9 +362,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, st
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
 
-Result<StepMetrics> Trainer::Step() {
+Result<StepMetrics> Trainer::Step(bool stop_requested) {
   try {
-    return impl_->Step();
+    return impl_->Step(stop_requested);
   } catch (const std::exception& e) {
     return TorchError("training step " + std::to_string(impl_->step + 1), e);
   }
@@ -377,24 +382,26 @@ uint64_t Trainer::ParamsHash() const {
 }
 
 namespace {
-std::vector<uint8_t> TensorBytes(const torch::Tensor& t) {
-  const auto* p = static_cast<const uint8_t*>(t.data_ptr());
-  return std::vector<uint8_t>(p, p + t.numel() * t.element_size());
+StateView ViewOf(const char* name, const torch::Tensor& t) {
+  return {name, static_cast<const uint8_t*>(t.data_ptr()), static_cast<size_t>(t.numel() * t.element_size())};
 }
-Status CopyInto(const StateBuffer* b, const torch::Tensor& t, const char* name) {
-  if (b == nullptr) return CorruptionError(std::string("state has no '") + name + "' buffer");
+Status CopyInto(const StateView* v, const torch::Tensor& t, const char* name) {
+  if (v == nullptr) return CorruptionError(std::string("state has no '") + name + "' buffer");
   const size_t want = static_cast<size_t>(t.numel() * t.element_size());
-  if (b->bytes.size() != want) {
-    return CorruptionError(std::string("state buffer '") + name + "' has " + std::to_string(b->bytes.size()) +
+  if (v->size != want) {
+    return CorruptionError(std::string("state buffer '") + name + "' has " + std::to_string(v->size) +
                            " bytes, the model needs " + std::to_string(want));
   }
-  std::memcpy(t.data_ptr(), b->bytes.data(), want);
+  std::memcpy(t.data_ptr(), v->data, want);
   return Status::Ok();
 }
 }  // namespace
 
-Result<TrainState> Trainer::CaptureState() const {
-  const Impl& d = *impl_;
+std::string Trainer::Layout() const { return "dp=" + std::to_string(impl_->world()); }
+std::string Trainer::ConfigHashHex() const { return Hex(ConfigHash(impl_->cfg)); }
+
+Result<std::vector<StateView>> Trainer::StateViews() {
+  Impl& d = *impl_;
   const DeterminismFingerprint f = d.Fingerprint();
   nlohmann::json meta = {
       {"format", kStateFormat},
@@ -410,31 +417,38 @@ Result<TrainState> Trainer::CaptureState() const {
         {"world_size", f.world_size}, {"grad_accum", f.grad_accum}, {"bucket_bytes", f.bucket_bytes},
         {"backend", f.backend}}},
   };
-  TrainState state;
-  const std::string meta_text = meta.dump(1);
-  state.buffers.push_back({"meta", std::vector<uint8_t>(meta_text.begin(), meta_text.end())});
+  d.meta_text = meta.dump(1);
+  std::vector<StateView> views;
+  views.push_back({"meta", reinterpret_cast<const uint8_t*>(d.meta_text.data()), d.meta_text.size()});
   try {
-    state.buffers.push_back({"params", TensorBytes(d.flat_params)});
-    state.buffers.push_back({"optim.exp_avg", TensorBytes(d.exp_avg)});
-    state.buffers.push_back({"optim.exp_avg_sq", TensorBytes(d.exp_avg_sq)});
+    views.push_back(ViewOf("params", d.flat_params));
+    views.push_back(ViewOf("optim.exp_avg", d.exp_avg));
+    views.push_back(ViewOf("optim.exp_avg_sq", d.exp_avg_sq));
     auto gen = at::detail::getDefaultCPUGenerator();
-    torch::Tensor rng;
     {
       std::lock_guard<std::mutex> lock(gen.mutex());
-      rng = gen.get_state();
+      d.rng_state = gen.get_state();
     }
-    state.buffers.push_back({"rng.cpu", TensorBytes(rng)});
+    views.push_back(ViewOf("rng.cpu", d.rng_state));
   } catch (const std::exception& e) {
     return TorchError("capturing state", e);
   }
+  return views;
+}
+
+Result<TrainState> Trainer::CaptureState() {
+  HF_ASSIGN_OR_RETURN(std::vector<StateView> views, StateViews());
+  TrainState state;
+  for (const StateView& v : views) state.buffers.push_back({v.name, std::vector<uint8_t>(v.data, v.data + v.size)});
   return state;
 }
 
-Status Trainer::RestoreState(const TrainState& state, bool strict_determinism, std::vector<std::string>* warnings) {
+Status Trainer::RestoreState(const std::vector<StateView>& state, bool strict_determinism,
+                             std::vector<std::string>* warnings) {
   Impl& d = *impl_;
-  const StateBuffer* meta_buf = state.Find("meta");
+  const StateView* meta_buf = FindView(state, "meta");
   if (meta_buf == nullptr) return CorruptionError("state has no 'meta' buffer");
-  nlohmann::json meta = nlohmann::json::parse(meta_buf->bytes.begin(), meta_buf->bytes.end(), nullptr, false);
+  nlohmann::json meta = nlohmann::json::parse(meta_buf->data, meta_buf->data + meta_buf->size, nullptr, false);
   if (meta.is_discarded() || !meta.is_object()) return CorruptionError("state 'meta' is not valid JSON");
   try {
     if (meta.value("format", "") != kStateFormat) {
@@ -469,13 +483,13 @@ Status Trainer::RestoreState(const TrainState& state, bool strict_determinism, s
       }
       if (warnings != nullptr) *warnings = diffs;
     }
-    HF_RETURN_IF_ERROR(CopyInto(state.Find("params"), d.flat_params, "params"));
-    HF_RETURN_IF_ERROR(CopyInto(state.Find("optim.exp_avg"), d.exp_avg, "optim.exp_avg"));
-    HF_RETURN_IF_ERROR(CopyInto(state.Find("optim.exp_avg_sq"), d.exp_avg_sq, "optim.exp_avg_sq"));
-    const StateBuffer* rng = state.Find("rng.cpu");
+    HF_RETURN_IF_ERROR(CopyInto(FindView(state, "params"), d.flat_params, "params"));
+    HF_RETURN_IF_ERROR(CopyInto(FindView(state, "optim.exp_avg"), d.exp_avg, "optim.exp_avg"));
+    HF_RETURN_IF_ERROR(CopyInto(FindView(state, "optim.exp_avg_sq"), d.exp_avg_sq, "optim.exp_avg_sq"));
+    const StateView* rng = FindView(state, "rng.cpu");
     if (rng == nullptr) return CorruptionError("state has no 'rng.cpu' buffer");
-    auto rng_tensor = torch::empty({static_cast<int64_t>(rng->bytes.size())}, torch::kUInt8);
-    std::memcpy(rng_tensor.data_ptr(), rng->bytes.data(), rng->bytes.size());
+    auto rng_tensor = torch::empty({static_cast<int64_t>(rng->size)}, torch::kUInt8);
+    std::memcpy(rng_tensor.data_ptr(), rng->data, rng->size);
     auto gen = at::detail::getDefaultCPUGenerator();
     {
       std::lock_guard<std::mutex> lock(gen.mutex());

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "trainer/config.h"
@@ -31,6 +32,7 @@ struct StepMetrics {
   double tokens_per_s = 0;
   double step_ms = 0;
   double comm_wait_ms = 0;  // time backward's end waited for the last allreduce
+  bool stop = false;        // some rank asked to stop after this step (all ranks agree)
 };
 
 class Trainer {
@@ -40,20 +42,32 @@ class Trainer {
   static Result<std::unique_ptr<Trainer>> Create(const TrainerConfig& config, std::unique_ptr<Communicator> comm);
   ~Trainer();
 
-  // Runs one optimiser step (grad_accum micro-steps).
-  Result<StepMetrics> Step();
+  // Runs one optimiser step (grad_accum micro-steps). `stop_requested` is this
+  // rank's wish to stop (a signal arrived); it travels with the step's loss
+  // allreduce, so every rank learns in the same step that one of them wants
+  // to stop (StepMetrics::stop) and they all stop after the same step.
+  Result<StepMetrics> Step(bool stop_requested = false);
 
   int64_t step() const;
   int rank() const;
   int world_size() const;
   const TrainerConfig& config() const;
 
+  // Complete state as views into the trainer's own memory (no copy): valid
+  // until the next Step or RestoreState. What the checkpoint writer stages.
+  Result<std::vector<StateView>> StateViews();
   // Complete state, copied into host buffers.
-  Result<TrainState> CaptureState() const;
+  Result<TrainState> CaptureState();
   // Restores a captured state. A state from another config fails; a state
   // whose determinism fingerprint differs is restored with a loud warning
   // (returned in *warnings) unless strict, in which case it fails.
-  Status RestoreState(const TrainState& state, bool strict_determinism, std::vector<std::string>* warnings);
+  Status RestoreState(const std::vector<StateView>& state, bool strict_determinism,
+                      std::vector<std::string>* warnings);
+
+  // The world layout recorded with checkpoints ("dp=2").
+  std::string Layout() const;
+  // Hex of ConfigHash(config()).
+  std::string ConfigHashHex() const;
 
   DeterminismFingerprint Fingerprint() const;
 

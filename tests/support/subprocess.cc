@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,6 +55,69 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, const std::map<st
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
   return result;
+}
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::string& output_path) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, cargv.data(), environ) == 0) pid_ = pid;
+  posix_spawn_file_actions_destroy(&actions);
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0 && !reaped_) {
+    kill(pid_, SIGKILL);
+    Wait();
+  }
+}
+
+void ChildProcess::Signal(int sig) {
+  if (pid_ > 0 && !reaped_) kill(pid_, sig);
+}
+
+static int DecodeStatus(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+bool ChildProcess::Exited() {
+  if (pid_ <= 0) return true;
+  if (reaped_) return true;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    reaped_ = true;
+    exit_code_ = DecodeStatus(status);
+  }
+  return reaped_;
+}
+
+int ChildProcess::Wait() {
+  if (pid_ <= 0) return -1;
+  if (!reaped_) {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    reaped_ = true;
+    exit_code_ = DecodeStatus(status);
+  }
+  return exit_code_;
+}
+
+bool WaitForLines(const std::string& path, size_t lines, ChildProcess& child) {
+  for (;;) {
+    const std::string text = ReadFile(path);
+    size_t n = 0;
+    for (char c : text) n += c == '\n';
+    if (n >= lines) return true;
+    if (child.Exited()) return false;
+    usleep(10 * 1000);
+  }
 }
 
 std::string BuildPath(const std::string& relative) {

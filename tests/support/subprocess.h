@@ -16,6 +16,29 @@ struct ProcessResult {
 // Runs argv[0] with argv, extra environment entries added, and waits for it.
 ProcessResult RunProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
 
+// A child process started in the background, its stdout+stderr going to a file.
+// The destructor kills (SIGKILL) and reaps it if it still runs.
+class ChildProcess {
+ public:
+  ChildProcess(const std::vector<std::string>& argv, const std::string& output_path);
+  ~ChildProcess();
+  int pid() const { return pid_; }
+  void Signal(int sig);
+  // Whether it has exited (reaps it; the code is then returned by Wait).
+  bool Exited();
+  // Waits for exit; returns the exit code (128+signal when killed).
+  int Wait();
+
+ private:
+  int pid_ = -1;
+  int exit_code_ = -1;
+  bool reaped_ = false;
+};
+
+// Waits until `path` has at least `lines` complete lines, or the child exits.
+// Returns whether the lines arrived.
+bool WaitForLines(const std::string& path, size_t lines, ChildProcess& child);
+
 // The build tree's path of a target binary, from HOLDFAST_BUILD_DIR (set by ctest).
 std::string BuildPath(const std::string& relative);
 

@@ -11,7 +11,8 @@
 // allreduces with the rest of backward.
 //
 // Thread-safety: AllreduceAsync/Allreduce/Barrier may be called from one thread
-// at a time (the training thread); Work::Wait from any thread.
+// at a time (the training thread); Work::Wait from any thread. A Work must not
+// outlive the Communicator that issued it.
 #pragma once
 
 #include <chrono>

@@ -92,7 +92,7 @@ class NcclWork final : public Work {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(const CommunicatorOptions& options) : options_(options) {}
+  explicit NcclCommunicator(const CommunicatorOptions& options) : options_(options) {}
 
   ~NcclCommunicator() override {
     if (!failed_.load() && comm_ != nullptr) {
