@@ -178,7 +178,7 @@ def main():
     with open(CONFIG, "rb") as f:
         threads = tomllib.load(f).get("train", {}).get("threads", 1)
     args.env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    command = "bench/trainer_bench.sh " + shlex.join(sys.argv[1:])
+    command = ("bench/trainer_bench.sh " + shlex.join(sys.argv[1:])).rstrip()
     info = machine()
     info["load_before"] = os.getloadavg()[0]
     if info["load_before"] > 0.5:

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 
 #include "checkpoint/checkpoint_loader.h"
 #include "checkpoint/checkpoint_writer.h"
+#include "common/progress_record.h"
 #include "common/store.h"
 #include "common/tcp_store.h"
 #include "trainer/comm/communicator.h"
@@ -47,10 +49,51 @@ struct Flags {
   std::string resume = "auto";
   int64_t resume_from_step = -1;
   bool strict_determinism = false;
+  std::string inject_fault;  // KIND@RANK:STEP, see ParseFault
 };
 
+// Fault injection for Holdfast's own tests and drills (--inject-fault):
+// "hang@1:12" spins rank 1 in compute at the start of step 12 (its peers then
+// wait in the next allreduce), "crash@0:7" aborts rank 0 at step 7. A fault
+// fires once per run: a marker file in output.dir records that it fired, so a
+// restarted generation runs clean.
+struct Fault {
+  std::string kind;
+  int rank = -1;
+  int64_t step = -1;
+  std::string marker;
+};
+
+Result<Fault> ParseFault(const std::string& text, const std::string& out_dir) {
+  Fault f;
+  const size_t at = text.find('@'), colon = text.find(':');
+  if (at == std::string::npos || colon == std::string::npos || colon < at) {
+    return InvalidArgumentError("--inject-fault '" + text + "': expected KIND@RANK:STEP, e.g. hang@1:12");
+  }
+  f.kind = text.substr(0, at);
+  if (f.kind != "hang" && f.kind != "crash") {
+    return InvalidArgumentError("--inject-fault '" + text + "': KIND must be hang or crash");
+  }
+  f.rank = std::atoi(text.substr(at + 1, colon - at - 1).c_str());
+  f.step = std::atoll(text.substr(colon + 1).c_str());
+  f.marker = out_dir + "/fault-" + f.kind + "-rank" + std::to_string(f.rank) + "-step" + std::to_string(f.step) + ".fired";
+  return f;
+}
+
+void MaybeFireFault(const Fault& f, int rank, int64_t next_step) {
+  if (f.rank != rank || f.step != next_step || std::filesystem::exists(f.marker)) return;
+  std::ofstream(f.marker) << "fired\n";
+  spdlog::warn("FAULT INJECTED: {} on rank {} at step {}", f.kind, rank, next_step);
+  if (f.kind == "crash") std::abort();
+  // A hang in compute: busy, never entering the next collective.
+  volatile double x = 1.0;
+  for (;;) x = x * 1.0000001 + 1e-9;
+}
+
 std::atomic<int> g_stop_signal{0};
+std::atomic<bool> g_checkpoint_signal{false};
 void OnStopSignal(int sig) { g_stop_signal.store(sig); }
+void OnCheckpointSignal(int) { g_checkpoint_signal.store(true); }
 
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -123,9 +166,10 @@ Result<int64_t> ResumeFromCheckpoint(const Flags& flags, const std::string& root
   return trainer->step();
 }
 
-void LogOutcomes(CheckpointWriter* writer) {
+void LogOutcomes(CheckpointWriter* writer, ProgressWriter* progress) {
   for (const SaveOutcome& o : writer->TakeOutcomes()) {
     if (o.committed()) {
+      if (progress != nullptr) progress->SetCheckpointStep(o.step);
       spdlog::info("checkpoint step {} committed: {:.1f} MB, training stalled {:.1f} ms, written in {:.2f} s",
                    o.step, o.shard_bytes / 1e6, o.stall_seconds * 1e3, o.write_seconds);
     } else {
@@ -136,14 +180,15 @@ void LogOutcomes(CheckpointWriter* writer) {
 }
 
 // Saves `step` unless it is committed already, and waits until it is durable.
-Status SaveAndWait(Trainer* trainer, CheckpointWriter* writer) {
+Status SaveAndWait(Trainer* trainer, CheckpointWriter* writer, ProgressWriter* progress) {
+  if (progress != nullptr) progress->SetPhase(Phase::kCheckpoint);
   (void)writer->Flush();  // drain what is in flight; its outcome is logged below
   if (writer->newest_committed_step() == trainer->step()) return Status::Ok();
   HF_ASSIGN_OR_RETURN(std::vector<StateView> views, trainer->StateViews());
   HF_ASSIGN_OR_RETURN(SaveDecision d, writer->Save(trainer->step(), ToBufferViews(views)));
   (void)d;  // nothing is in flight after Flush, so it is queued
   Status s = writer->Flush();
-  LogOutcomes(writer);
+  LogOutcomes(writer, progress);
   return s;
 }
 
@@ -160,6 +205,10 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
+  struct sigaction ca {};
+  ca.sa_handler = OnCheckpointSignal;
+  sigemptyset(&ca.sa_mask);
+  sigaction(SIGUSR2, &ca, nullptr);  // the supervisor's "checkpoint now" (runctl checkpoint)
 
   std::shared_ptr<Store> store;
   if (world > 1) {
@@ -182,6 +231,16 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
     return code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ? kExitUsage : kExitFailed;
   }
   Trainer& trainer = **trainer_or;
+  std::unique_ptr<ProgressWriter> progress;
+  if (const char* path = std::getenv(kEnvProgressPath); path != nullptr && *path != '\0') {
+    auto p = ProgressWriter::Open(path, rank);
+    if (!p.ok()) {
+      spdlog::error("cannot open the progress record the supervisor asked for: {}", p.status().ToString());
+      return kExitFailed;
+    }
+    progress = std::move(p).value();
+    trainer.SetProgressWriter(progress.get());
+  }
   if (main_rank) {
     spdlog::info("model: {} parameters, {} layers x {} wide, context {}; data {} {}; world {}", trainer.num_params(),
                  cfg.model.n_layer, cfg.model.n_embd, cfg.model.block_size, cfg.data.format, cfg.data.path, world);
@@ -245,8 +304,22 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
     }
   }
 
+  std::optional<Fault> fault;
+  if (!flags.inject_fault.empty()) {
+    auto f = ParseFault(flags.inject_fault, cfg.output.dir);
+    if (!f.ok()) {
+      spdlog::error("{}", f.status().ToString());
+      return kExitUsage;
+    }
+    fault = *f;
+  }
+
   while (trainer.step() < cfg.train.steps) {
-    auto m = trainer.Step(g_stop_signal.load() != 0);
+    if (fault) MaybeFireFault(*fault, rank, trainer.step() + 1);
+    StepRequests requests;
+    requests.stop = g_stop_signal.load() != 0;
+    requests.checkpoint = g_checkpoint_signal.exchange(false);
+    auto m = trainer.Step(requests);
     if (!m.ok()) {
       spdlog::error("{}", m.status().ToString());
       return kExitFailed;
@@ -263,10 +336,10 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
       }
     }
     if (writer != nullptr) {
-      LogOutcomes(writer.get());
+      LogOutcomes(writer.get(), progress.get());
       if (m->stop) {
         spdlog::warn("stop requested (signal): committing a checkpoint of step {} before exiting", m->step);
-        Status s = SaveAndWait(&trainer, writer.get());
+        Status s = SaveAndWait(&trainer, writer.get(), progress.get());
         if (!s.ok()) {
           spdlog::error("preemption checkpoint of step {} failed: {}", m->step, s.ToString());
           return kExitFailed;
@@ -274,7 +347,9 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
         spdlog::warn("checkpoint of step {} committed; exiting for preemption (code {})", m->step, kExitPreempted);
         return kExitPreempted;
       }
-      if (cfg.checkpoint.every_steps > 0 && m->step % cfg.checkpoint.every_steps == 0) {
+      if (m->checkpoint || (cfg.checkpoint.every_steps > 0 && m->step % cfg.checkpoint.every_steps == 0)) {
+        if (m->checkpoint) spdlog::info("checkpoint requested (runctl checkpoint): saving step {}", m->step);
+        if (progress != nullptr) progress->SetPhase(Phase::kCheckpoint);
         auto views = trainer.StateViews();
         if (!views.ok()) {
           spdlog::error("cannot capture state for checkpoint: {}", views.status().ToString());
@@ -291,15 +366,16 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
       spdlog::info("stopping after step {} as asked (--stop-after)", m->step);
       if (writer != nullptr) {
         (void)writer->Flush();
-        LogOutcomes(writer.get());
+        LogOutcomes(writer.get(), progress.get());
       }
       return kExitOk;
     }
   }
   if (writer != nullptr) {
-    Status s = SaveAndWait(&trainer, writer.get());
+    Status s = SaveAndWait(&trainer, writer.get(), progress.get());
     if (!s.ok()) spdlog::error("final checkpoint failed: {}", s.ToString());
   }
+  if (progress != nullptr) progress->SetPhase(Phase::kDone);
   if (main_rank) {
     if (!flags.dump_final.empty()) {
       Status s = trainer.DumpParams(flags.dump_final);
@@ -334,6 +410,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "never"}));
   app.add_option("--resume-from-step", flags.resume_from_step, "continue from the checkpoint of step N")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--inject-fault", flags.inject_fault,
+                 "test/drill only: KIND@RANK:STEP with KIND hang or crash; fires once per output.dir");
   app.add_flag("--strict-determinism", flags.strict_determinism,
                "refuse to resume when threads, BLAS, world size or LibTorch differ from the checkpoint");
   try {
@@ -345,6 +423,9 @@ int main(int argc, char** argv) {
   if (!cfg.ok()) {
     std::fprintf(stderr, "error: %s\n", cfg.status().message().c_str());
     return kExitUsage;
+  }
+  if (const char* env = std::getenv("HOLDFAST_RESUME_FROM_STEP"); env != nullptr && flags.resume_from_step < 0) {
+    flags.resume_from_step = std::atoll(env);  // set by holdfastd for `runctl resume --from-step`
   }
   if (flags.resume_from_step >= 0 && cfg->checkpoint.dir.empty()) {
     std::fprintf(stderr, "error: --resume-from-step needs checkpoint.dir (--set checkpoint.dir=DIR)\n");

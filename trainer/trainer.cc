@@ -20,6 +20,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include "common/progress_record.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/data/dataset.h"
 #include "trainer/model.h"
@@ -100,6 +101,7 @@ struct Trainer::Impl {
     int total = 0;
     int pending = 0;
     std::unique_ptr<Work> work;
+    uint64_t progress_seq = 0;  // its collective number in the progress record
   };
 
   // Calls back into the trainer when a parameter's gradient has been
@@ -120,6 +122,7 @@ struct Trainer::Impl {
 
   TrainerConfig cfg;
   std::unique_ptr<Communicator> comm;
+  ProgressWriter* progress = nullptr;  // not owned
   std::unique_ptr<Dataset> data;
   Gpt model{nullptr};
 
@@ -213,6 +216,9 @@ struct Trainer::Impl {
   void LaunchReadyBuckets() {
     while (next_launch < static_cast<int>(buckets.size()) && buckets[next_launch].pending == 0) {
       Bucket& b = buckets[next_launch];
+      if (progress != nullptr) {
+        b.progress_seq = progress->IssueCollective(CollectiveKind::kAllreduce, static_cast<uint64_t>(b.numel) * 4);
+      }
       b.work = comm->AllreduceAsync(flat_grads.data_ptr<float>() + b.offset, static_cast<size_t>(b.numel),
                                     ReduceOp::kAvg);
       ++next_launch;
@@ -225,7 +231,9 @@ struct Trainer::Impl {
     LaunchReadyBuckets();
     Status first;
     for (Bucket& b : buckets) {
+      if (progress != nullptr) progress->WaitCollective(b.progress_seq, CollectiveKind::kAllreduce);
       Status s = b.work->Wait();
+      if (progress != nullptr && s.ok()) progress->CollectiveDone(b.progress_seq);
       b.work.reset();
       if (!s.ok() && first.ok()) first = s;
     }
@@ -250,14 +258,16 @@ struct Trainer::Impl {
     flat_params.addcdiv_(exp_avg, denom, -step_size);
   }
 
-  Result<StepMetrics> Step(bool stop_requested) {
+  Result<StepMetrics> Step(StepRequests requests) {
     const auto t0 = Clock::now();
     const int accum = cfg.train.grad_accum;
     const int B = cfg.train.micro_batch;
     StepMetrics m;
     double loss_sum = 0;
+    if (progress != nullptr) progress->BeginStep();
     flat_grads.zero_();
     for (int micro = 0; micro < accum; ++micro) {
+      if (progress != nullptr && micro > 0) progress->SetPhase(Phase::kData);
       const uint64_t first = cursor + (static_cast<uint64_t>(micro) * world() + rank()) * B;
       data->FillBatch(first, B, x_batch.data_ptr<int64_t>(), y_batch.data_ptr<int64_t>());
       syncing = world() > 1 && cfg.dist.overlap && micro == accum - 1;
@@ -265,8 +275,10 @@ struct Trainer::Impl {
         next_launch = 0;
         for (Bucket& b : buckets) b.pending = b.total;
       }
+      if (progress != nullptr) progress->SetPhase(Phase::kForward);
       auto loss = model->forward(x_batch, y_batch);
       if (accum > 1) loss = loss / accum;
+      if (progress != nullptr) progress->SetPhase(Phase::kBackward);
       loss.backward();
       loss_sum += loss.item<double>();
       syncing = false;
@@ -277,13 +289,22 @@ struct Trainer::Impl {
         for (Bucket& b : buckets) b.pending = 0;
       }
       HF_RETURN_IF_ERROR(FinishGradSync(&m.comm_wait_ms));
-      float shared[2] = {static_cast<float>(loss_sum), stop_requested ? 1.0f : 0.0f};
-      HF_RETURN_IF_ERROR(comm->Allreduce(shared, 2, ReduceOp::kAvg).WithContext("loss allreduce"));
+      float shared[3] = {static_cast<float>(loss_sum), requests.stop ? 1.0f : 0.0f, requests.checkpoint ? 1.0f : 0.0f};
+      uint64_t seq = 0;
+      if (progress != nullptr) {
+        seq = progress->IssueCollective(CollectiveKind::kAllreduce, sizeof(shared));
+        progress->WaitCollective(seq, CollectiveKind::kAllreduce);
+      }
+      HF_RETURN_IF_ERROR(comm->Allreduce(shared, 3, ReduceOp::kAvg).WithContext("loss allreduce"));
+      if (progress != nullptr) progress->CollectiveDone(seq);
       loss_sum = shared[0];
       m.stop = shared[1] > 0;
+      m.checkpoint = shared[2] > 0;
     } else {
-      m.stop = stop_requested;
+      m.stop = requests.stop;
+      m.checkpoint = requests.checkpoint;
     }
+    if (progress != nullptr) progress->SetPhase(Phase::kOptimizer);
     {
       torch::NoGradGuard no_grad;
       auto total_norm = flat_grads.norm(2);
@@ -298,6 +319,7 @@ struct Trainer::Impl {
     ApplyAdamW(lr);
     cursor += static_cast<uint64_t>(B) * accum * world();
     step += 1;
+    if (progress != nullptr) progress->EndStep(step);
     m.step = step;
     m.loss = loss_sum;
     m.lr = lr;
@@ -362,14 +384,15 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, st
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
 
-Result<StepMetrics> Trainer::Step(bool stop_requested) {
+Result<StepMetrics> Trainer::Step(StepRequests requests) {
   try {
-    return impl_->Step(stop_requested);
+    return impl_->Step(requests);
   } catch (const std::exception& e) {
     return TorchError("training step " + std::to_string(impl_->step + 1), e);
   }
 }
 
+void Trainer::SetProgressWriter(ProgressWriter* progress) { impl_->progress = progress; }
 int64_t Trainer::step() const { return impl_->step; }
 int Trainer::rank() const { return impl_->rank(); }
 int Trainer::world_size() const { return impl_->world(); }

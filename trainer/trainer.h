@@ -23,6 +23,7 @@
 namespace holdfast {
 
 class Communicator;
+class ProgressWriter;
 
 struct StepMetrics {
   int64_t step = 0;        // completed steps after this one (1-based)
@@ -33,6 +34,13 @@ struct StepMetrics {
   double step_ms = 0;
   double comm_wait_ms = 0;  // time backward's end waited for the last allreduce
   bool stop = false;        // some rank asked to stop after this step (all ranks agree)
+  bool checkpoint = false;  // some rank asked for a checkpoint of this step (all ranks agree)
+};
+
+// What a rank asks of every rank at the end of a step (signals it received).
+struct StepRequests {
+  bool stop = false;
+  bool checkpoint = false;
 };
 
 class Trainer {
@@ -42,11 +50,16 @@ class Trainer {
   static Result<std::unique_ptr<Trainer>> Create(const TrainerConfig& config, std::unique_ptr<Communicator> comm);
   ~Trainer();
 
-  // Runs one optimiser step (grad_accum micro-steps). `stop_requested` is this
-  // rank's wish to stop (a signal arrived); it travels with the step's loss
-  // allreduce, so every rank learns in the same step that one of them wants
-  // to stop (StepMetrics::stop) and they all stop after the same step.
-  Result<StepMetrics> Step(bool stop_requested = false);
+  // Runs one optimiser step (grad_accum micro-steps). `requests` are this
+  // rank's wishes (a signal arrived); they travel with the step's loss
+  // allreduce, so every rank learns in the same step that one of them wants to
+  // stop or checkpoint (StepMetrics::stop / ::checkpoint) and they all act
+  // after the same step.
+  Result<StepMetrics> Step(StepRequests requests = {});
+
+  // Reports phases and collectives to the supervisor's shared-memory record.
+  // `progress` is not owned and must outlive the Trainer; nullptr = none.
+  void SetProgressWriter(ProgressWriter* progress);
 
   int64_t step() const;
   int rank() const;

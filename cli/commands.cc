@@ -1,0 +1,943 @@
+#include "cli/commands.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "daemon/control_protocol.h"
+#include "lineage/lineage_db.h"
+
+extern char** environ;
+
+namespace holdfast {
+
+const char kExitCodesHelp[] =
+    "Exit codes:\n"
+    "  0  ok\n"
+    "  1  failure reported by the daemon, or lineage.db unreadable/corrupt\n"
+    "  2  usage error (bad flag or argument)\n"
+    "  3  run or lineage.db not found (unknown or ambiguous RUN, no such checkpoint)\n"
+    "  4  holdfastd not reachable (checkpoint needs a live daemon)\n";
+
+namespace {
+
+using json = nlohmann::json;
+
+// ---- output helpers ----
+
+int Fail(const CliContext& c, int code, const std::string& message) {
+  *c.err << "runctl: " << message << "\n";
+  return code;
+}
+
+// NotFound -> 3, everything else -> 1.
+int ExitFor(const Status& s) {
+  return s.code() == StatusCode::kNotFound ? kExitNotFound : kExitFailure;
+}
+
+void PrintJson(const CliContext& c, const json& j) {
+  *c.out << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+}
+
+std::string FormatTime(int64_t ms) {
+  if (ms <= 0) return "-";
+  time_t secs = static_cast<time_t>(ms / 1000);
+  struct tm tm {};
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string FormatDuration(double s) {
+  char buf[64];
+  if (s < 0) s = 0;
+  if (s < 60) {
+    std::snprintf(buf, sizeof(buf), "%.1fs", s);
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  } else {
+    int64_t t = static_cast<int64_t>(s);
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", static_cast<long long>(t / 3600),
+                  static_cast<long long>((t % 3600) / 60));
+  }
+  return buf;
+}
+
+std::string FormatBytes(int64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string Join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+template <typename T>
+json OptJson(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+template <typename T>
+std::string OptText(const std::optional<T>& v) {
+  return v ? std::to_string(*v) : "-";
+}
+
+// Columns padded to their widest cell; the last column is not padded.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> headers) { rows_.push_back(std::move(headers)); }
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void Print(std::ostream& os) const {
+    std::vector<size_t> width;
+    for (const auto& row : rows_) {
+      if (width.size() < row.size()) width.resize(row.size(), 0);
+      for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+    }
+    for (const auto& row : rows_) {
+      std::string line;
+      for (size_t i = 0; i < row.size(); ++i) {
+        line += row[i];
+        if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
+      }
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      os << line << "\n";
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+const char* SignalName(int sig) {
+  switch (sig) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    default: return nullptr;
+  }
+}
+
+// The runbook file for an incident kind, when the event does not name one.
+std::string DefaultRunbook(const std::string& kind) {
+  if (kind == event_kind::kCrash || kind == event_kind::kNodeLost) return "runbooks/crash.md";
+  if (kind == event_kind::kHang) return "runbooks/hang.md";
+  if (kind == event_kind::kBudgetExhausted) return "runbooks/restart-budget.md";
+  if (kind == event_kind::kCheckpointFailed || kind == event_kind::kCheckpointCorrupt) {
+    return "runbooks/checkpoint-failed.md";
+  }
+  if (kind == event_kind::kPreempt) return "runbooks/preempted.md";
+  return "";
+}
+
+std::string BaseName(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// ---- lineage access ----
+
+std::string DbPath(const CliContext& c) { return c.run_dir + "/lineage.db"; }
+std::string SocketPath(const CliContext& c) { return ControlSocketPath(c.run_dir); }
+
+Result<std::unique_ptr<LineageDb>> OpenDb(const CliContext& c) {
+  LineageOptions options;
+  options.read_only = true;
+  return LineageDb::Open(DbPath(c), options);
+}
+
+Result<RunRecord> ResolveRun(LineageDb* db, const std::string& spec) {
+  if (spec.empty() || spec == "latest") return db->LatestRun();
+  return db->GetRun(spec);
+}
+
+// An unknown or ambiguous RUN is "not found" (3); anything else (a broken
+// file) is 1.
+int ExitForRunLookup(const Status& s) {
+  return s.code() == StatusCode::kNotFound || s.code() == StatusCode::kInvalidArgument
+             ? kExitNotFound
+             : kExitFailure;
+}
+
+// Opens the DB and resolves RUN, printing the error; returns an exit code on
+// failure.
+struct RunLookup {
+  std::unique_ptr<LineageDb> db;
+  RunRecord run;
+  int exit = kExitOk;
+};
+RunLookup LookUp(const CliContext& c, const std::string& spec) {
+  RunLookup r;
+  Result<std::unique_ptr<LineageDb>> db = OpenDb(c);
+  if (!db.ok()) {
+    r.exit = Fail(c, ExitFor(db.status()), db.status().message());
+    return r;
+  }
+  r.db = std::move(db).value();
+  Result<RunRecord> run = ResolveRun(r.db.get(), spec);
+  if (!run.ok()) {
+    r.exit = Fail(c, ExitForRunLookup(run.status()), run.status().message());
+    return r;
+  }
+  r.run = std::move(run).value();
+  return r;
+}
+
+json ParseJsonOr(const std::string& text, json fallback) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? fallback : j;
+}
+
+json RunJson(const RunRecord& r) {
+  return {{"run_id", r.run_id},
+          {"name", r.name},
+          {"state", RunStateName(r.state)},
+          {"cause", r.cause},
+          {"owner_uid", r.owner_uid},
+          {"run_dir", r.run_dir},
+          {"config_path", r.config_path},
+          {"config_hash", r.config_hash},
+          {"world_size", r.world_size},
+          {"nodes", r.nodes},
+          {"scheduler", SchedulerKindName(r.scheduler)},
+          {"slurm_job_id", r.slurm_job_id},
+          {"created_ms", r.created_ms},
+          {"ended_ms", OptJson(r.ended_ms)},
+          {"last_step", OptJson(r.last_step)}};
+}
+
+json AttemptJson(const AttemptRecord& a) {
+  return {{"attempt", a.attempt},
+          {"parent_attempt", OptJson(a.parent_attempt)},
+          {"slurm_job_id", a.slurm_job_id},
+          {"restart_count", a.restart_count},
+          {"nodes", a.nodes},
+          {"started_ms", a.started_ms},
+          {"ended_ms", OptJson(a.ended_ms)},
+          {"state", RunStateName(a.state)},
+          {"cause", a.cause},
+          {"resumed_from_step", OptJson(a.resumed_from_step)}};
+}
+
+json GenerationJson(const GenerationRecord& g) {
+  return {{"attempt", g.attempt},
+          {"generation", g.generation},
+          {"started_ms", g.started_ms},
+          {"ended_ms", OptJson(g.ended_ms)},
+          {"start_step", g.start_step},
+          {"last_step", OptJson(g.last_step)},
+          {"last_step_ms", OptJson(g.last_step_ms)},
+          {"state", RunStateName(g.state)},
+          {"cause", g.cause}};
+}
+
+json CheckpointJson(const CheckpointRecord& k) {
+  return {{"step", k.step},
+          {"path", k.path},
+          {"bytes", k.bytes},
+          {"world_size", k.world_size},
+          {"attempt", OptJson(k.attempt)},
+          {"generation", OptJson(k.generation)},
+          {"committed_ms", k.committed_ms},
+          {"state", CheckpointStateName(k.state)},
+          {"reason", k.reason},
+          {"state_ms", OptJson(k.state_ms)}};
+}
+
+json EventJson(const EventRecord& e) {
+  return {{"id", e.id},
+          {"time_ms", e.time_ms},
+          {"kind", e.kind},
+          {"incident", e.incident},
+          {"attempt", OptJson(e.attempt)},
+          {"generation", OptJson(e.generation)},
+          {"node", e.node},
+          {"rank", OptJson(e.rank)},
+          {"summary", e.summary},
+          {"evidence", ParseJsonOr(e.evidence_json, json(e.evidence_json))},
+          {"action", e.action},
+          {"runbook", e.runbook.empty() ? DefaultRunbook(e.kind) : e.runbook}};
+}
+
+std::string StateAndCause(const std::string& state, const std::string& cause) {
+  return cause.empty() ? state : state + ": " + cause;
+}
+
+// ---- status ----
+
+void PrintLiveStatus(const CliContext& c, const RunStatus& s) {
+  std::ostream& os = *c.out;
+  os << "run " << s.run_id << " (" << s.name << ")  " << s.state << "  attempt " << s.attempt
+     << ", generation " << s.generation << ", step " << s.step << "\n";
+  os << "world size " << s.world_size << ", restarts " << s.restarts_used << "/"
+     << s.restart_budget << ", last checkpoint step " << OptText(s.last_checkpoint_step)
+     << ", up " << FormatDuration(s.uptime_s) << "\n\n";
+  Table t({"NODE", "RANK", "PID", "STATE", "STEP", "PHASE", "HEARTBEAT", "LAST STEP", "WAITING ON",
+           "ISSUED"});
+  for (const NodeStatus& n : s.nodes) {
+    for (const RankStatus& r : n.ranks) {
+      char last[32] = "-";
+      if (r.last_step_ms) std::snprintf(last, sizeof(last), "%.0f ms", *r.last_step_ms);
+      t.Add({std::to_string(n.node), std::to_string(r.rank), std::to_string(r.pid), r.state,
+             std::to_string(r.step), r.phase, FormatDuration(r.heartbeat_age_s) + " ago", last,
+             r.waiting_on && *r.waiting_on != 0 ? "#" + std::to_string(*r.waiting_on) : "-",
+             std::to_string(r.collectives_issued)});
+    }
+  }
+  t.Print(os);
+  if (s.last_incident) {
+    const IncidentSummary& i = *s.last_incident;
+    os << "\nlast incident: " << i.kind << " at " << FormatTime(i.at_ms) << ": " << i.summary
+       << (i.action.empty() ? "" : " -> " + i.action)
+       << (i.runbook.empty() ? "" : " (" + i.runbook + ")") << "\n";
+  }
+}
+
+// The last recorded state of a run, for when no daemon answers.
+int PrintRecordedStatus(const CliContext& c, const std::string& spec, const std::string& why) {
+  RunLookup l = LookUp(c, spec);
+  if (l.exit != kExitOk) return l.exit;
+  const RunRecord& run = l.run;
+  Result<std::vector<AttemptRecord>> attempts = l.db->Attempts(run.run_id);
+  Result<std::vector<GenerationRecord>> gens = l.db->Generations(run.run_id);
+  Result<std::optional<CheckpointRecord>> ckpt = l.db->NewestCommittedCheckpoint(run.run_id);
+  Result<std::optional<EventRecord>> incident = l.db->LastIncident(run.run_id);
+  for (const Status& s : {attempts.status(), gens.status(), ckpt.status(), incident.status()}) {
+    if (!s.ok()) return Fail(c, kExitFailure, s.message());
+  }
+  const AttemptRecord* attempt = attempts->empty() ? nullptr : &attempts->back();
+  const GenerationRecord* gen = gens->empty() ? nullptr : &gens->back();
+  if (c.json) {
+    PrintJson(c, {{"live", false},
+                  {"source", "lineage.db"},
+                  {"daemon", why},
+                  {"run", RunJson(run)},
+                  {"attempt", attempt ? AttemptJson(*attempt) : json(nullptr)},
+                  {"generation", gen ? GenerationJson(*gen) : json(nullptr)},
+                  {"last_checkpoint", *ckpt ? CheckpointJson(**ckpt) : json(nullptr)},
+                  {"last_incident", *incident ? EventJson(**incident) : json(nullptr)}});
+    return kExitOk;
+  }
+  std::ostream& os = *c.out;
+  os << "holdfastd is not running; last recorded state:\n";
+  os << "  (" << why << ")\n";
+  Table t({"run", run.run_id + " (" + run.name + ")"});
+  t.Add({"state", StateAndCause(RunStateName(run.state), run.cause)});
+  if (attempt) {
+    t.Add({"attempt", std::to_string(attempt->attempt) + " started " +
+                          FormatTime(attempt->started_ms) +
+                          (attempt->ended_ms ? ", ended " + FormatTime(*attempt->ended_ms) : "") +
+                          ", " + RunStateName(attempt->state)});
+  }
+  if (gen) {
+    t.Add({"generation", std::to_string(gen->generation) + ", last step " +
+                             OptText(gen->last_step) +
+                             (gen->last_step_ms ? " at " + FormatTime(*gen->last_step_ms) : "")});
+  }
+  t.Add({"world size", std::to_string(run.world_size) +
+                           (run.nodes.empty() ? "" : " on " + Join(run.nodes, ","))});
+  t.Add({"checkpoint", *ckpt ? "step " + std::to_string((*ckpt)->step) + ", committed " +
+                                   FormatTime((*ckpt)->committed_ms)
+                             : "none committed"});
+  if (*incident) {
+    const EventRecord& e = **incident;
+    t.Add({"incident", e.kind + " at " + FormatTime(e.time_ms) + ": " + e.summary +
+                           " (runctl triage " + run.run_id + ")"});
+  }
+  t.Print(os);
+  return kExitOk;
+}
+
+bool MatchesRun(const std::string& spec, const std::string& run_id) {
+  return spec.empty() || spec == "latest" || run_id.compare(0, spec.size(), spec) == 0;
+}
+
+}  // namespace
+
+int CmdStatus(const CliContext& c, const std::string& run) {
+  ControlRequest req;
+  req.id = 1;
+  req.op = control_op::kStatus;
+  Result<ControlResponse> resp = CallDaemon(SocketPath(c), req, c.timeout);
+  if (!resp.ok()) {
+    if (resp.status().code() == StatusCode::kUnavailable ||
+        resp.status().code() == StatusCode::kTimeout) {
+      return PrintRecordedStatus(c, run, resp.status().message());
+    }
+    return Fail(c, kExitFailure, resp.status().message());
+  }
+  if (!resp->ok) {
+    return Fail(c, kExitFailure, "holdfastd refused 'status': " + resp->error_code + ": " +
+                                     resp->error.message());
+  }
+  json raw = json::parse(resp->result_json, nullptr, false);
+  std::string daemon_run = raw.is_object() && raw.value("run_id", json()).is_string()
+                               ? raw["run_id"].get<std::string>()
+                               : "";
+  if (!MatchesRun(run, daemon_run)) {
+    return PrintRecordedStatus(c, run, "holdfastd in " + c.run_dir + " supervises run " +
+                                           daemon_run + ", not " + run);
+  }
+  if (c.json) {
+    PrintJson(c, {{"live", true}, {"source", "holdfastd"}, {"status", raw}});
+    return kExitOk;
+  }
+  Result<RunStatus> status = ParseStatusResult(resp->result_json);
+  if (!status.ok()) {
+    return Fail(c, kExitFailure, "holdfastd's status reply is not one runctl understands (" +
+                                     status.status().message() + "); try --json");
+  }
+  PrintLiveStatus(c, *status);
+  return kExitOk;
+}
+
+int CmdRuns(const CliContext& c, int limit) {
+  Result<std::unique_ptr<LineageDb>> db = OpenDb(c);
+  if (!db.ok()) return Fail(c, ExitFor(db.status()), db.status().message());
+  Result<std::vector<RunRecord>> runs = (*db)->ListRuns(limit);
+  if (!runs.ok()) return Fail(c, kExitFailure, runs.status().message());
+  json out = json::array();
+  Table t({"RUN", "NAME", "STATE", "ATTEMPTS", "LAST STEP", "STARTED", "CAUSE"});
+  for (const RunRecord& r : *runs) {
+    Result<std::vector<AttemptRecord>> attempts = (*db)->Attempts(r.run_id);
+    if (!attempts.ok()) return Fail(c, kExitFailure, attempts.status().message());
+    json j = RunJson(r);
+    j["attempts"] = attempts->size();
+    out.push_back(std::move(j));
+    t.Add({r.run_id, r.name, RunStateName(r.state), std::to_string(attempts->size()),
+           OptText(r.last_step), FormatTime(r.created_ms), r.cause});
+  }
+  if (c.json) {
+    PrintJson(c, {{"runs", out}});
+  } else if (runs->empty()) {
+    *c.out << "no runs recorded in " << DbPath(c) << "\n";
+  } else {
+    t.Print(*c.out);
+  }
+  return kExitOk;
+}
+
+int CmdLineage(const CliContext& c, const std::string& spec, int max_events) {
+  RunLookup l = LookUp(c, spec);
+  if (l.exit != kExitOk) return l.exit;
+  const RunRecord& run = l.run;
+  auto attempts = l.db->Attempts(run.run_id);
+  auto gens = l.db->Generations(run.run_id);
+  auto ckpts = l.db->Checkpoints(run.run_id);
+  auto events = l.db->Events(run.run_id, max_events);
+  for (const Status& s : {attempts.status(), gens.status(), ckpts.status(), events.status()}) {
+    if (!s.ok()) return Fail(c, kExitFailure, s.message());
+  }
+  if (c.json) {
+    json att = json::array();
+    for (const AttemptRecord& a : *attempts) {
+      json j = AttemptJson(a);
+      j["generations"] = json::array();
+      for (const GenerationRecord& g : *gens) {
+        if (g.attempt == a.attempt) j["generations"].push_back(GenerationJson(g));
+      }
+      att.push_back(std::move(j));
+    }
+    json ck = json::array();
+    for (const CheckpointRecord& k : *ckpts) ck.push_back(CheckpointJson(k));
+    json ev = json::array();
+    for (const EventRecord& e : *events) ev.push_back(EventJson(e));
+    PrintJson(c, {{"run", RunJson(run)}, {"attempts", att}, {"checkpoints", ck}, {"events", ev}});
+    return kExitOk;
+  }
+
+  // One time-ordered list; at equal times, starts before what happens inside
+  // them before ends.
+  struct Item {
+    int64_t t;
+    int order;
+    int64_t seq;
+    std::string att, gen, text;
+  };
+  std::vector<Item> items;
+  auto opt = [](const std::optional<int>& v) { return v ? std::to_string(*v) : std::string("-"); };
+  for (const AttemptRecord& a : *attempts) {
+    std::string how = a.resumed_from_step
+                          ? "resumed from step " + std::to_string(*a.resumed_from_step)
+                          : std::string("fresh start");
+    if (a.parent_attempt) how += ", after attempt " + std::to_string(*a.parent_attempt);
+    if (!a.slurm_job_id.empty()) how += ", slurm job " + a.slurm_job_id;
+    if (a.restart_count > 0) how += ", requeue #" + std::to_string(a.restart_count);
+    if (!a.nodes.empty()) how += ", nodes " + Join(a.nodes, ",");
+    items.push_back({a.started_ms, 0, 0, std::to_string(a.attempt), "-",
+                     "attempt " + std::to_string(a.attempt) + " started: " + how});
+    if (a.ended_ms) {
+      items.push_back({*a.ended_ms, 5, 0, std::to_string(a.attempt), "-",
+                       "attempt " + std::to_string(a.attempt) + " ended " +
+                           StateAndCause(RunStateName(a.state), a.cause)});
+    }
+  }
+  for (const GenerationRecord& g : *gens) {
+    std::string a = std::to_string(g.attempt), n = std::to_string(g.generation);
+    items.push_back({g.started_ms, 1, 0, a, n,
+                     "generation " + n + " started from step " + std::to_string(g.start_step)});
+    if (g.ended_ms) {
+      items.push_back({*g.ended_ms, 4, 0, a, n,
+                       "generation " + n + " ended " + RunStateName(g.state) + " at step " +
+                           OptText(g.last_step) + (g.cause.empty() ? "" : ": " + g.cause)});
+    }
+  }
+  for (const CheckpointRecord& k : *ckpts) {
+    items.push_back({k.committed_ms, 2, k.step, opt(k.attempt), opt(k.generation),
+                     "checkpoint step " + std::to_string(k.step) + " committed (" +
+                         FormatBytes(k.bytes) + ", world " + std::to_string(k.world_size) +
+                         ") " + k.path});
+    if (k.state != CheckpointState::kCommitted) {
+      items.push_back({k.state_ms.value_or(k.committed_ms), 2, k.step, opt(k.attempt),
+                       opt(k.generation),
+                       "checkpoint step " + std::to_string(k.step) + " marked " +
+                           CheckpointStateName(k.state) +
+                           (k.reason.empty() ? "" : ": " + k.reason)});
+    }
+  }
+  for (const EventRecord& e : *events) {
+    std::string who;
+    if (e.rank) who += "rank " + std::to_string(*e.rank);
+    if (!e.node.empty()) who += (who.empty() ? "node " : " on ") + e.node;
+    std::string text = (e.incident ? "[" + e.kind + "] " : e.kind + ": ") +
+                       (who.empty() ? "" : who + ": ") + e.summary;
+    if (!e.action.empty()) text += " -> " + e.action;
+    if (e.incident) {
+      std::string rb = e.runbook.empty() ? DefaultRunbook(e.kind) : e.runbook;
+      if (!rb.empty()) text += " (" + rb + ")";
+    }
+    items.push_back({e.time_ms, 3, e.id, opt(e.attempt), opt(e.generation), text});
+  }
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    if (a.t != b.t) return a.t < b.t;
+    if (a.order != b.order) return a.order < b.order;
+    return a.seq < b.seq;
+  });
+  std::ostream& os = *c.out;
+  os << "run " << run.run_id << " (" << run.name << ")  "
+     << StateAndCause(RunStateName(run.state), run.cause) << "\n";
+  os << "dir " << run.run_dir << ", world size " << run.world_size << ", "
+     << SchedulerKindName(run.scheduler)
+     << (run.slurm_job_id.empty() ? "" : " job " + run.slurm_job_id) << ", config "
+     << run.config_path << "\n\n";
+  Table t({"TIME", "ATT", "GEN", "WHAT"});
+  for (const Item& i : items) t.Add({FormatTime(i.t), i.att, i.gen, i.text});
+  t.Print(os);
+  if (max_events > 0 && static_cast<int>(events->size()) == max_events) {
+    os << "(only the newest " << max_events << " events; --events 0 shows all)\n";
+  }
+  return kExitOk;
+}
+
+namespace {
+
+// "rank 1 on node 0, pid 4242: phase collective of step 141 (for 62.0s),
+// waiting on collective #9001 (allreduce), heartbeat 61.8s ago, process stopped"
+std::string DescribeRankEvidence(const json& r) {
+  auto num = [&](const char* k) -> std::optional<double> {
+    auto it = r.find(k);
+    if (it == r.end() || !it->is_number()) return std::nullopt;
+    return it->get<double>();
+  };
+  auto str = [&](const char* k) -> std::string {
+    auto it = r.find(k);
+    return it != r.end() && it->is_string() ? it->get<std::string>() : "";
+  };
+  auto integer = [&](const char* k) {
+    auto v = num(k);
+    return v ? std::to_string(static_cast<long long>(*v)) : std::string("?");
+  };
+  std::string s = "rank " + integer("rank");
+  if (num("node")) s += " on node " + integer("node");
+  if (num("pid")) s += ", pid " + integer("pid");
+  std::string phase = str("phase");
+  if (!phase.empty()) {
+    s += ": " + phase;
+    if (num("step")) s += " at step " + integer("step");
+    if (auto age = num("phase_age_s")) s += " (for " + FormatDuration(*age) + ")";
+  } else if (r.contains("record_valid") && r["record_valid"] == false) {
+    s += ": no progress reported";
+  }
+  if (auto w = num("waiting_on"); w && *w > 0) {
+    s += ", waiting on collective #" + integer("waiting_on");
+    // The kind of that collective, from the ring of recent ones.
+    auto ring = r.find("recent_collectives");
+    if (ring != r.end() && ring->is_array()) {
+      for (const json& e : *ring) {
+        if (e.is_object() && e.value("seq", json()).is_number() && e["seq"].get<double>() == *w &&
+            e.value("kind", json()).is_string()) {
+          s += " (" + e["kind"].get<std::string>() + ")";
+        }
+      }
+    }
+  }
+  if (auto issued = num("collectives_issued")) s += ", " + integer("collectives_issued") + " issued";
+  if (auto hb = num("heartbeat_age_s")) s += ", heartbeat " + FormatDuration(*hb) + " ago";
+  if (auto ls = num("last_step_ms"); ls && *ls > 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.0f ms", *ls);
+    s += ", last step " + std::string(buf);
+  }
+  if (r.contains("alive") && r["alive"] == false) s += ", exited";
+  std::string ps = str("proc_state");
+  if (ps == "T" || ps == "t") s += ", process stopped";
+  if (ps == "D") s += ", process in uninterruptible I/O";
+  if (ps == "Z") s += ", zombie";
+  if (r.contains("record_torn") && r["record_torn"] == true) s += ", record torn mid-update";
+  return s;
+}
+
+}  // namespace
+
+int CmdTriage(const CliContext& c, const std::string& spec) {
+  RunLookup l = LookUp(c, spec);
+  if (l.exit != kExitOk) return l.exit;
+  const RunRecord& run = l.run;
+  Result<std::optional<EventRecord>> incident = l.db->LastIncident(run.run_id);
+  if (!incident.ok()) return Fail(c, kExitFailure, incident.status().message());
+  if (!*incident) {
+    if (c.json) {
+      PrintJson(c, {{"run", RunJson(run)}, {"incident", nullptr}});
+    } else {
+      *c.out << "run " << run.run_id << " (" << run.name << ") "
+             << StateAndCause(RunStateName(run.state), run.cause)
+             << ": no incident recorded\n";
+    }
+    return kExitOk;
+  }
+  const EventRecord& e = **incident;
+  const std::string runbook = e.runbook.empty() ? DefaultRunbook(e.kind) : e.runbook;
+  json ev = ParseJsonOr(e.evidence_json, json(e.evidence_json));
+  // Culprits: the evidence's list, else its "rank", else the event's rank.
+  std::vector<int> culprits;
+  if (ev.is_object()) {
+    auto cl = ev.find("culprits");
+    if (cl != ev.end() && cl->is_array()) {
+      for (const json& x : *cl) {
+        if (x.is_number_integer()) culprits.push_back(x.get<int>());
+      }
+    }
+    auto r = ev.find("rank");
+    if (culprits.empty() && r != ev.end() && r->is_number_integer()) culprits.push_back(r->get<int>());
+  }
+  if (culprits.empty() && e.rank) culprits.push_back(*e.rank);
+
+  if (c.json) {
+    json j = EventJson(e);
+    j["culprits"] = culprits;
+    j["runbook_file"] = BaseName(runbook);
+    PrintJson(c, {{"run", RunJson(run)}, {"incident", j}});
+    return kExitOk;
+  }
+
+  std::ostream& os = *c.out;
+  os << "run       " << run.run_id << " (" << run.name << ")  "
+     << StateAndCause(RunStateName(run.state), run.cause) << "\n";
+  std::string where;
+  if (e.attempt) where += "attempt " + std::to_string(*e.attempt);
+  if (e.generation) where += (where.empty() ? "" : ", ") + std::string("generation ") +
+                             std::to_string(*e.generation);
+  if (!e.node.empty()) where += (where.empty() ? "" : ", ") + std::string("node ") + e.node;
+  os << "incident  " << e.kind << " at " << FormatTime(e.time_ms)
+     << (where.empty() ? "" : " (" + where + ")") << "\n";
+  os << "summary   " << e.summary << "\n";
+
+  const json* ranks = nullptr;
+  if (ev.is_object()) {
+    auto it = ev.find("ranks");
+    if (it != ev.end() && it->is_array()) ranks = &*it;
+  }
+  auto rank_of = [](const json& r) {
+    return r.is_object() && r.value("rank", json()).is_number_integer() ? r["rank"].get<int>() : -1;
+  };
+  for (int cr : culprits) {
+    std::string line = "rank " + std::to_string(cr);
+    if (ranks != nullptr) {
+      for (const json& r : *ranks) {
+        if (rank_of(r) == cr) line = DescribeRankEvidence(r);
+      }
+    }
+    os << "culprit   " << line << "\n";
+  }
+  if (ev.is_object()) {
+    std::string exit;
+    if (ev.value("status", json()).is_string()) exit = ev["status"].get<std::string>();
+    int sig = ev.value("signal", json()).is_number_integer() ? ev["signal"].get<int>() : 0;
+    int code = ev.value("exit_code", json()).is_number_integer() ? ev["exit_code"].get<int>() : -1;
+    if (exit.empty() && sig > 0) {
+      const char* name = SignalName(sig);
+      exit = "killed by signal " + std::to_string(sig) + (name ? std::string(" (") + name + ")" : "");
+    } else if (exit.empty() && code >= 0) {
+      exit = "exited with code " + std::to_string(code);
+    }
+    if (!exit.empty()) os << "exit      " << exit << "\n";
+    if (ev.value("stalled_s", json()).is_number()) {
+      os << "stalled   no step for " << FormatDuration(ev["stalled_s"].get<double>());
+      if (ev.value("timeout_s", json()).is_number()) {
+        os << " (" << ev.value("allowance", std::string("step")) << " allowance "
+           << FormatDuration(ev["timeout_s"].get<double>()) << ")";
+      }
+      os << "\n";
+    }
+  }
+  if (ranks != nullptr) {
+    bool header = false;
+    for (const json& r : *ranks) {
+      if (std::find(culprits.begin(), culprits.end(), rank_of(r)) != culprits.end()) continue;
+      if (!header) os << "others:\n";
+      header = true;
+      os << "  " << DescribeRankEvidence(r) << "\n";
+    }
+  }
+  if (ev.is_object() && ev.value("log_tail", json()).is_array() && !ev["log_tail"].empty()) {
+    os << "last log lines:\n";
+    for (const json& line : ev["log_tail"]) {
+      os << "  | " << (line.is_string() ? line.get<std::string>() : line.dump()) << "\n";
+    }
+  }
+  if (!ev.is_object() && !e.evidence_json.empty()) os << "evidence  " << e.evidence_json << "\n";
+  os << "action    " << (e.action.empty() ? "(none recorded)" : e.action) << "\n";
+  if (runbook.empty()) {
+    os << "runbook   none for '" << e.kind << "' (see runbooks/ in the Holdfast source tree)\n";
+  } else {
+    os << "runbook   " << BaseName(runbook) << "  (" << runbook << " in the Holdfast source tree)\n";
+  }
+  return kExitOk;
+}
+
+int CmdCheckpoint(const CliContext& c, const std::string& spec) {
+  // Name the run when lineage.db can (the daemon refuses another run's id);
+  // without a readable lineage.db the daemon alone decides.
+  std::string run_id;
+  {
+    Result<std::unique_ptr<LineageDb>> db = OpenDb(c);
+    if (db.ok()) {
+      Result<RunRecord> run = ResolveRun(db->get(), spec);
+      if (!run.ok()) return Fail(c, ExitForRunLookup(run.status()), run.status().message());
+      run_id = run->run_id;
+    } else if (db.status().code() != StatusCode::kNotFound) {
+      return Fail(c, kExitFailure, db.status().message());
+    } else if (!spec.empty() && spec != "latest") {
+      run_id = spec;
+    }
+  }
+  ControlRequest req;
+  req.id = 1;
+  req.op = control_op::kCheckpoint;
+  req.args_json = run_id.empty() ? "{}" : json({{"run_id", run_id}}).dump();
+  Result<ControlResponse> resp = CallDaemon(SocketPath(c), req, c.timeout);
+  if (!resp.ok()) {
+    int code = resp.status().code() == StatusCode::kUnavailable ||
+                       resp.status().code() == StatusCode::kTimeout
+                   ? kExitUnreachable
+                   : kExitFailure;
+    return Fail(c, code, "cannot ask holdfastd for a checkpoint: " + resp.status().message());
+  }
+  if (!resp->ok) {
+    return Fail(c, kExitFailure,
+                "holdfastd refused: " + resp->error_code + ": " + resp->error.message());
+  }
+  json result = json::parse(resp->result_json, nullptr, false);
+  if (c.json) {
+    PrintJson(c, {{"run_id", run_id}, {"result", result}});
+    return kExitOk;
+  }
+  std::string step = result.is_object() && result.value("requested_at_step", json()).is_number()
+                         ? std::to_string(result["requested_at_step"].get<int64_t>())
+                         : "?";
+  *c.out << "checkpoint requested at step " << step << "; `runctl --run-dir " << c.run_dir
+         << " lineage " << (run_id.empty() ? "latest" : run_id)
+         << "` shows it once it is committed\n";
+  return kExitOk;
+}
+
+namespace {
+
+std::string SelfDir() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  std::string path(buf, static_cast<size_t>(n));
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash);
+}
+
+bool IsExecutable(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+// `env` (a test's or operator's override), next to runctl, ../<sibling>/ of
+// runctl's folder (the build tree), then PATH. `looked` lists where it looked.
+std::string FindTool(const std::string& name, const char* env, const std::string& sibling,
+                     std::vector<std::string>* looked) {
+  const char* forced = std::getenv(env);
+  if (forced != nullptr && *forced != '\0') {
+    looked->push_back(std::string("$") + env + "=" + forced);
+    return IsExecutable(forced) ? forced : "";
+  }
+  std::string self = SelfDir();
+  if (!self.empty()) {
+    for (const std::string& p : {self + "/" + name, self + "/../" + sibling + "/" + name}) {
+      looked->push_back(p);
+      if (IsExecutable(p)) return p;
+    }
+  }
+  looked->push_back("PATH");
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path ? path : "");
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    if (dir.empty()) continue;
+    std::string p = dir + "/" + name;
+    if (IsExecutable(p)) return p;
+  }
+  return "";
+}
+
+std::vector<char*> Argv(std::vector<std::string>& args) {
+  std::vector<char*> v;
+  for (std::string& a : args) v.push_back(a.data());
+  v.push_back(nullptr);
+  return v;
+}
+
+}  // namespace
+
+int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_t> from_step) {
+  RunLookup l = LookUp(c, spec);
+  if (l.exit != kExitOk) return l.exit;
+  const RunRecord& run = l.run;
+  if (from_step) {
+    Result<std::vector<CheckpointRecord>> ckpts = l.db->Checkpoints(run.run_id);
+    if (!ckpts.ok()) return Fail(c, kExitFailure, ckpts.status().message());
+    std::vector<std::string> good;
+    bool found = false;
+    for (const CheckpointRecord& k : *ckpts) {
+      if (k.state != CheckpointState::kCommitted) continue;
+      good.push_back(std::to_string(k.step));
+      found = found || k.step == *from_step;
+    }
+    if (!found) {
+      return Fail(c, kExitNotFound,
+                  "run " + run.run_id + " has no committed checkpoint at step " +
+                      std::to_string(*from_step) + "; committed steps: " +
+                      (good.empty() ? "none" : Join(good, ", ")));
+    }
+  }
+  // One daemon per run directory: refuse while one answers.
+  ControlRequest ping;
+  ping.id = 1;
+  ping.op = control_op::kPing;
+  Result<ControlResponse> alive = CallDaemon(SocketPath(c), ping, c.timeout);
+  if (alive.ok()) {
+    return Fail(c, kExitFailure, "holdfastd is already running in " + c.run_dir +
+                                     "; `runctl status` shows it (stop it before resuming)");
+  }
+
+  std::vector<std::string> looked;
+  std::string daemon = FindTool("holdfastd", "RUNCTL_HOLDFASTD", "daemon", &looked);
+  if (daemon.empty()) {
+    return Fail(c, kExitFailure, "holdfastd not found (looked in " + Join(looked, ", ") + ")");
+  }
+  std::vector<std::string> args = {daemon, "--run-dir", c.run_dir, "--resume", run.run_id};
+  if (from_step) {
+    args.push_back("--from-step");
+    args.push_back(std::to_string(*from_step));
+  }
+  const std::string log = c.run_dir + "/holdfastd.log";
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);  // survives the operator's shell
+  std::vector<char*> argv = Argv(args);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, daemon.c_str(), &fa, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return Fail(c, kExitFailure, ErrnoError("start " + daemon, rc).message());
+
+  const std::string from = from_step ? "step " + std::to_string(*from_step)
+                                     : std::string("the newest committed checkpoint");
+  if (c.json) {
+    PrintJson(c, {{"run_id", run.run_id},
+                  {"pid", pid},
+                  {"daemon", daemon},
+                  {"from_step", OptJson(from_step)},
+                  {"log", log}});
+    return kExitOk;
+  }
+  *c.out << "started holdfastd (pid " << pid << ") resuming run " << run.run_id << " from "
+         << from << " as a new attempt\n"
+         << "  follow it:  tail -f " << log << "\n"
+         << "  status:     runctl --run-dir " << c.run_dir << " status\n";
+  return kExitOk;
+}
+
+int CmdHealth(const CliContext& c, const std::vector<std::string>& passthrough) {
+  std::vector<std::string> looked;
+  std::string tool = FindTool("holdfast-health", "RUNCTL_HOLDFAST_HEALTH", "health", &looked);
+  if (tool.empty()) {
+    return Fail(c, kExitFailure,
+                "holdfast-health not found (looked in " + Join(looked, ", ") + ")");
+  }
+  std::vector<std::string> args = {tool};
+  if (c.json) args.push_back("--json");
+  args.insert(args.end(), passthrough.begin(), passthrough.end());
+  std::vector<char*> argv = Argv(args);
+  c.out->flush();
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, tool.c_str(), nullptr, nullptr, argv.data(), environ);
+  if (rc != 0) return Fail(c, kExitFailure, ErrnoError("run " + tool, rc).message());
+  int ws = 0;
+  while (waitpid(pid, &ws, 0) < 0) {
+    if (errno != EINTR) return Fail(c, kExitFailure, ErrnoError("wait for " + tool, errno).message());
+  }
+  if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) return kExitOk;
+  if (WIFSIGNALED(ws)) {
+    return Fail(c, kExitFailure, "holdfast-health was killed by signal " + std::to_string(WTERMSIG(ws)));
+  }
+  return kExitFailure;  // a failed check: holdfast-health has said which
+}
+
+}  // namespace holdfast

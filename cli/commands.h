@@ -1,0 +1,50 @@
+// runctl's commands: what on-call runs against a run directory.
+//
+// Each command reads DIR/lineage.db (read-only, through LineageDb) and/or asks
+// the run's holdfastd over DIR/holdfastd.sock (daemon/control_protocol.h),
+// prints a table for people or, with --json, one JSON object with stable keys
+// on stdout, and returns a documented exit code (kExitCodesHelp). Errors go to
+// stderr as one line a person can act on. main.cc only parses the flags.
+//
+// Thread-safety: none needed; runctl is single-threaded.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace holdfast {
+
+enum RunctlExit : int {
+  kExitOk = 0,
+  kExitFailure = 1,      // the daemon reported a failure, or lineage.db is unreadable
+  kExitUsage = 2,        // bad flags or arguments
+  kExitNotFound = 3,     // the run (unknown or ambiguous id) or lineage.db not found
+  kExitUnreachable = 4,  // no holdfastd answers, for a command that needs one
+};
+
+// The "Exit codes" block of `runctl --help` and the README.
+extern const char kExitCodesHelp[];
+
+struct CliContext {
+  std::string run_dir;  // where lineage.db and holdfastd.sock are
+  bool json = false;
+  std::chrono::milliseconds timeout{5000};  // for each call to the daemon
+  std::ostream* out = nullptr;  // not owned
+  std::ostream* err = nullptr;  // not owned
+};
+
+// RUN everywhere: a full run id, a unique prefix of one, or "latest" (also
+// when empty).
+int CmdStatus(const CliContext& ctx, const std::string& run);
+int CmdRuns(const CliContext& ctx, int limit);
+int CmdLineage(const CliContext& ctx, const std::string& run, int max_events);
+int CmdTriage(const CliContext& ctx, const std::string& run);
+int CmdCheckpoint(const CliContext& ctx, const std::string& run);
+int CmdResume(const CliContext& ctx, const std::string& run, std::optional<int64_t> from_step);
+int CmdHealth(const CliContext& ctx, const std::vector<std::string>& passthrough);
+
+}  // namespace holdfast

@@ -1,0 +1,213 @@
+#include "common/progress_record.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace holdfast {
+namespace {
+
+constexpr size_t kSize = sizeof(ProgressRecordLayout);
+
+// The sequence lock on a field that lives in shared memory. std::atomic_ref is
+// C++20; GCC/Clang builtins give the same guarantees on a naturally aligned u64.
+uint64_t LoadAcquire(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+void StoreRelease(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+Result<void*> MapFile(const std::string& path, bool writable, bool create, int rank) {
+  int flags = writable ? O_RDWR : O_RDONLY;
+  if (create) flags |= O_CREAT;
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError("open progress record " + path, errno);
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return ErrnoError("stat progress record " + path, err);
+  }
+  if (static_cast<size_t>(st.st_size) < kSize) {
+    if (!writable) {
+      ::close(fd);
+      return InvalidArgumentError("progress record " + path + " has " + std::to_string(st.st_size) +
+                                  " bytes, expected " + std::to_string(kSize));
+    }
+    if (ftruncate(fd, kSize) != 0) {
+      int err = errno;
+      ::close(fd);
+      return ErrnoError("size progress record " + path, err);
+    }
+  }
+  void* map = mmap(nullptr, kSize, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+  int err = errno;
+  ::close(fd);
+  if (map == MAP_FAILED) return ErrnoError("mmap progress record " + path, err);
+  if (writable) {
+    auto* rec = static_cast<ProgressRecordLayout*>(map);
+    if (rec->magic != kProgressMagic || rec->version != kProgressVersion) {
+      std::memset(rec, 0, kSize);
+      rec->version = kProgressVersion;
+      rec->size = kSize;
+      rec->rank = rank;
+      rec->checkpoint_step = -1;
+      rec->heartbeat_ns = MonotonicNowNs();
+      StoreRelease(&rec->magic, kProgressMagic);
+    }
+  }
+  return map;
+}
+
+}  // namespace
+
+const char* PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kStarting: return "starting";
+    case Phase::kData: return "data";
+    case Phase::kForward: return "forward";
+    case Phase::kBackward: return "backward";
+    case Phase::kCollective: return "collective";
+    case Phase::kOptimizer: return "optimizer";
+    case Phase::kCheckpoint: return "checkpoint";
+    case Phase::kEval: return "eval";
+    case Phase::kDone: return "done";
+  }
+  return "unknown";
+}
+
+const char* CollectiveKindName(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kNone: return "none";
+    case CollectiveKind::kAllreduce: return "allreduce";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kBarrier: return "barrier";
+    case CollectiveKind::kAllgather: return "allgather";
+  }
+  return "unknown";
+}
+
+int64_t MonotonicNowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+Status CreateProgressFile(const std::string& path, int rank) {
+  ::unlink(path.c_str());  // a stale record from an earlier generation must not be read as live
+  HF_ASSIGN_OR_RETURN(void* map, MapFile(path, /*writable=*/true, /*create=*/true, rank));
+  munmap(map, kSize);
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<ProgressReader>> ProgressReader::Open(const std::string& path) {
+  HF_ASSIGN_OR_RETURN(void* map, MapFile(path, /*writable=*/false, /*create=*/false, 0));
+  return std::unique_ptr<ProgressReader>(new ProgressReader(map, kSize));
+}
+
+ProgressReader::~ProgressReader() { munmap(map_, size_); }
+
+ProgressSnapshot ProgressReader::Read() const {
+  ProgressSnapshot snap;
+  const auto* rec = static_cast<const ProgressRecordLayout*>(map_);
+  if (LoadAcquire(&rec->magic) != kProgressMagic || rec->version != kProgressVersion) return snap;
+  snap.valid = true;
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const uint64_t before = LoadAcquire(&rec->seq);
+    if (before % 2 == 1) continue;
+    std::memcpy(&snap.record, rec, kSize);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (LoadAcquire(&rec->seq) == before) return snap;
+  }
+  // The writer is frozen mid-update (SIGSTOP, a debugger, dead): report what is there.
+  std::memcpy(&snap.record, rec, kSize);
+  snap.torn = true;
+  return snap;
+}
+
+Result<std::unique_ptr<ProgressWriter>> ProgressWriter::Open(const std::string& path, int rank) {
+  HF_ASSIGN_OR_RETURN(void* map, MapFile(path, /*writable=*/true, /*create=*/true, rank));
+  auto* rec = static_cast<ProgressRecordLayout*>(map);
+  rec->pid = static_cast<int32_t>(getpid());
+  rec->rank = rank;
+  return std::unique_ptr<ProgressWriter>(new ProgressWriter(map));
+}
+
+ProgressWriter::~ProgressWriter() { munmap(rec_, kSize); }
+
+void ProgressWriter::Begin() {
+  StoreRelease(&rec_->seq, rec_->seq + 1);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+void ProgressWriter::End() {
+  rec_->heartbeat_ns = MonotonicNowNs();
+  StoreRelease(&rec_->seq, rec_->seq + 1);
+}
+
+void ProgressWriter::SetPhase(Phase phase) {
+  Begin();
+  rec_->phase = static_cast<uint32_t>(phase);
+  rec_->phase_started_ns = MonotonicNowNs();
+  End();
+}
+
+void ProgressWriter::BeginStep() {
+  Begin();
+  const int64_t now = MonotonicNowNs();
+  rec_->phase = static_cast<uint32_t>(Phase::kData);
+  rec_->phase_started_ns = now;
+  rec_->step_started_ns = now;
+  End();
+}
+
+void ProgressWriter::EndStep(int64_t completed) {
+  Begin();
+  const int64_t now = MonotonicNowNs();
+  rec_->step = completed;
+  if (rec_->step_started_ns != 0) rec_->last_step_ns = now - rec_->step_started_ns;
+  End();
+}
+
+uint64_t ProgressWriter::IssueCollective(CollectiveKind kind, uint64_t bytes) {
+  Begin();
+  const uint64_t seq = ++rec_->collectives_issued;
+  CollectiveEntry& e = rec_->ring[rec_->ring_head % kProgressRingSize];
+  e.seq = seq;
+  e.kind = static_cast<uint32_t>(kind);
+  e.bytes = bytes;
+  e.issued_ns = MonotonicNowNs();
+  e.completed_ns = 0;
+  rec_->ring_head += 1;
+  End();
+  return seq;
+}
+
+void ProgressWriter::WaitCollective(uint64_t seq, CollectiveKind kind) {
+  Begin();
+  rec_->phase = static_cast<uint32_t>(Phase::kCollective);
+  rec_->phase_started_ns = MonotonicNowNs();
+  rec_->waiting_on = seq;
+  rec_->collective_kind = static_cast<uint32_t>(kind);
+  End();
+}
+
+void ProgressWriter::CollectiveDone(uint64_t seq) {
+  Begin();
+  if (seq > rec_->collectives_done) rec_->collectives_done = seq;
+  if (rec_->waiting_on == seq) rec_->waiting_on = 0;
+  for (CollectiveEntry& e : rec_->ring) {
+    if (e.seq == seq) e.completed_ns = MonotonicNowNs();
+  }
+  End();
+}
+
+void ProgressWriter::SetCheckpointStep(int64_t step) {
+  Begin();
+  rec_->checkpoint_step = step;
+  End();
+}
+
+}  // namespace holdfast

@@ -1,0 +1,140 @@
+// ProgressRecord: what a rank is doing, in shared memory, for its supervisor.
+//
+// One fixed-size record per rank in a file (normally under /dev/shm) that the
+// supervisor creates before it launches the rank and maps read-only; the rank
+// maps it read-write and updates it at every phase change. The rank never
+// blocks and makes no system call to update it (clock_gettime(CLOCK_MONOTONIC)
+// is served by the vDSO), and the supervisor can read it while the rank is
+// frozen, stopped or dead. The layout is fixed and little-endian, with
+// explicit offsets (docs/progress-record.md), so that a Python job (PyTorch
+// FSDP, DeepSpeed, Megatron-LM) can write the same record through a small
+// module.
+//
+// Consistency: a sequence lock. The writer makes `seq` odd, updates the
+// fields, makes it even. Readers retry while `seq` is odd or changed; a writer
+// frozen mid-update is reported as such (ProgressSnapshot::torn).
+//
+// Thread-safety: exactly one writer thread per record (the rank's training
+// thread); any number of readers in any process.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace holdfast {
+
+// What the rank is doing. Values are part of the on-disk layout.
+enum class Phase : uint32_t {
+  kStarting = 0,    // process up, not yet training (model build, rendezvous, restore)
+  kData = 1,        // fetching the next batch
+  kForward = 2,
+  kBackward = 3,    // (bucketed allreduces may be issued meanwhile)
+  kCollective = 4,  // blocked waiting for a collective to finish
+  kOptimizer = 5,
+  kCheckpoint = 6,  // staging or committing a checkpoint
+  kEval = 7,
+  kDone = 8,        // finished training, exiting
+};
+const char* PhaseName(Phase phase);
+
+enum class CollectiveKind : uint32_t { kNone = 0, kAllreduce = 1, kBroadcast = 2, kBarrier = 3, kAllgather = 4 };
+const char* CollectiveKindName(CollectiveKind kind);
+
+inline constexpr uint64_t kProgressMagic = 0x31474F5250464C48ULL;  // "HLFPROG1"
+inline constexpr uint32_t kProgressVersion = 1;
+inline constexpr int kProgressRingSize = 16;
+
+// One collective in the ring of recent ones.
+struct CollectiveEntry {
+  uint64_t seq;         // 1-based sequence number of the collective on this rank
+  uint32_t kind;        // CollectiveKind
+  uint32_t reserved;
+  uint64_t bytes;
+  int64_t issued_ns;    // CLOCK_MONOTONIC
+  int64_t completed_ns; // 0 while not known complete
+};
+static_assert(sizeof(CollectiveEntry) == 40);
+
+// The shared layout. Every field is naturally aligned; offsets are pinned below.
+struct ProgressRecordLayout {
+  uint64_t magic;               // 0
+  uint32_t version;             // 8
+  uint32_t size;                // 12: sizeof(ProgressRecordLayout)
+  int32_t rank;                 // 16
+  int32_t pid;                  // 20
+  uint64_t seq;                 // 24: sequence lock (odd = update in progress)
+  int64_t step;                 // 32: completed optimiser steps
+  uint32_t phase;               // 40: Phase
+  uint32_t collective_kind;     // 44: kind of the collective waited on (kCollective)
+  uint64_t collectives_issued;  // 48: collectives this rank has entered (issued)
+  uint64_t collectives_done;    // 56: collectives it knows finished
+  uint64_t waiting_on;          // 64: seq of the collective being waited on (0 = none)
+  int64_t phase_started_ns;     // 72
+  int64_t step_started_ns;      // 80
+  int64_t heartbeat_ns;         // 88: last update
+  int64_t last_step_ns;         // 96: duration of the last completed step
+  int64_t checkpoint_step;      // 104: newest checkpoint this rank saw committed (-1 none)
+  uint64_t ring_head;           // 112: entries written so far (ring index = (head-1) % size)
+  CollectiveEntry ring[kProgressRingSize];  // 120
+};
+static_assert(offsetof(ProgressRecordLayout, seq) == 24);
+static_assert(offsetof(ProgressRecordLayout, ring) == 120);
+static_assert(sizeof(ProgressRecordLayout) == 120 + 40 * kProgressRingSize);
+
+// A consistent copy of a record, as a reader sees it.
+struct ProgressSnapshot {
+  bool valid = false;  // the file holds an initialised record of the right version
+  bool torn = false;   // the writer stopped mid-update; fields may be mixed
+  ProgressRecordLayout record{};
+  Phase phase() const { return static_cast<Phase>(record.phase); }
+};
+
+int64_t MonotonicNowNs();
+
+// Creates (or truncates) the record file for `rank`, zeroed and initialised,
+// mode 0600. The supervisor does this before launching the rank.
+Status CreateProgressFile(const std::string& path, int rank);
+
+// Read side: maps the file read-only. Safe against a writer in another process.
+class ProgressReader {
+ public:
+  static Result<std::unique_ptr<ProgressReader>> Open(const std::string& path);
+  ~ProgressReader();
+  ProgressSnapshot Read() const;
+
+ private:
+  ProgressReader(void* map, size_t size) : map_(map), size_(size) {}
+  void* map_;  // owned mapping
+  size_t size_;
+};
+
+// Write side, for the rank. All methods are cheap: stores and a vDSO clock read.
+class ProgressWriter {
+ public:
+  // Maps the file created by the supervisor (or creates it when missing).
+  static Result<std::unique_ptr<ProgressWriter>> Open(const std::string& path, int rank);
+  ~ProgressWriter();
+
+  void SetPhase(Phase phase);
+  void BeginStep();                 // phase kData, step timer starts
+  void EndStep(int64_t completed);  // step = completed, last step duration recorded
+  // A collective was issued (entered); returns its sequence number.
+  uint64_t IssueCollective(CollectiveKind kind, uint64_t bytes);
+  // The rank blocks until collective `seq` is done (phase kCollective).
+  void WaitCollective(uint64_t seq, CollectiveKind kind);
+  void CollectiveDone(uint64_t seq);
+  void SetCheckpointStep(int64_t step);
+
+ private:
+  explicit ProgressWriter(void* map) : rec_(static_cast<ProgressRecordLayout*>(map)) {}
+  void Begin();
+  void End();
+  ProgressRecordLayout* rec_;  // owned mapping
+};
+
+}  // namespace holdfast

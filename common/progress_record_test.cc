@@ -1,0 +1,98 @@
+#include "common/progress_record.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+namespace holdfast {
+namespace {
+
+std::string TempPath(const char* tag) {
+  return (std::filesystem::temp_directory_path() / (std::string("hf_progress_") + tag + "_" + std::to_string(getpid())))
+      .string();
+}
+
+TEST(ProgressRecordTest, ReaderSeesWhatAnotherProcessWrote) {
+  const std::string path = TempPath("xproc");
+  ASSERT_TRUE(CreateProgressFile(path, 3).ok());
+  auto reader = ProgressReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  ProgressSnapshot fresh = (*reader)->Read();
+  EXPECT_TRUE(fresh.valid);
+  EXPECT_EQ(fresh.phase(), Phase::kStarting);
+  EXPECT_EQ(fresh.record.rank, 3);
+  EXPECT_EQ(fresh.record.checkpoint_step, -1);
+
+  pid_t child = fork();
+  if (child == 0) {
+    auto w = ProgressWriter::Open(path, 3);
+    if (!w.ok()) _exit(1);
+    (*w)->BeginStep();
+    const uint64_t a = (*w)->IssueCollective(CollectiveKind::kAllreduce, 4096);
+    (*w)->WaitCollective(a, CollectiveKind::kAllreduce);
+    (*w)->CollectiveDone(a);
+    (*w)->EndStep(1);
+    (*w)->BeginStep();
+    const uint64_t b = (*w)->IssueCollective(CollectiveKind::kAllreduce, 8192);
+    (*w)->WaitCollective(b, CollectiveKind::kAllreduce);
+    _exit(0);  // dies waiting in collective #2
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  ProgressSnapshot s = (*reader)->Read();
+  ASSERT_TRUE(s.valid);
+  EXPECT_FALSE(s.torn);
+  EXPECT_EQ(s.record.pid, child);
+  EXPECT_EQ(s.record.step, 1);
+  EXPECT_EQ(s.phase(), Phase::kCollective);
+  EXPECT_EQ(s.record.waiting_on, 2u);
+  EXPECT_EQ(s.record.collectives_issued, 2u);
+  EXPECT_EQ(s.record.collectives_done, 1u);
+  EXPECT_EQ(s.record.ring_head, 2u);
+  EXPECT_EQ(s.record.ring[1].bytes, 8192u);
+  EXPECT_EQ(s.record.ring[1].completed_ns, 0);
+  EXPECT_GT(s.record.ring[0].completed_ns, 0);
+  std::remove(path.c_str());
+}
+
+TEST(ProgressRecordTest, WriterFrozenMidUpdateIsReportedTorn) {
+  const std::string path = TempPath("torn");
+  auto w = ProgressWriter::Open(path, 0);
+  ASSERT_TRUE(w.ok());
+  (*w)->EndStep(7);
+  auto reader = ProgressReader::Open(path);
+  ASSERT_TRUE(reader.ok());
+  // Simulate a writer stopped between the two halves of the sequence lock.
+  {
+    FILE* f = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    uint64_t odd = 101;
+    std::fseek(f, offsetof(ProgressRecordLayout, seq), SEEK_SET);
+    std::fwrite(&odd, sizeof(odd), 1, f);
+    std::fclose(f);
+  }
+  ProgressSnapshot s = (*reader)->Read();
+  EXPECT_TRUE(s.valid);
+  EXPECT_TRUE(s.torn);
+  EXPECT_EQ(s.record.step, 7);
+  std::remove(path.c_str());
+}
+
+TEST(ProgressRecordTest, MissingOrForeignFileIsAnError) {
+  EXPECT_EQ(ProgressReader::Open(TempPath("missing")).status().code(), StatusCode::kNotFound);
+  const std::string path = TempPath("small");
+  FILE* f = std::fopen(path.c_str(), "wb");
+  std::fputs("not a record", f);
+  std::fclose(f);
+  EXPECT_EQ(ProgressReader::Open(path).status().code(), StatusCode::kInvalidArgument);
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace holdfast

@@ -1,0 +1,177 @@
+// Control protocol v1: how `runctl` (and tests) talk to a running holdfastd.
+//
+// The daemon listens on a Unix stream socket, RUN_DIR/holdfastd.sock. Each
+// message is one JSON object on one line ('\n'-terminated), at most
+// kMaxControlMessageBytes including the newline. A client sends a request,
+//   {"v":1,"id":7,"op":"status","args":{}}
+// and the daemon answers with the same id:
+//   {"v":1,"id":7,"ok":true,"result":{...}}
+//   {"v":1,"id":7,"ok":false,"error":{"code":"FailedPrecondition","message":"..."}}
+// (id 0 when the request was too broken to carry one). Only the run's owner
+// and root may act: the daemon reads the peer's uid (ReadPeerCredentials) and
+// checks it (CheckPeerAllowed) before it looks at the request. The full
+// description, with the "status" result's fields, is docs/control-protocol.md.
+//
+// This header keeps nlohmann/json out: JSON payloads travel as serialized
+// text (args_json, result_json), so the daemon includes it cheaply.
+//
+// Thread-safety: everything here is a pure function of its arguments, except
+// CallDaemon, which owns one connection per call; all may be called from any
+// thread at once.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace holdfast {
+
+inline constexpr int kControlProtocolVersion = 1;
+// One message, newline included.
+inline constexpr size_t kMaxControlMessageBytes = 64 * 1024;
+// Nesting deeper than this inside a message is rejected (keeps every walk of
+// a parsed message's tree shallow).
+inline constexpr int kMaxControlJsonDepth = 32;
+inline constexpr char kControlSocketName[] = "holdfastd.sock";
+
+// The operations of v1.
+namespace control_op {
+inline constexpr char kPing[] = "ping";              // -> {}
+inline constexpr char kStatus[] = "status";          // -> RunStatus (EncodeStatusResult)
+inline constexpr char kCheckpoint[] = "checkpoint";  // -> {"requested_at_step":N}
+inline constexpr char kStop[] = "stop";              // -> {"stopping":true}
+inline constexpr char kHealth[] = "health";          // -> the daemon's latest health results
+}  // namespace control_op
+// "ping, status, checkpoint, stop, health"
+const std::vector<std::string>& ControlOps();
+bool IsControlOp(std::string_view op);
+
+// RUN_DIR/holdfastd.sock
+std::string ControlSocketPath(const std::string& run_dir);
+
+// The error codes a response may carry. Status has no "permission denied",
+// so the daemon names it explicitly (see CheckPeerAllowed).
+enum class ControlErrorCode {
+  kInvalidArgument,
+  kPermissionDenied,
+  kUnavailable,
+  kFailedPrecondition,
+  kInternal,
+};
+const char* ControlErrorCodeName(ControlErrorCode code);  // "PermissionDenied"
+// InvalidArgument -> kInvalidArgument; Unavailable, Timeout -> kUnavailable;
+// FailedPrecondition, NotFound, ResourceExhausted -> kFailedPrecondition;
+// everything else -> kInternal.
+ControlErrorCode ControlErrorCodeFor(const Status& status);
+
+struct ControlRequest {
+  uint64_t id = 0;
+  std::string op;                 // one of control_op::*
+  std::string args_json = "{}";   // a serialized JSON object
+};
+
+struct ControlResponse {
+  uint64_t id = 0;
+  bool ok = false;
+  std::string result_json;  // ok: a serialized JSON object
+  std::string error_code;   // !ok: the wire code, e.g. "PermissionDenied"
+  // !ok: the daemon's message, as a Status (PermissionDenied arrives as
+  // kFailedPrecondition, an unknown code as kInternal). OK when ok.
+  Status error;
+};
+
+// Requests. Any malformed line is kInvalidArgument saying what is wrong; the
+// line may end in one '\n'. Never throws.
+Result<ControlRequest> ParseControlRequest(std::string_view line);
+// One line, '\n' included. An args_json that is not a JSON object is a
+// programming error (HF_CHECK).
+std::string EncodeRequest(const ControlRequest& request);
+
+// Responses, each one line with its '\n'. A result_json that is not a JSON
+// object is a programming error (HF_CHECK).
+std::string EncodeOkResponse(uint64_t id, const std::string& result_json);
+// The code comes from ControlErrorCodeFor(error); error must not be OK.
+std::string EncodeErrorResponse(uint64_t id, const Status& error);
+std::string EncodeErrorResponse(uint64_t id, ControlErrorCode code, std::string_view message);
+Result<ControlResponse> ParseControlResponse(std::string_view line);
+
+// ---- peer credentials ----
+struct PeerCredentials {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+// SO_PEERCRED of a connected Unix socket (`fd` stays the caller's).
+Result<PeerCredentials> ReadPeerCredentials(int fd);
+// OK when peer is the owner or root; otherwise kFailedPrecondition whose
+// message says who may act. The daemon answers a refusal with
+// EncodeErrorResponse(id, ControlErrorCode::kPermissionDenied, status.message()).
+Status CheckPeerAllowed(uid_t peer, uid_t owner);
+
+// ---- client ----
+// Connects to socket_path, sends `request`, waits for the reply line, closes.
+// The whole exchange is bounded by `timeout`. kUnavailable "no daemon is
+// listening on PATH" when the socket is missing or refuses; kUnavailable when
+// the daemon hangs up before a whole reply; kTimeout when it does not answer
+// in time; kInvalidArgument for a reply that breaks the protocol. A reply with
+// ok=false is a successful call: look at response.ok.
+Result<ControlResponse> CallDaemon(const std::string& socket_path, const ControlRequest& request,
+                                   std::chrono::milliseconds timeout);
+
+// ---- the "status" result ----
+// The daemon fills a RunStatus and sends EncodeStatusResult; runctl parses it
+// back, so both sides share the keys. Optional fields travel as null.
+struct RankStatus {
+  int rank = 0;
+  int64_t pid = 0;
+  std::string state;   // "running", "exited", "hung", ...
+  int64_t step = 0;
+  std::string phase;   // PhaseName(), e.g. "collective"
+  double heartbeat_age_s = 0;
+  std::optional<double> last_step_ms;     // unset before the first step
+  std::optional<uint64_t> waiting_on;     // seq of the collective it waits in
+  uint64_t collectives_issued = 0;
+};
+
+struct NodeStatus {
+  int node = 0;
+  std::vector<RankStatus> ranks;
+};
+
+struct IncidentSummary {
+  std::string kind;  // event_kind::*
+  std::string summary;
+  int64_t at_ms = 0;
+  std::string action;
+  std::string runbook;  // "runbooks/hang.md"
+};
+
+struct RunStatus {
+  std::string run_id;
+  std::string name;
+  std::string state;
+  int attempt = 0;
+  int generation = 0;
+  int64_t step = 0;
+  int world_size = 0;
+  int restarts_used = 0;
+  int restart_budget = 0;
+  std::optional<int64_t> last_checkpoint_step;
+  double uptime_s = 0;
+  std::vector<NodeStatus> nodes;
+  std::optional<IncidentSummary> last_incident;
+};
+
+std::string EncodeStatusResult(const RunStatus& status);  // a JSON object, no newline
+// kInvalidArgument names the missing or mistyped field.
+Result<RunStatus> ParseStatusResult(std::string_view result_json);
+
+}  // namespace holdfast

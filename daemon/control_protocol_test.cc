@@ -1,0 +1,434 @@
+#include "daemon/control_protocol.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+namespace holdfast {
+namespace {
+
+using json = nlohmann::json;
+using std::chrono::milliseconds;
+
+ControlRequest Req(uint64_t id, std::string op, std::string args = "{}") {
+  ControlRequest r;
+  r.id = id;
+  r.op = std::move(op);
+  r.args_json = std::move(args);
+  return r;
+}
+
+// Expects kInvalidArgument whose message contains `needle`.
+void ExpectBadRequest(const std::string& line, const std::string& needle) {
+  Result<ControlRequest> r = ParseControlRequest(line);
+  ASSERT_FALSE(r.ok()) << line;
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(needle), std::string::npos)
+      << "message '" << r.status().message() << "' lacks '" << needle << "'";
+}
+
+TEST(ControlProtocolTest, RequestRoundTrip) {
+  std::string line = EncodeRequest(Req(42, "checkpoint", R"({"reason":"operator","n":[1,2]})"));
+  ASSERT_EQ(line.back(), '\n');
+  EXPECT_EQ(line.find('\n'), line.size() - 1);
+  Result<ControlRequest> r = ParseControlRequest(line);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->id, 42u);
+  EXPECT_EQ(r->op, "checkpoint");
+  EXPECT_EQ(json::parse(r->args_json), json::parse(R"({"reason":"operator","n":[1,2]})"));
+  // Every op of v1 is accepted; a missing args is {}; a line without '\n' is fine too.
+  for (const std::string& op : ControlOps()) {
+    Result<ControlRequest> p =
+        ParseControlRequest(R"({"v":1,"id":18446744073709551615,"op":")" + op + R"("})");
+    ASSERT_TRUE(p.ok()) << op << ": " << p.status().ToString();
+    EXPECT_EQ(p->id, 18446744073709551615ull);
+    EXPECT_EQ(p->args_json, "{}");
+  }
+}
+
+TEST(ControlProtocolTest, ResponseRoundTrips) {
+  Result<ControlResponse> ok = ParseControlResponse(EncodeOkResponse(7, R"({"requested_at_step":120})"));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ok->ok);
+  EXPECT_EQ(ok->id, 7u);
+  EXPECT_EQ(json::parse(ok->result_json)["requested_at_step"], 120);
+
+  Result<ControlResponse> err =
+      ParseControlResponse(EncodeErrorResponse(8, FailedPreconditionError("no checkpoint yet")));
+  ASSERT_TRUE(err.ok()) << err.status().ToString();
+  EXPECT_FALSE(err->ok);
+  EXPECT_EQ(err->id, 8u);
+  EXPECT_EQ(err->error_code, "FailedPrecondition");
+  EXPECT_EQ(err->error.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(err->error.message(), "no checkpoint yet");
+
+  Result<ControlResponse> denied = ParseControlResponse(
+      EncodeErrorResponse(0, ControlErrorCode::kPermissionDenied, "uid 1001 may not act"));
+  ASSERT_TRUE(denied.ok());
+  EXPECT_EQ(denied->error_code, "PermissionDenied");
+  EXPECT_EQ(denied->id, 0u);
+
+  // The wire shape is exactly what docs/control-protocol.md shows.
+  json wire = json::parse(EncodeErrorResponse(3, InvalidArgumentError("bad")));
+  EXPECT_EQ(wire, json::parse(
+                      R"({"v":1,"id":3,"ok":false,"error":{"code":"InvalidArgument","message":"bad"}})"));
+  EXPECT_EQ(json::parse(EncodeRequest(Req(5, "ping"))),
+            json::parse(R"({"v":1,"id":5,"op":"ping","args":{}})"));
+}
+
+TEST(ControlProtocolTest, StatusCodesMapToWireCodes) {
+  EXPECT_STREQ(ControlErrorCodeName(ControlErrorCodeFor(TimeoutError("x"))), "Unavailable");
+  EXPECT_STREQ(ControlErrorCodeName(ControlErrorCodeFor(NotFoundError("x"))), "FailedPrecondition");
+  EXPECT_STREQ(ControlErrorCodeName(ControlErrorCodeFor(IoError("x"))), "Internal");
+  EXPECT_STREQ(ControlErrorCodeName(ControlErrorCodeFor(InvalidArgumentError("x"))),
+               "InvalidArgument");
+}
+
+TEST(ControlProtocolTest, MalformedRequestsSayWhatIsWrong) {
+  ExpectBadRequest("status please", "not JSON");
+  ExpectBadRequest("{\"v\":1,", "not JSON");
+  ExpectBadRequest("", "empty");
+  ExpectBadRequest("[1,2]", "must be a JSON object, got array");
+  ExpectBadRequest("17", "must be a JSON object, got number");
+  ExpectBadRequest(R"({"id":1,"op":"ping"})", "supported protocol versions: 1");
+  ExpectBadRequest(R"({"v":2,"id":1,"op":"ping"})", "protocol version 2; supported protocol versions: 1");
+  ExpectBadRequest(R"({"v":"1","id":1,"op":"ping"})", "supported protocol versions: 1");
+  ExpectBadRequest(R"({"v":1,"id":1,"op":"reboot"})",
+                   "unknown op \"reboot\"; the ops are: ping, status, checkpoint, stop, health");
+  ExpectBadRequest(R"({"v":1,"id":1})", "one of: ping, status, checkpoint, stop, health");
+  ExpectBadRequest(R"({"v":1,"id":1,"op":7})", "\"op\" as a string");
+  ExpectBadRequest(R"({"v":1,"op":"ping"})", "no \"id\"");
+  ExpectBadRequest(R"({"v":1,"id":-1,"op":"ping"})", "unsigned integer, got -1");
+  ExpectBadRequest(R"({"v":1,"id":1.5,"op":"ping"})", "unsigned integer, got 1.5");
+  ExpectBadRequest(R"({"v":1,"id":"1","op":"ping"})", "unsigned integer");
+  ExpectBadRequest(R"({"v":1,"id":1,"op":"ping","args":[]})", "\"args\" must be a JSON object, got array");
+  ExpectBadRequest(R"({"v":1,"id":1,"op":"ping","args":null})", "got null");
+  ExpectBadRequest("{\"v\":1,\n\"id\":1,\"op\":\"ping\"}", "one line");
+  ExpectBadRequest(R"({"v":1,"id":1,"op":"ping","args":)" + std::string(40, '[') +
+                       std::string(40, ']') + "}",
+                   "nests deeper than 32");
+}
+
+TEST(ControlProtocolTest, EveryTruncationOfAValidRequestIsRejectedCleanly) {
+  std::string line = EncodeRequest(Req(9, "status", R"({"verbose":true,"x":"\u00e9"})"));
+  line.pop_back();
+  for (size_t n = 0; n < line.size(); ++n) {
+    Result<ControlRequest> r = ParseControlRequest(line.substr(0, n));
+    EXPECT_FALSE(r.ok()) << line.substr(0, n);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_FALSE(ParseControlResponse(line.substr(0, n)).ok());
+  }
+  // Invalid UTF-8 and NUL bytes are errors, not crashes.
+  EXPECT_FALSE(ParseControlRequest(std::string("{\"v\":1,\"id\":1,\"op\":\"\xff\"}")).ok());
+  EXPECT_FALSE(ParseControlRequest(std::string("{\"v\":1\0}", 8)).ok());
+}
+
+TEST(ControlProtocolTest, SizeLimitIsInclusiveOfTheNewline) {
+  // Pad args so that the encoded line (with '\n') is exactly the limit.
+  std::string base = EncodeRequest(Req(1, "ping", R"({"pad":""})"));
+  std::string pad(kMaxControlMessageBytes - base.size(), 'x');
+  std::string at_limit = EncodeRequest(Req(1, "ping", R"({"pad":")" + pad + R"("})"));
+  ASSERT_EQ(at_limit.size(), kMaxControlMessageBytes);
+  Result<ControlRequest> r = ParseControlRequest(at_limit);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(json::parse(r->args_json)["pad"].get<std::string>().size(), pad.size());
+  // Without its newline it is the same message.
+  EXPECT_TRUE(ParseControlRequest(std::string_view(at_limit).substr(0, at_limit.size() - 1)).ok());
+
+  std::string over = EncodeRequest(Req(1, "ping", R"({"pad":")" + pad + R"(x"})"));
+  ASSERT_EQ(over.size(), kMaxControlMessageBytes + 1);
+  ExpectBadRequest(over, "65537 bytes with its newline; the limit is 65536");
+}
+
+TEST(ControlProtocolTest, MalformedResponsesAreRejected) {
+  for (const char* bad : {
+           R"({"v":1,"id":1})",
+           R"({"v":1,"id":1,"ok":"yes","result":{}})",
+           R"({"v":1,"id":1,"ok":true})",
+           R"({"v":1,"id":1,"ok":true,"result":[]})",
+           R"({"v":1,"id":1,"ok":false})",
+           R"({"v":1,"id":1,"ok":false,"error":{"code":"Internal"}})",
+           R"({"v":3,"id":1,"ok":true,"result":{}})",
+       }) {
+    Result<ControlResponse> r = ParseControlResponse(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+RunStatus SampleStatus() {
+  RunStatus s;
+  s.run_id = "r-20250101-abcd";
+  s.name = "gpt-small";
+  s.state = "running";
+  s.attempt = 2;
+  s.generation = 1;
+  s.step = 1234;
+  s.world_size = 2;
+  s.restarts_used = 1;
+  s.restart_budget = 5;
+  s.last_checkpoint_step = 1200;
+  s.uptime_s = 61.5;
+  NodeStatus node;
+  node.node = 0;
+  RankStatus r0;
+  r0.rank = 0;
+  r0.pid = 4242;
+  r0.state = "running";
+  r0.step = 1234;
+  r0.phase = "collective";
+  r0.heartbeat_age_s = 0.25;
+  r0.last_step_ms = 812.5;
+  r0.waiting_on = 9001;
+  r0.collectives_issued = 9001;
+  RankStatus r1 = r0;
+  r1.rank = 1;
+  r1.pid = 4243;
+  r1.phase = "forward";
+  r1.waiting_on.reset();
+  r1.last_step_ms.reset();
+  node.ranks = {r0, r1};
+  s.nodes.push_back(node);
+  s.last_incident = IncidentSummary{"hang", "rank 1 stuck", 1700000000000, "restarted", "runbooks/hang.md"};
+  return s;
+}
+
+TEST(ControlProtocolTest, StatusResultRoundTrip) {
+  RunStatus s = SampleStatus();
+  std::string text = EncodeStatusResult(s);
+  json j = json::parse(text);
+  EXPECT_EQ(j["nodes"][0]["ranks"][0]["waiting_on"], 9001);
+  EXPECT_TRUE(j["nodes"][0]["ranks"][1]["waiting_on"].is_null());
+  EXPECT_EQ(j["last_incident"]["runbook"], "runbooks/hang.md");
+  Result<RunStatus> back = ParseStatusResult(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(EncodeStatusResult(*back), text);
+  EXPECT_EQ(back->nodes[0].ranks[1].phase, "forward");
+  EXPECT_FALSE(back->nodes[0].ranks[1].waiting_on.has_value());
+
+  s.last_incident.reset();
+  s.last_checkpoint_step.reset();
+  j = json::parse(EncodeStatusResult(s));
+  EXPECT_TRUE(j["last_incident"].is_null());
+  EXPECT_TRUE(j["last_checkpoint_step"].is_null());
+
+  j = json::parse(text);
+  j["nodes"][0]["ranks"][1].erase("pid");
+  Result<RunStatus> bad = ParseStatusResult(j.dump());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("nodes[0].ranks[1]: missing \"pid\""), std::string::npos)
+      << bad.status().message();
+}
+
+TEST(ControlProtocolTest, PeerCredentials) {
+  EXPECT_TRUE(CheckPeerAllowed(1000, 1000).ok());
+  EXPECT_TRUE(CheckPeerAllowed(0, 1000).ok());
+  Status denied = CheckPeerAllowed(1001, 1000);
+  EXPECT_FALSE(denied.ok());
+  EXPECT_NE(denied.message().find("uid 1001"), std::string::npos);
+  EXPECT_NE(denied.message().find("owner (uid 1000)"), std::string::npos);
+
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  Result<PeerCredentials> cred = ReadPeerCredentials(sv[0]);
+  ASSERT_TRUE(cred.ok()) << cred.status().ToString();
+  EXPECT_EQ(cred->uid, getuid());
+  EXPECT_EQ(cred->pid, getpid());
+  close(sv[0]);
+  close(sv[1]);
+  EXPECT_FALSE(ReadPeerCredentials(-1).ok());
+}
+
+// ---- CallDaemon against a one-connection server on a thread ----
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/hfctl-XXXXXX";
+    HF_CHECK(mkdtemp(tmpl) != nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+int Listen(const std::string& path, bool listen_too = true) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  HF_CHECK(fd >= 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  HF_CHECK(path.size() < sizeof(addr.sun_path));
+  memcpy(addr.sun_path, path.c_str(), path.size());
+  HF_CHECK(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  if (listen_too) HF_CHECK(listen(fd, 4) == 0);
+  return fd;
+}
+
+std::string ReadLine(int fd) {
+  std::string line;
+  char c;
+  while (recv(fd, &c, 1, 0) == 1) {
+    line += c;
+    if (c == '\n') break;
+  }
+  return line;
+}
+
+void SendAll(int fd, const std::string& s) {
+  HF_CHECK(send(fd, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size()));
+}
+
+// Accepts one connection and hands it to `handler`, which owns nothing.
+class OneShotServer {
+ public:
+  OneShotServer(const std::string& path, std::function<void(int)> handler)
+      : listen_fd_(Listen(path)), thread_([this, handler] {
+          int fd = accept(listen_fd_, nullptr, nullptr);
+          HF_CHECK(fd >= 0);
+          handler(fd);
+          close(fd);
+        }) {}
+  ~OneShotServer() {
+    thread_.join();
+    close(listen_fd_);
+  }
+
+ private:
+  int listen_fd_;
+  std::thread thread_;
+};
+
+TEST(CallDaemonTest, PingRoundTripOverARealSocket) {
+  TempDir dir;
+  std::string path = ControlSocketPath(dir.path());
+  std::string seen_op;
+  uid_t seen_uid = 12345;
+  {
+    OneShotServer server(path, [&](int fd) {
+      Result<PeerCredentials> cred = ReadPeerCredentials(fd);
+      HF_CHECK(cred.ok());
+      seen_uid = cred->uid;
+      Result<ControlRequest> req = ParseControlRequest(ReadLine(fd));
+      HF_CHECK(req.ok());
+      seen_op = req->op;
+      SendAll(fd, EncodeOkResponse(req->id, R"({"pong":true})"));
+    });
+    Result<ControlResponse> r = CallDaemon(path, Req(11, "ping"), milliseconds(10000));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->ok);
+    EXPECT_EQ(r->id, 11u);
+    EXPECT_EQ(json::parse(r->result_json)["pong"], true);
+  }
+  EXPECT_EQ(seen_op, "ping");
+  EXPECT_EQ(seen_uid, getuid());
+}
+
+TEST(CallDaemonTest, DaemonErrorIsAResponseNotAFailure) {
+  TempDir dir;
+  std::string path = ControlSocketPath(dir.path());
+  OneShotServer server(path, [&](int fd) {
+    ReadLine(fd);
+    SendAll(fd, EncodeErrorResponse(0, ControlErrorCode::kPermissionDenied, "uid 7 may not act"));
+  });
+  Result<ControlResponse> r = CallDaemon(path, Req(3, "stop"), milliseconds(10000));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->ok);
+  EXPECT_EQ(r->error_code, "PermissionDenied");
+  EXPECT_EQ(r->error.message(), "uid 7 may not act");
+}
+
+TEST(CallDaemonTest, MissingSocketIsUnavailable) {
+  TempDir dir;
+  std::string path = ControlSocketPath(dir.path());
+  Result<ControlResponse> r = CallDaemon(path, Req(1, "status"), milliseconds(1000));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("no daemon is listening on " + path), std::string::npos)
+      << r.status().message();
+}
+
+TEST(CallDaemonTest, StaleSocketThatRefusesIsUnavailable) {
+  TempDir dir;
+  std::string path = ControlSocketPath(dir.path());
+  int fd = Listen(path, /*listen_too=*/false);  // bound, never listening: connect is refused
+  Result<ControlResponse> r = CallDaemon(path, Req(1, "status"), milliseconds(1000));
+  close(fd);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("no daemon is listening on"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(CallDaemonTest, ServerClosingMidLineIsUnavailable) {
+  TempDir dir;
+  std::string path = ControlSocketPath(dir.path());
+  OneShotServer server(path, [&](int fd) {
+    ReadLine(fd);
+    SendAll(fd, R"({"v":1,"id":1,"ok":tr)");
+  });
+  Result<ControlResponse> r = CallDaemon(path, Req(1, "status"), milliseconds(10000));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("in the middle of its reply"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(CallDaemonTest, ServerClosingWithoutAnswerIsUnavailable) {
+  TempDir dir;
+  std::string path = ControlSocketPath(dir.path());
+  OneShotServer server(path, [&](int fd) { ReadLine(fd); });
+  Result<ControlResponse> r = CallDaemon(path, Req(1, "status"), milliseconds(10000));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("without answering"), std::string::npos);
+}
+
+TEST(CallDaemonTest, SilentServerTimesOut) {
+  TempDir dir;
+  std::string path = ControlSocketPath(dir.path());
+  // The server reads the request, then waits for the client to give up.
+  OneShotServer server(path, [&](int fd) {
+    ReadLine(fd);
+    char c;
+    while (recv(fd, &c, 1, 0) > 0) {
+    }
+  });
+  Result<ControlResponse> r = CallDaemon(path, Req(1, "status"), milliseconds(50));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(r.status().message().find("did not answer 'status'"), std::string::npos);
+}
+
+TEST(CallDaemonTest, ReplyForAnotherRequestIsRejected) {
+  TempDir dir;
+  std::string path = ControlSocketPath(dir.path());
+  OneShotServer server(path, [&](int fd) {
+    ReadLine(fd);
+    SendAll(fd, EncodeOkResponse(99, "{}"));
+  });
+  Result<ControlResponse> r = CallDaemon(path, Req(1, "ping"), milliseconds(10000));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("carries id 99, expected 1"), std::string::npos);
+}
+
+TEST(CallDaemonTest, TooLongSocketPathIsExplained) {
+  std::string path = "/tmp/" + std::string(200, 'd') + "/holdfastd.sock";
+  Result<ControlResponse> r = CallDaemon(path, Req(1, "ping"), milliseconds(100));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("shorter run directory"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace holdfast

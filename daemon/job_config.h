@@ -1,0 +1,52 @@
+// JobConfig: what holdfastd supervises and how (TOML, every key validated).
+//
+//   [job]        name, command (argv array), nproc (ranks per node), workdir, env table,
+//                checkpoint_dir (where the job's checkpoints go, for lineage)
+//   [supervise]  poll_ms, startup_timeout_s, hang_factor, hang_min_s,
+//                checkpoint_allowance_s, eval_allowance_s, restart_budget,
+//                backoff_initial_s, backoff_max_s, term_grace_s, progress_dir
+//   [lineage]    journal_mode (wal | delete | truncate)
+//
+// The launch contract is generic: the daemon supervises a command, which
+// reads its rank from HOLDFAST_RANK / RANK and reports progress through
+// HOLDFAST_PROGRESS_PATH (docs/progress-record.md). Plain data.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace holdfast {
+
+struct SuperviseConfig {
+  int poll_ms = 200;
+  double startup_timeout_s = 120;
+  double hang_factor = 5.0;        // hang = no step for hang_factor x p99 step time ...
+  double hang_min_s = 5.0;         // ... but never less than this
+  double checkpoint_allowance_s = 300;
+  double eval_allowance_s = 600;
+  int restart_budget = 3;          // restarts per attempt before giving up
+  double backoff_initial_s = 0.25; // delay before restart n: initial * 2^(n-1), capped
+  double backoff_max_s = 30;
+  double term_grace_s = 3;         // TERM, then KILL after this
+  std::string progress_dir = "/dev/shm";
+};
+
+struct JobConfig {
+  std::string name = "run";
+  std::vector<std::string> command;
+  int nproc = 1;
+  std::string workdir;  // "" = the daemon's working directory
+  std::map<std::string, std::string> env;
+  std::string checkpoint_dir;  // optional; relative to workdir
+  SuperviseConfig supervise;
+  std::string journal_mode = "wal";
+  std::string source;  // the file it came from
+  std::string text;    // the file's contents, recorded in lineage
+};
+
+Result<JobConfig> LoadJobConfig(const std::string& path);
+
+}  // namespace holdfast

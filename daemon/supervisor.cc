@@ -1,0 +1,741 @@
+#include "daemon/supervisor.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "checkpoint/checkpoint_loader.h"
+#include "common/progress_record.h"
+#include "common/tcp_store_server.h"
+#include "daemon/control_protocol.h"
+#include "daemon/exit_codes.h"
+#include "daemon/rank_process.h"
+#include "daemon/triage.h"
+#include "lineage/lineage_db.h"
+
+namespace holdfast {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Exit codes of a rank that change what the supervisor does (trainer/exit_codes.h).
+constexpr int kRankExitUsage = 2;
+constexpr int kRankExitPreempted = 75;
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A free TCP port on host for MASTER_PORT (a PyTorch job starts its own store there).
+uint16_t PickFreePort(asio::io_context& io, const std::string& host) {
+  boost::system::error_code ec;
+  asio::ip::tcp::acceptor a(io);
+  asio::ip::tcp::endpoint ep(asio::ip::make_address(host, ec), 0);
+  if (ec) return 0;
+  a.open(ep.protocol(), ec);
+  a.bind(ep, ec);
+  if (ec) return 0;
+  return a.local_endpoint(ec).port();
+}
+
+}  // namespace
+
+class Supervisor::Impl : public std::enable_shared_from_this<Supervisor::Impl> {
+ public:
+  enum class State { kIdle, kRunning, kStopping, kBackoff, kFinished };
+
+  Impl(asio::io_context* io, SupervisorOptions options)
+      : io_(*io),
+        opts_(std::move(options)),
+        job_(opts_.job),
+        signals_(io_, SIGCHLD, SIGTERM, SIGINT),
+        poll_timer_(io_),
+        kill_timer_(io_),
+        restart_timer_(io_),
+        control_(io_),
+        hang_(job_.supervise) {}
+
+  Status Start();
+  int exit_code() const { return exit_code_; }
+
+ private:
+  // ---- lifecycle ----
+  Status OpenRun();
+  Status LaunchGeneration();
+  void Tick();
+  void OnSignal(int sig);
+  void ReapChildren();
+  void OnRankExit(RankProcess* rank);
+  void HandleIncident(const Incident& incident, bool restartable);
+  void StopRanks(const std::string& why);
+  void AfterAllStopped();
+  void Finish(RunState state, const std::string& cause, int code);
+  void ArmPoll();
+  std::vector<RankView> Views() const;
+  int64_t NewestCommittedStep() const;
+  void RecordCheckpointsSeen();
+
+  // ---- control socket ----
+  Status StartControl();
+  void AcceptControl();
+  void ServeConnection(std::shared_ptr<asio::local::stream_protocol::socket> sock,
+                       std::shared_ptr<asio::streambuf> buf);
+  std::string Handle(const ControlRequest& req, uid_t peer_uid);
+  RunStatus BuildStatus() const;
+
+  asio::io_context& io_;
+  SupervisorOptions opts_;
+  const JobConfig& job_;
+  asio::signal_set signals_;
+  asio::steady_timer poll_timer_;
+  asio::steady_timer kill_timer_;
+  asio::steady_timer restart_timer_;
+  asio::local::stream_protocol::acceptor control_;
+  std::unique_ptr<AsioTcpStoreServer> store_;
+  std::unique_ptr<LineageDb> db_;
+  HangDetector hang_;
+
+  State state_ = State::kIdle;
+  std::string run_id_;
+  int attempt_ = 0;
+  int generation_ = -1;
+  int restarts_used_ = 0;
+  int64_t resume_step_env_ = -1;  // HOLDFAST_RESUME_FROM_STEP for the attempt's first generation
+  int64_t last_committed_step_ = -1;
+  int64_t last_recorded_step_ = -1;
+  Clock::time_point last_step_update_;
+  Clock::time_point started_;
+  std::vector<std::unique_ptr<RankProcess>> ranks_;
+  std::string stop_reason_;     // why ranks are being stopped
+  bool restart_after_stop_ = false;
+  bool user_stop_ = false;      // stop via signal or `runctl stop`
+  std::optional<IncidentSummary> last_incident_;
+  int exit_code_ = kDaemonExitOk;
+};
+
+Status Supervisor::Impl::Start() {
+  started_ = Clock::now();
+  std::error_code ec;
+  std::filesystem::create_directories(opts_.run_dir + "/logs", ec);
+  if (ec) return IoError("create " + opts_.run_dir + "/logs: " + ec.message());
+  std::filesystem::create_directories(job_.supervise.progress_dir, ec);
+  HF_RETURN_IF_ERROR(StartControl());
+  HF_RETURN_IF_ERROR(OpenRun());
+  auto store = AsioTcpStoreServer::Listen(&io_, opts_.store_host, 0);
+  if (!store.ok()) return store.status().WithContext("start the rendezvous store");
+  store_ = std::move(store).value();
+  signals_.async_wait([self = shared_from_this()](const boost::system::error_code& e, int sig) {
+    if (!e) self->OnSignal(sig);
+  });
+  HF_RETURN_IF_ERROR(LaunchGeneration());
+  ArmPoll();
+  return Status::Ok();
+}
+
+Status Supervisor::Impl::OpenRun() {
+  LineageOptions lo;
+  lo.journal_mode = job_.journal_mode == "delete"     ? JournalMode::kDelete
+                    : job_.journal_mode == "truncate" ? JournalMode::kTruncate
+                                                      : JournalMode::kWal;
+  HF_ASSIGN_OR_RETURN(db_, LineageDb::Open(opts_.run_dir + "/lineage.db", lo));
+  std::optional<RunRecord> existing;
+  std::string event_kind_for_attempt;
+  if (!opts_.resume_run.empty()) {
+    auto r = opts_.resume_run == "latest" ? db_->LatestRun() : db_->GetRun(opts_.resume_run);
+    if (!r.ok()) return r.status().WithContext("resume " + opts_.resume_run);
+    existing = *r;
+    event_kind_for_attempt = event_kind::kResume;
+  } else {
+    auto r = db_->LatestRun();
+    if (r.ok() && (r->state == RunState::kRunning || r->state == RunState::kPreempted)) {
+      // An unfinished run in this directory: this daemon continues it.
+      existing = *r;
+      event_kind_for_attempt = r->state == RunState::kRunning ? event_kind::kDaemonRestart : event_kind::kResume;
+    } else if (!r.ok() && r.status().code() != StatusCode::kNotFound) {
+      return r.status();
+    }
+  }
+  if (existing.has_value()) {
+    run_id_ = existing->run_id;
+  } else {
+    RunRecord run;
+    run.name = job_.name;
+    run.owner_uid = static_cast<int64_t>(getuid());
+    run.run_dir = std::filesystem::absolute(opts_.run_dir).string();
+    run.config_path = job_.source;
+    run.config_text = job_.text;
+    run.world_size = job_.nproc;
+    run.nodes = {"0"};
+    HF_ASSIGN_OR_RETURN(run_id_, db_->CreateRun(run));
+  }
+  last_committed_step_ = NewestCommittedStep();
+  AttemptStart as;
+  as.nodes = {"0"};
+  if (opts_.from_step >= 0) {
+    as.resumed_from_step = opts_.from_step;
+    resume_step_env_ = opts_.from_step;
+  } else if (last_committed_step_ >= 0 && existing.has_value()) {
+    as.resumed_from_step = last_committed_step_;
+  }
+  HF_ASSIGN_OR_RETURN(attempt_, db_->StartAttempt(run_id_, as));
+  if (existing.has_value()) {
+    EventRecord ev;
+    ev.run_id = run_id_;
+    ev.kind = event_kind_for_attempt;
+    ev.attempt = attempt_;
+    ev.node = "0";
+    const std::string from = as.resumed_from_step ? "step " + std::to_string(*as.resumed_from_step) : "the start";
+    ev.summary = event_kind_for_attempt == event_kind::kDaemonRestart
+                     ? "holdfastd restarted while the run was running (the previous daemon died); continuing"
+                     : "run resumed as a new attempt";
+    ev.action = "attempt " + std::to_string(attempt_) + " from " + from;
+    ev.runbook = event_kind_for_attempt == event_kind::kDaemonRestart ? "runbooks/crash.md" : "";
+    (void)db_->RecordEvent(ev);
+    if (existing->state != RunState::kRunning) (void)db_->EndRun(run_id_, RunState::kRunning, "");
+  }
+  spdlog::info("run {} attempt {} in {} ({} ranks: {})", run_id_, attempt_, opts_.run_dir, job_.nproc,
+               job_.command.front());
+  return Status::Ok();
+}
+
+int64_t Supervisor::Impl::NewestCommittedStep() const {
+  if (job_.checkpoint_dir.empty()) return last_committed_step_;
+  std::filesystem::path root(job_.checkpoint_dir);
+  if (root.is_relative() && !job_.workdir.empty()) root = std::filesystem::path(job_.workdir) / root;
+  CheckpointLoader loader(root.string());
+  auto steps = loader.ListSteps();
+  if (!steps.ok()) return last_committed_step_;
+  for (int64_t s : *steps) {
+    if (loader.ReadManifest(s).ok()) return s;
+  }
+  return last_committed_step_;
+}
+
+Status Supervisor::Impl::LaunchGeneration() {
+  ++generation_;
+  ranks_.clear();
+  const int world = job_.nproc;
+  const int64_t start_step = resume_step_env_ >= 0 ? resume_step_env_ : std::max<int64_t>(0, last_committed_step_);
+  auto gen = db_->StartGeneration(run_id_, attempt_, start_step);
+  if (!gen.ok()) spdlog::warn("lineage: {}", gen.status().ToString());
+  const uint16_t master_port = PickFreePort(io_, opts_.store_host);
+  const std::string store_addr = opts_.store_host + ":" + std::to_string(store_->port());
+  for (int r = 0; r < world; ++r) {
+    RankSpawn s;
+    s.rank = r;
+    s.argv = job_.command;
+    s.workdir = job_.workdir;
+    s.env = job_.env;
+    const std::string tag = run_id_ + "-a" + std::to_string(attempt_) + "-g" + std::to_string(generation_);
+    s.log_path = opts_.run_dir + "/logs/a" + std::to_string(attempt_) + "-g" + std::to_string(generation_) + "-rank" +
+                 std::to_string(r) + ".log";
+    s.progress_path = job_.supervise.progress_dir + "/holdfast-" + tag + "-r" + std::to_string(r) + ".rec";
+    s.env["HOLDFAST_RANK"] = std::to_string(r);
+    s.env["HOLDFAST_LOCAL_RANK"] = std::to_string(r);
+    s.env["HOLDFAST_WORLD_SIZE"] = std::to_string(world);
+    s.env["HOLDFAST_STORE_ADDR"] = store_addr;
+    s.env["HOLDFAST_GENERATION"] = std::to_string(generation_);
+    s.env["HOLDFAST_PROGRESS_PATH"] = s.progress_path;
+    s.env["HOLDFAST_RUN_ID"] = run_id_;
+    if (resume_step_env_ >= 0) s.env["HOLDFAST_RESUME_FROM_STEP"] = std::to_string(resume_step_env_);
+    // torchrun's contract, for PyTorch jobs.
+    s.env["RANK"] = std::to_string(r);
+    s.env["LOCAL_RANK"] = std::to_string(r);
+    s.env["WORLD_SIZE"] = std::to_string(world);
+    s.env["LOCAL_WORLD_SIZE"] = std::to_string(world);
+    s.env["MASTER_ADDR"] = opts_.store_host;
+    s.env["MASTER_PORT"] = std::to_string(master_port);
+    auto proc = RankProcess::Start(s);
+    if (!proc.ok()) {
+      StopRanks("a rank could not be started");
+      return proc.status().WithContext("start rank " + std::to_string(r));
+    }
+    ranks_.push_back(std::move(proc).value());
+  }
+  resume_step_env_ = -1;  // later generations resume from the newest checkpoint
+  hang_.StartGeneration(MonotonicNowNs(), world);
+  state_ = State::kRunning;
+  last_step_update_ = Clock::now();
+  spdlog::info("generation {} started: {} ranks, store {}, from step {}", generation_, world, store_addr,
+               start_step);
+  return Status::Ok();
+}
+
+void Supervisor::Impl::ArmPoll() {
+  poll_timer_.expires_after(std::chrono::milliseconds(job_.supervise.poll_ms));
+  poll_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
+    if (e) return;
+    self->Tick();
+    if (self->state_ != State::kFinished) self->ArmPoll();
+  });
+}
+
+std::vector<RankView> Supervisor::Impl::Views() const {
+  std::vector<RankView> views;
+  for (const auto& r : ranks_) {
+    RankView v;
+    v.rank = r->rank();
+    v.pid = r->pid();
+    v.alive = r->alive();
+    v.proc_state = r->ProcState();
+    v.progress = r->Progress();
+    views.push_back(v);
+  }
+  return views;
+}
+
+void Supervisor::Impl::RecordCheckpointsSeen() {
+  // A checkpoint is committed for the run when every rank has seen its commit.
+  int64_t committed = INT64_MAX;
+  for (const auto& r : ranks_) {
+    ProgressSnapshot s = r->Progress();
+    committed = std::min<int64_t>(committed, s.valid ? s.record.checkpoint_step : -1);
+  }
+  if (ranks_.empty() || committed == INT64_MAX || committed <= last_committed_step_) return;
+  last_committed_step_ = committed;
+  CheckpointRecord c;
+  c.run_id = run_id_;
+  c.step = committed;
+  c.world_size = job_.nproc;
+  c.attempt = attempt_;
+  c.generation = generation_;
+  if (!job_.checkpoint_dir.empty()) {
+    std::filesystem::path root(job_.checkpoint_dir);
+    if (root.is_relative() && !job_.workdir.empty()) root = std::filesystem::path(job_.workdir) / root;
+    c.path = (root / StepDirName(committed)).string();
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(c.path, ec)) {
+      c.bytes += static_cast<int64_t>(e.is_regular_file(ec) ? e.file_size(ec) : 0);
+    }
+  }
+  Status s = db_->RecordCheckpoint(c);
+  if (!s.ok()) spdlog::warn("lineage: {}", s.ToString());
+}
+
+void Supervisor::Impl::Tick() {
+  ReapChildren();  // a SIGCHLD can coalesce; reaping here too costs one syscall
+  if (state_ != State::kRunning) return;
+  const int64_t now = MonotonicNowNs();
+  std::vector<RankView> views = Views();
+  RecordCheckpointsSeen();
+  if (!views.empty() && views[0].progress.valid) {
+    const int64_t step = views[0].progress.record.step;
+    if (step != last_recorded_step_ && Clock::now() - last_step_update_ > std::chrono::seconds(5)) {
+      (void)db_->UpdateGenerationStep(run_id_, attempt_, generation_, step);
+      last_recorded_step_ = step;
+      last_step_update_ = Clock::now();
+    }
+  }
+  // Ranks that finished cleanly are not waiting for anyone.
+  std::vector<RankView> live;
+  for (const RankView& v : views) {
+    if (v.alive) live.push_back(v);
+  }
+  HangDetector::Verdict verdict = hang_.Observe(now, live);
+  if (verdict.hung) {
+    Incident inc = TriageHang(now, views, verdict);
+    spdlog::error("HANG: {}", inc.summary);
+    HandleIncident(inc, /*restartable=*/true);
+  }
+}
+
+void Supervisor::Impl::OnSignal(int sig) {
+  if (sig == SIGCHLD) {
+    ReapChildren();
+  } else if (sig == SIGTERM || sig == SIGINT) {
+    spdlog::warn("received {}: asking the ranks to checkpoint and stop", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    user_stop_ = true;
+    if (state_ == State::kRunning) {
+      StopRanks("the supervisor was asked to stop");
+    } else if (state_ == State::kBackoff) {
+      restart_timer_.cancel();
+      Finish(RunState::kStopped, "stopped by signal while waiting to restart", kDaemonExitStopped);
+    }
+  }
+  if (state_ != State::kFinished) {
+    signals_.async_wait([self = shared_from_this()](const boost::system::error_code& e, int s) {
+      if (!e) self->OnSignal(s);
+    });
+  }
+}
+
+void Supervisor::Impl::ReapChildren() {
+  for (;;) {
+    int wstatus = 0;
+    pid_t pid = waitpid(-1, &wstatus, WNOHANG);
+    if (pid <= 0) break;
+    for (auto& r : ranks_) {
+      if (r->pid() == pid && r->alive()) {
+        r->SetExited(wstatus);
+        OnRankExit(r.get());
+      }
+    }
+  }
+}
+
+void Supervisor::Impl::OnRankExit(RankProcess* rank) {
+  const int ws = rank->wait_status();
+  spdlog::info("rank {} (pid {}) {}", rank->rank(), rank->pid(), DescribeWaitStatus(ws));
+  const bool all_exited = std::none_of(ranks_.begin(), ranks_.end(), [](const auto& r) { return r->alive(); });
+  if (state_ == State::kStopping) {
+    if (all_exited) AfterAllStopped();
+    return;
+  }
+  if (state_ != State::kRunning) return;
+  const bool clean = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+  const bool preempted = WIFEXITED(ws) && WEXITSTATUS(ws) == kRankExitPreempted;
+  if (clean || preempted) {
+    if (!all_exited) return;  // the others follow; a straggler that does not is a hang
+    bool all_clean = true, all_preempted = true;
+    for (const auto& r : ranks_) {
+      const int s = r->wait_status();
+      all_clean = all_clean && WIFEXITED(s) && WEXITSTATUS(s) == 0;
+      all_preempted = all_preempted && WIFEXITED(s) && (WEXITSTATUS(s) == kRankExitPreempted || WEXITSTATUS(s) == 0);
+    }
+    RecordCheckpointsSeen();
+    (void)db_->EndGeneration(run_id_, attempt_, generation_, all_clean ? RunState::kSucceeded : RunState::kPreempted,
+                             all_clean ? "" : "ranks checkpointed and stopped");
+    if (all_clean) {
+      Finish(RunState::kSucceeded, "", kDaemonExitOk);
+    } else if (all_preempted) {
+      EventRecord ev;
+      ev.run_id = run_id_;
+      ev.kind = event_kind::kPreempt;
+      ev.attempt = attempt_;
+      ev.generation = generation_;
+      ev.node = "0";
+      ev.summary = "ranks checkpointed step " + std::to_string(last_committed_step_) + " and stopped (preemption)";
+      ev.action = "stop; resume with `runctl resume " + run_id_ + "`";
+      ev.runbook = "runbooks/preempted.md";
+      (void)db_->RecordEvent(ev);
+      Finish(RunState::kPreempted, ev.summary, kDaemonExitPreempted);
+    }
+    return;
+  }
+  const std::vector<RankView> views = Views();
+  Incident inc = TriageExit(MonotonicNowNs(), views, rank->rank(), ws, rank->LogTail(20));
+  spdlog::error("CRASH: {}", inc.summary);
+  const bool usage = WIFEXITED(ws) && WEXITSTATUS(ws) == kRankExitUsage;
+  if (usage) {
+    inc.summary += " (bad config or data: a restart cannot help)";
+  }
+  HandleIncident(inc, /*restartable=*/!usage);
+}
+
+void Supervisor::Impl::HandleIncident(const Incident& incident, bool restartable) {
+  const int budget = job_.supervise.restart_budget;
+  const int64_t from = NewestCommittedStep();
+  EventRecord ev;
+  ev.run_id = run_id_;
+  ev.kind = incident.kind;
+  ev.attempt = attempt_;
+  ev.generation = generation_;
+  ev.node = "0";
+  if (incident.culprits.size() == 1) ev.rank = incident.culprits.front();
+  ev.summary = incident.summary;
+  ev.evidence_json = incident.evidence_json;
+  ev.runbook = incident.runbook;
+  restart_after_stop_ = restartable && restarts_used_ < budget;
+  if (restart_after_stop_) {
+    ev.action = "stopped all ranks; restart generation " + std::to_string(generation_ + 1) + " from " +
+                (from >= 0 ? "step " + std::to_string(from) : "the start") + " (restart " +
+                std::to_string(restarts_used_ + 1) + " of " + std::to_string(budget) + ")";
+  } else if (!restartable) {
+    ev.action = "stopped all ranks; not restarting: the same input would fail again";
+  } else {
+    ev.action = "stopped all ranks; not restarting: restart budget of " + std::to_string(budget) + " is spent";
+  }
+  auto id = db_->RecordEvent(ev);
+  if (!id.ok()) spdlog::warn("lineage: {}", id.status().ToString());
+  last_incident_ = IncidentSummary{incident.kind, incident.summary, UnixMs(), ev.action, incident.runbook};
+  (void)db_->EndGeneration(run_id_, attempt_, generation_, RunState::kFailed, incident.summary);
+  spdlog::warn("action: {}", ev.action);
+  stop_reason_ = incident.summary;
+  StopRanks(incident.summary);
+}
+
+void Supervisor::Impl::StopRanks(const std::string& why) {
+  state_ = State::kStopping;
+  stop_reason_ = why;
+  bool any = false;
+  for (const auto& r : ranks_) {
+    if (!r->alive()) continue;
+    any = true;
+    r->Signal(SIGTERM);
+    r->Signal(SIGCONT);  // a stopped rank must be able to act on TERM (or die by KILL)
+  }
+  if (!any) {
+    io_.post([self = shared_from_this()] { self->AfterAllStopped(); });
+    return;
+  }
+  // A user stop lets ranks commit their preemption checkpoint; a failure gets the short grace.
+  const double grace = user_stop_ ? std::max(job_.supervise.term_grace_s, job_.supervise.checkpoint_allowance_s)
+                                  : job_.supervise.term_grace_s;
+  kill_timer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(grace * 1000)));
+  kill_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
+    if (e) return;
+    for (const auto& r : self->ranks_) {
+      if (r->alive()) {
+        spdlog::warn("rank {} did not stop within the grace period: SIGKILL", r->rank());
+        r->Signal(SIGKILL);
+      }
+    }
+  });
+}
+
+void Supervisor::Impl::AfterAllStopped() {
+  if (state_ != State::kStopping) return;
+  kill_timer_.cancel();
+  if (user_stop_) {
+    bool all_preempted = !ranks_.empty();
+    for (const auto& r : ranks_) {
+      const int s = r->wait_status();
+      all_preempted = all_preempted && WIFEXITED(s) && (WEXITSTATUS(s) == kRankExitPreempted || WEXITSTATUS(s) == 0);
+    }
+    RecordCheckpointsSeen();
+    const RunState st = all_preempted ? RunState::kPreempted : RunState::kStopped;
+    const std::string cause = all_preempted ? "stopped on request after committing step " +
+                                                  std::to_string(last_committed_step_)
+                                            : "stopped on request: " + stop_reason_;
+    (void)db_->EndGeneration(run_id_, attempt_, generation_, st, cause);
+    EventRecord ev;
+    ev.run_id = run_id_;
+    ev.kind = event_kind::kStop;
+    ev.attempt = attempt_;
+    ev.generation = generation_;
+    ev.node = "0";
+    ev.summary = cause;
+    ev.action = "stop; resume with `runctl resume " + run_id_ + "`";
+    (void)db_->RecordEvent(ev);
+    Finish(st, cause, all_preempted ? kDaemonExitPreempted : kDaemonExitStopped);
+    return;
+  }
+  if (!restart_after_stop_) {
+    const int budget = job_.supervise.restart_budget;
+    const bool budget_spent = restarts_used_ >= budget;
+    std::string cause = budget_spent ? "restart budget of " + std::to_string(budget) +
+                                           " exhausted; last incident: " + stop_reason_
+                                     : stop_reason_;
+    if (budget_spent) {
+      EventRecord ev;
+      ev.run_id = run_id_;
+      ev.kind = event_kind::kBudgetExhausted;
+      ev.attempt = attempt_;
+      ev.generation = generation_;
+      ev.node = "0";
+      ev.summary = cause;
+      ev.action = "stopped the run";
+      ev.runbook = "runbooks/restart-budget.md";
+      (void)db_->RecordEvent(ev);
+    }
+    Finish(RunState::kFailed, cause, kDaemonExitFailed);
+    return;
+  }
+  ++restarts_used_;
+  const double backoff = std::min(job_.supervise.backoff_max_s,
+                                  job_.supervise.backoff_initial_s * std::pow(2.0, restarts_used_ - 1));
+  state_ = State::kBackoff;
+  spdlog::info("restarting in {:.2f} s (restart {} of {})", backoff, restarts_used_, job_.supervise.restart_budget);
+  restart_timer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(backoff * 1000)));
+  restart_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
+    if (e || self->state_ != State::kBackoff) return;
+    Status s = self->LaunchGeneration();
+    if (!s.ok()) {
+      spdlog::error("{}", s.ToString());
+      self->Finish(RunState::kFailed, s.ToString(), kDaemonExitFailed);
+    }
+  });
+}
+
+void Supervisor::Impl::Finish(RunState state, const std::string& cause, int code) {
+  state_ = State::kFinished;
+  exit_code_ = code;
+  (void)db_->EndAttempt(run_id_, attempt_, state, cause);
+  (void)db_->EndRun(run_id_, state, cause);
+  spdlog::info("run {} {}{}{}", run_id_, RunStateName(state), cause.empty() ? "" : ": ", cause);
+  poll_timer_.cancel();
+  kill_timer_.cancel();
+  restart_timer_.cancel();
+  signals_.cancel();
+  boost::system::error_code ec;
+  control_.close(ec);
+  ::unlink(ControlSocketPath(opts_.run_dir).c_str());
+  if (store_) store_->Shutdown();
+  // Progress records of this attempt are no longer needed.
+  std::error_code fec;
+  for (const auto& e : std::filesystem::directory_iterator(job_.supervise.progress_dir, fec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("holdfast-" + run_id_ + "-a" + std::to_string(attempt_) + "-", 0) == 0) {
+      std::filesystem::remove(e.path(), fec);
+    }
+  }
+  io_.stop();
+}
+
+// ---- control socket ----
+
+Status Supervisor::Impl::StartControl() {
+  const std::string path = ControlSocketPath(opts_.run_dir);
+  if (std::filesystem::exists(path)) {
+    ControlRequest ping;
+    ping.id = 1;
+    ping.op = control_op::kPing;
+    if (CallDaemon(path, ping, std::chrono::milliseconds(1000)).ok()) {
+      return FailedPreconditionError("another holdfastd is already supervising " + opts_.run_dir + " (" + path +
+                                     " answers); stop it first or use another --run-dir");
+    }
+    ::unlink(path.c_str());  // stale socket of a dead daemon
+  }
+  boost::system::error_code ec;
+  asio::local::stream_protocol::endpoint ep(path);
+  control_.open(ep.protocol(), ec);
+  if (!ec) control_.bind(ep, ec);
+  if (!ec) control_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return IoError("control socket " + path + ": " + ec.message());
+  AcceptControl();
+  return Status::Ok();
+}
+
+void Supervisor::Impl::AcceptControl() {
+  control_.async_accept([self = shared_from_this()](const boost::system::error_code& e,
+                                                    asio::local::stream_protocol::socket sock) {
+    if (e) return;
+    auto s = std::make_shared<asio::local::stream_protocol::socket>(std::move(sock));
+    auto buf = std::make_shared<asio::streambuf>(kMaxControlMessageBytes);
+    self->ServeConnection(s, buf);
+    self->AcceptControl();
+  });
+}
+
+void Supervisor::Impl::ServeConnection(std::shared_ptr<asio::local::stream_protocol::socket> sock,
+                                       std::shared_ptr<asio::streambuf> buf) {
+  asio::async_read_until(*sock, *buf, '\n', [self = shared_from_this(), sock, buf](const boost::system::error_code& e,
+                                                                                   size_t n) {
+    std::string reply;
+    bool close_after = false;
+    if (e == asio::error::not_found) {
+      reply = EncodeErrorResponse(0, ControlErrorCode::kInvalidArgument,
+                                  "message longer than " + std::to_string(kMaxControlMessageBytes) + " bytes");
+      close_after = true;
+    } else if (e) {
+      return;  // peer went away
+    } else {
+      std::string line(asio::buffers_begin(buf->data()), asio::buffers_begin(buf->data()) + static_cast<long>(n));
+      buf->consume(n);
+      auto creds = ReadPeerCredentials(sock->native_handle());
+      auto req = ParseControlRequest(line);
+      if (!creds.ok()) {
+        reply = EncodeErrorResponse(0, creds.status());
+        close_after = true;
+      } else if (!req.ok()) {
+        reply = EncodeErrorResponse(0, req.status());
+      } else {
+        reply = self->Handle(*req, creds->uid);
+      }
+    }
+    auto out = std::make_shared<std::string>(std::move(reply));
+    asio::async_write(*sock, asio::buffer(*out), [self, sock, buf, out, close_after](const boost::system::error_code& we,
+                                                                                     size_t) {
+      if (we || close_after) return;
+      self->ServeConnection(sock, buf);
+    });
+  });
+}
+
+std::string Supervisor::Impl::Handle(const ControlRequest& req, uid_t peer_uid) {
+  if (req.op != control_op::kPing && req.op != control_op::kStatus) {
+    Status allowed = CheckPeerAllowed(peer_uid, getuid());
+    if (!allowed.ok()) return EncodeErrorResponse(req.id, ControlErrorCode::kPermissionDenied, allowed.message());
+  }
+  if (req.op == control_op::kPing) return EncodeOkResponse(req.id, "{}");
+  if (req.op == control_op::kStatus) return EncodeOkResponse(req.id, EncodeStatusResult(BuildStatus()));
+  if (req.op == control_op::kCheckpoint) {
+    if (state_ != State::kRunning) {
+      return EncodeErrorResponse(req.id, ControlErrorCode::kFailedPrecondition, "no ranks are running right now");
+    }
+    int64_t step = 0;
+    for (const auto& r : ranks_) {
+      ProgressSnapshot s = r->Progress();
+      if (s.valid) step = std::max(step, s.record.step);
+      r->Signal(SIGUSR2);  // the trainer saves after the step all ranks agree on
+    }
+    return EncodeOkResponse(req.id, nlohmann::json{{"requested_at_step", step}}.dump());
+  }
+  if (req.op == control_op::kStop) {
+    user_stop_ = true;
+    if (state_ == State::kRunning) {
+      StopRanks("stopped with runctl");
+    } else if (state_ == State::kBackoff) {
+      restart_timer_.cancel();
+      io_.post([self = shared_from_this()] { self->Finish(RunState::kStopped, "stopped with runctl", kDaemonExitStopped); });
+    }
+    return EncodeOkResponse(req.id, R"({"stopping":true})");
+  }
+  return EncodeErrorResponse(req.id, ControlErrorCode::kFailedPrecondition,
+                             "op '" + req.op + "' is not supported by this holdfastd");
+}
+
+RunStatus Supervisor::Impl::BuildStatus() const {
+  RunStatus st;
+  st.run_id = run_id_;
+  st.name = job_.name;
+  switch (state_) {
+    case State::kRunning: st.state = "running"; break;
+    case State::kStopping: st.state = "stopping"; break;
+    case State::kBackoff: st.state = "restarting"; break;
+    case State::kFinished: st.state = "finished"; break;
+    case State::kIdle: st.state = "starting"; break;
+  }
+  st.attempt = attempt_;
+  st.generation = generation_;
+  st.world_size = job_.nproc;
+  st.restarts_used = restarts_used_;
+  st.restart_budget = job_.supervise.restart_budget;
+  if (last_committed_step_ >= 0) st.last_checkpoint_step = last_committed_step_;
+  st.uptime_s = std::chrono::duration<double>(Clock::now() - started_).count();
+  NodeStatus node;
+  const int64_t now = MonotonicNowNs();
+  for (const auto& r : ranks_) {
+    RankStatus rs;
+    rs.rank = r->rank();
+    rs.pid = r->pid();
+    rs.state = r->alive() ? (r->ProcState() == 'T' ? "stopped" : "running") : DescribeWaitStatus(r->wait_status());
+    ProgressSnapshot p = r->Progress();
+    if (p.valid) {
+      rs.step = p.record.step;
+      rs.phase = PhaseName(p.phase());
+      rs.heartbeat_age_s = p.record.heartbeat_ns > 0 ? static_cast<double>(now - p.record.heartbeat_ns) / 1e9 : 0;
+      if (p.record.last_step_ns > 0) rs.last_step_ms = static_cast<double>(p.record.last_step_ns) / 1e6;
+      if (p.record.waiting_on != 0) rs.waiting_on = p.record.waiting_on;
+      rs.collectives_issued = p.record.collectives_issued;
+      st.step = std::max(st.step, p.record.step);
+    }
+    node.ranks.push_back(rs);
+  }
+  st.nodes.push_back(node);
+  st.last_incident = last_incident_;
+  return st;
+}
+
+Supervisor::Supervisor(boost::asio::io_context* io, SupervisorOptions options)
+    : impl_(std::make_shared<Impl>(io, std::move(options))) {}
+Supervisor::~Supervisor() = default;
+Status Supervisor::Start() { return impl_->Start(); }
+int Supervisor::exit_code() const { return impl_->exit_code(); }
+
+}  // namespace holdfast

@@ -1,0 +1,280 @@
+#include "daemon/triage.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace holdfast {
+namespace {
+
+constexpr size_t kHistory = 200;
+
+double Seconds(int64_t ns) { return static_cast<double>(ns) / 1e9; }
+
+std::string Fixed1(double v) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  os << v;
+  return os.str();
+}
+
+const char* ProcStateWords(char s) {
+  switch (s) {
+    case 'T': return "process stopped (SIGSTOP?)";
+    case 't': return "process stopped by a tracer";
+    case 'D': return "process in uninterruptible I/O";
+    case 'Z': return "process is a zombie";
+    default: return nullptr;
+  }
+}
+
+nlohmann::json RankJson(int64_t now_ns, const RankView& r) {
+  const ProgressRecordLayout& p = r.progress.record;
+  nlohmann::json j = {{"rank", r.rank},
+                      {"node", r.node},
+                      {"pid", r.pid},
+                      {"alive", r.alive},
+                      {"proc_state", std::string(1, r.proc_state)},
+                      {"record_valid", r.progress.valid},
+                      {"record_torn", r.progress.torn}};
+  if (r.progress.valid) {
+    j["step"] = p.step;
+    j["phase"] = PhaseName(static_cast<Phase>(p.phase));
+    j["phase_age_s"] = p.phase_started_ns > 0 ? Seconds(now_ns - p.phase_started_ns) : 0.0;
+    j["heartbeat_age_s"] = p.heartbeat_ns > 0 ? Seconds(now_ns - p.heartbeat_ns) : 0.0;
+    j["collectives_issued"] = p.collectives_issued;
+    j["collectives_done"] = p.collectives_done;
+    j["waiting_on"] = p.waiting_on;
+    j["last_step_ms"] = static_cast<double>(p.last_step_ns) / 1e6;
+    j["checkpoint_step"] = p.checkpoint_step;
+    nlohmann::json ring = nlohmann::json::array();
+    const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
+    for (uint64_t i = 0; i < n; ++i) {
+      const CollectiveEntry& e = p.ring[(p.ring_head - n + i) % kProgressRingSize];
+      ring.push_back({{"seq", e.seq},
+                      {"kind", CollectiveKindName(static_cast<CollectiveKind>(e.kind))},
+                      {"bytes", e.bytes},
+                      {"done", e.completed_ns != 0}});
+    }
+    j["recent_collectives"] = ring;
+  }
+  return j;
+}
+
+std::string Doing(int64_t now_ns, const RankView& r) {
+  std::string s;
+  if (!r.progress.valid) {
+    s = "has not reported progress yet";
+  } else {
+    const ProgressRecordLayout& p = r.progress.record;
+    const double age = p.phase_started_ns > 0 ? Seconds(now_ns - p.phase_started_ns) : 0;
+    s = "in " + std::string(PhaseName(static_cast<Phase>(p.phase))) + " of step " + std::to_string(p.step + 1) +
+        " for " + Fixed1(age) + " s";
+  }
+  if (const char* w = ProcStateWords(r.proc_state)) s += ", " + std::string(w);
+  return s;
+}
+
+}  // namespace
+
+void HangDetector::StartGeneration(int64_t now_ns, int world_size) {
+  last_step_.assign(world_size, -1);
+  last_progress_ns_.assign(world_size, now_ns);
+  stepped_.assign(world_size, false);
+}
+
+HangDetector::Verdict HangDetector::Observe(int64_t now_ns, const std::vector<RankView>& ranks) {
+  Verdict v;
+  bool any_checkpoint = false, any_eval = false, all_stepped = true;
+  int64_t oldest = now_ns;
+  for (const RankView& r : ranks) {
+    if (r.rank < 0 || r.rank >= static_cast<int>(last_step_.size())) continue;
+    if (r.progress.valid) {
+      const ProgressRecordLayout& p = r.progress.record;
+      if (last_step_[r.rank] < 0) {
+        last_step_[r.rank] = p.step;  // the step this generation starts from
+      } else if (p.step > last_step_[r.rank]) {
+        if (r.rank == 0 && stepped_[0] && p.last_step_ns > 0) {
+          // Step times from rank 0: in data parallel every rank steps together.
+          step_seconds_.push_back(Seconds(p.last_step_ns));
+          if (step_seconds_.size() > kHistory) step_seconds_.pop_front();
+        }
+        last_step_[r.rank] = p.step;
+        last_progress_ns_[r.rank] = now_ns;
+        stepped_[r.rank] = true;
+      }
+      const Phase ph = static_cast<Phase>(p.phase);
+      any_checkpoint = any_checkpoint || ph == Phase::kCheckpoint || ph == Phase::kStarting;
+      any_eval = any_eval || ph == Phase::kEval;
+    }
+    all_stepped = all_stepped && stepped_[r.rank];
+    oldest = std::min(oldest, last_progress_ns_[r.rank]);
+  }
+  v.stalled_s = Seconds(now_ns - oldest);
+  if (!all_stepped) {
+    // The first step of a generation includes start-up, rendezvous, restore.
+    v.allowance = "startup";
+    v.timeout_s = config_.startup_timeout_s;
+  } else {
+    v.allowance = "step";
+    v.timeout_s = std::max(config_.hang_min_s, config_.hang_factor * P99StepSeconds());
+    if (any_checkpoint) {
+      v.allowance = "checkpoint";
+      v.timeout_s = std::max(v.timeout_s, config_.checkpoint_allowance_s);
+    }
+    if (any_eval) {
+      v.allowance = "eval";
+      v.timeout_s = std::max(v.timeout_s, config_.eval_allowance_s);
+    }
+  }
+  v.hung = v.stalled_s > v.timeout_s;
+  return v;
+}
+
+double HangDetector::P99StepSeconds() const {
+  if (step_seconds_.empty()) return 0;
+  std::vector<double> sorted(step_seconds_.begin(), step_seconds_.end());
+  std::sort(sorted.begin(), sorted.end());
+  const size_t idx = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(sorted.size()))) - 1;
+  return sorted[std::min(idx, sorted.size() - 1)];
+}
+
+std::string RankList(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string DescribeWaitStatus(int wstatus) {
+  if (WIFEXITED(wstatus)) return "exited with code " + std::to_string(WEXITSTATUS(wstatus));
+  if (WIFSIGNALED(wstatus)) {
+    const int sig = WTERMSIG(wstatus);
+    const char* abbrev = sigabbrev_np(sig);
+    return "killed by signal " + std::to_string(sig) + " (SIG" + std::string(abbrev ? abbrev : "?") + ")";
+  }
+  return "ended";
+}
+
+Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const HangDetector::Verdict& verdict) {
+  Incident inc;
+  inc.kind = "hang";
+  inc.runbook = "runbooks/hang.md";
+  // Ranks blocked in a collective, and the newest collective anyone waits in.
+  uint64_t w = 0;
+  std::vector<int> waiting;
+  for (const RankView& r : ranks) {
+    if (r.progress.valid && static_cast<Phase>(r.progress.record.phase) == Phase::kCollective) {
+      waiting.push_back(r.rank);
+      w = std::max(w, r.progress.record.waiting_on);
+    }
+  }
+  std::string kind = "collective";
+  for (const RankView& r : ranks) {
+    if (r.progress.valid && r.progress.record.waiting_on == w && w != 0) {
+      kind = CollectiveKindName(static_cast<CollectiveKind>(r.progress.record.collective_kind));
+    }
+  }
+  std::vector<std::string> parts;
+  if (w != 0) {
+    for (const RankView& r : ranks) {
+      if (!r.progress.valid || r.progress.record.collectives_issued < w) {
+        inc.culprits.push_back(r.rank);
+        parts.push_back("rank " + std::to_string(r.rank) + " never entered " + kind + " #" + std::to_string(w) + " (" +
+                        Doing(now_ns, r) + ")");
+      }
+    }
+    double wait_s = 0;
+    std::vector<int> in_w;
+    for (const RankView& r : ranks) {
+      if (r.progress.valid && r.progress.record.waiting_on == w) {
+        in_w.push_back(r.rank);
+        wait_s = std::max(wait_s, Seconds(now_ns - r.progress.record.phase_started_ns));
+      }
+    }
+    std::string line;
+    for (size_t i = 0; i < parts.size(); ++i) line += (i ? "; " : "") + parts[i];
+    if (inc.culprits.empty()) {
+      // Everyone entered it: the collective itself (network, a peer's transport) is stuck.
+      line = "all ranks entered " + kind + " #" + std::to_string(w) + " but it has not completed";
+      for (const RankView& r : ranks) inc.culprits.push_back(r.rank);
+    }
+    line += "; " + std::string(in_w.size() == 1 ? "rank " : "ranks ") + RankList(in_w) + " waiting in it for " +
+            Fixed1(wait_s) + " s";
+    inc.summary = line;
+  } else {
+    // Nobody is in a collective: a stopped process, or the slowest compute.
+    for (const RankView& r : ranks) {
+      if (ProcStateWords(r.proc_state) != nullptr || !r.progress.valid) inc.culprits.push_back(r.rank);
+    }
+    if (inc.culprits.empty()) {
+      const RankView* slowest = nullptr;
+      for (const RankView& r : ranks) {
+        if (slowest == nullptr || r.progress.record.phase_started_ns < slowest->progress.record.phase_started_ns) {
+          slowest = &r;
+        }
+      }
+      if (slowest != nullptr) inc.culprits.push_back(slowest->rank);
+    }
+    std::string line;
+    for (int c : inc.culprits) {
+      for (const RankView& r : ranks) {
+        if (r.rank == c) line += std::string(line.empty() ? "" : "; ") + "rank " + std::to_string(c) + " " + Doing(now_ns, r);
+      }
+    }
+    inc.summary = line + "; no rank is in a collective";
+  }
+  inc.summary += " (no step for " + Fixed1(verdict.stalled_s) + " s; " + verdict.allowance + " allowance " +
+                 Fixed1(verdict.timeout_s) + " s)";
+  nlohmann::json ev = {{"stalled_s", verdict.stalled_s},
+                       {"timeout_s", verdict.timeout_s},
+                       {"allowance", verdict.allowance},
+                       {"culprits", inc.culprits},
+                       {"ranks", nlohmann::json::array()}};
+  for (const RankView& r : ranks) ev["ranks"].push_back(RankJson(now_ns, r));
+  inc.evidence_json = ev.dump();
+  return inc;
+}
+
+Incident TriageExit(int64_t now_ns, const std::vector<RankView>& ranks, int rank, int wstatus,
+                    const std::vector<std::string>& log_tail) {
+  Incident inc;
+  inc.kind = "crash";
+  inc.runbook = "runbooks/crash.md";
+  inc.culprits = {rank};
+  const RankView* self = nullptr;
+  for (const RankView& r : ranks) {
+    if (r.rank == rank) self = &r;
+  }
+  std::string where;
+  if (self != nullptr && self->progress.valid) {
+    const ProgressRecordLayout& p = self->progress.record;
+    where = " in " + std::string(PhaseName(static_cast<Phase>(p.phase))) + " of step " + std::to_string(p.step + 1);
+  }
+  inc.summary = "rank " + std::to_string(rank) + " " + DescribeWaitStatus(wstatus) + where;
+  nlohmann::json ev = {{"rank", rank},
+                       {"status", DescribeWaitStatus(wstatus)},
+                       {"exit_code", WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1},
+                       {"signal", WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0},
+                       {"log_tail", log_tail},
+                       {"ranks", nlohmann::json::array()}};
+  for (const RankView& r : ranks) ev["ranks"].push_back(RankJson(now_ns, r));
+  inc.evidence_json = ev.dump();
+  return inc;
+}
+
+}  // namespace holdfast

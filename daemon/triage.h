@@ -1,0 +1,83 @@
+// Hang detection and triage: the supervisor's judgement, as pure functions of
+// what it observed (progress records, process states, exits) and an injected
+// clock, so that every verdict is testable without processes or sleeps.
+//
+// HangDetector: a startup allowance, then a timeout adapted from observed step
+// times (max(hang_min_s, hang_factor x p99)), with separate allowances while a
+// rank checkpoints or evaluates. Triage: names the culprit rank(s) and what
+// they and the others were doing, in words for on-call.
+//
+// Thread-safety: none; owned by the daemon's event-loop thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "common/progress_record.h"
+#include "daemon/job_config.h"
+
+namespace holdfast {
+
+// One rank as the supervisor sees it at one instant.
+struct RankView {
+  int rank = 0;
+  int node = 0;
+  pid_t pid = 0;
+  bool alive = true;
+  char proc_state = '?';  // /proc/<pid>/stat state: R, S, D, T (stopped), t, Z
+  ProgressSnapshot progress;
+};
+
+class HangDetector {
+ public:
+  explicit HangDetector(const SuperviseConfig& config) : config_(config) {}
+
+  // A new generation of ranks starts: progress clocks restart, history stays.
+  void StartGeneration(int64_t now_ns, int world_size);
+
+  struct Verdict {
+    bool hung = false;
+    double stalled_s = 0;  // since the least advanced rank last completed a step
+    double timeout_s = 0;  // the allowance that applied
+    std::string allowance;  // "startup", "step", "checkpoint", "eval"
+  };
+  Verdict Observe(int64_t now_ns, const std::vector<RankView>& ranks);
+
+  // p99 of the recent step times (0 when none observed yet).
+  double P99StepSeconds() const;
+  size_t samples() const { return step_seconds_.size(); }
+
+ private:
+  SuperviseConfig config_;
+  std::vector<int64_t> last_step_;
+  std::vector<int64_t> last_progress_ns_;
+  std::vector<bool> stepped_;  // has completed a step in this generation
+  std::deque<double> step_seconds_;  // recent step times, newest last
+};
+
+struct Incident {
+  std::string kind;           // crash | hang | exit
+  std::vector<int> culprits;  // ranks
+  std::string summary;        // one line for on-call
+  std::string evidence_json;  // per-rank records, exit status, log tail
+  std::string runbook;        // runbooks/<file>.md
+};
+
+// "0-2,5" style list of ranks.
+std::string RankList(std::vector<int> ranks);
+
+// A hang: which rank(s) held everyone up, and how.
+Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const HangDetector::Verdict& verdict);
+
+// A rank ended while the others ran. `wstatus` as from waitpid.
+Incident TriageExit(int64_t now_ns, const std::vector<RankView>& ranks, int rank, int wstatus,
+                    const std::vector<std::string>& log_tail);
+
+// "exited with code 1" / "killed by signal 9 (SIGKILL)".
+std::string DescribeWaitStatus(int wstatus);
+
+}  // namespace holdfast

@@ -1,0 +1,152 @@
+#include "daemon/triage.h"
+
+#include <signal.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace holdfast {
+namespace {
+
+constexpr int64_t kSec = 1000000000LL;
+
+RankView Rank(int rank, int64_t step, Phase phase, int64_t phase_started_ns, uint64_t issued, uint64_t waiting_on = 0,
+              char state = 'S') {
+  RankView v;
+  v.rank = rank;
+  v.pid = 1000 + rank;
+  v.proc_state = state;
+  v.progress.valid = true;
+  v.progress.record.step = step;
+  v.progress.record.phase = static_cast<uint32_t>(phase);
+  v.progress.record.phase_started_ns = phase_started_ns;
+  v.progress.record.collectives_issued = issued;
+  v.progress.record.waiting_on = waiting_on;
+  v.progress.record.collective_kind = static_cast<uint32_t>(CollectiveKind::kAllreduce);
+  v.progress.record.last_step_ns = kSec / 4;
+  return v;
+}
+
+SuperviseConfig Config() {
+  SuperviseConfig c;
+  c.startup_timeout_s = 60;
+  c.hang_factor = 5;
+  c.hang_min_s = 5;
+  c.checkpoint_allowance_s = 120;
+  return c;
+}
+
+// Feeds `steps` steps of `step_s` seconds each to all ranks; returns the time after them.
+int64_t RunSteps(HangDetector* d, int world, int64_t t, int first, int steps, double step_s, bool* any_hang) {
+  for (int s = first; s < first + steps; ++s) {
+    t += static_cast<int64_t>(step_s * kSec);
+    std::vector<RankView> ranks;
+    for (int r = 0; r < world; ++r) {
+      RankView v = Rank(r, s, Phase::kForward, t, 0);
+      v.progress.record.last_step_ns = static_cast<int64_t>(step_s * kSec);
+      ranks.push_back(v);
+    }
+    *any_hang = *any_hang || d->Observe(t, ranks).hung;
+  }
+  return t;
+}
+
+TEST(HangDetectorTest, StartupGetsItsOwnAllowance) {
+  HangDetector d(Config());
+  d.StartGeneration(0, 2);
+  std::vector<RankView> ranks = {Rank(0, 0, Phase::kStarting, 0, 0), Rank(1, 0, Phase::kStarting, 0, 0)};
+  EXPECT_FALSE(d.Observe(59 * kSec, ranks).hung);
+  auto v = d.Observe(61 * kSec, ranks);
+  EXPECT_TRUE(v.hung);
+  EXPECT_EQ(v.allowance, "startup");
+}
+
+TEST(HangDetectorTest, TimeoutFollowsObservedStepTimesAndIgnoresJitter) {
+  HangDetector d(Config());
+  d.StartGeneration(0, 2);
+  bool hang = false;
+  // Jittery but moving steps: 1 s and 3 s alternating. No false alarm.
+  int64_t t = 0;
+  for (int i = 0; i < 20; ++i) t = RunSteps(&d, 2, t, i + 1, 1, i % 2 ? 3.0 : 1.0, &hang);
+  EXPECT_FALSE(hang);
+  EXPECT_DOUBLE_EQ(d.P99StepSeconds(), 3.0);
+  // Now nobody steps: hung after 5 x p99 = 15 s, not before.
+  std::vector<RankView> stuck = {Rank(0, 20, Phase::kCollective, t, 40, 40), Rank(1, 20, Phase::kBackward, t, 39)};
+  EXPECT_FALSE(d.Observe(t + 14 * kSec, stuck).hung);
+  auto v = d.Observe(t + 16 * kSec, stuck);
+  EXPECT_TRUE(v.hung);
+  EXPECT_EQ(v.allowance, "step");
+  EXPECT_DOUBLE_EQ(v.timeout_s, 15.0);
+}
+
+TEST(HangDetectorTest, FastStepsStillGetTheMinimumAndCheckpointsTheirAllowance) {
+  HangDetector d(Config());
+  d.StartGeneration(0, 1);
+  bool hang = false;
+  int64_t t = RunSteps(&d, 1, 0, 1, 10, 0.1, &hang);
+  std::vector<RankView> r = {Rank(0, 10, Phase::kForward, t, 0)};
+  EXPECT_FALSE(d.Observe(t + 4 * kSec, r).hung);
+  EXPECT_TRUE(d.Observe(t + 6 * kSec, r).hung);
+  std::vector<RankView> ck = {Rank(0, 10, Phase::kCheckpoint, t, 0)};
+  auto v = d.Observe(t + 60 * kSec, ck);
+  EXPECT_FALSE(v.hung);
+  EXPECT_EQ(v.allowance, "checkpoint");
+}
+
+TEST(TriageTest, NamesTheRankThatNeverEnteredTheCollective) {
+  const int64_t now = 100 * kSec;
+  std::vector<RankView> ranks = {
+      Rank(0, 1286, Phase::kCollective, now - 41 * kSec, 1287, 1287),
+      Rank(1, 1286, Phase::kCollective, now - 41 * kSec, 1287, 1287),
+      Rank(2, 1286, Phase::kCollective, now - 40 * kSec, 1287, 1287),
+      Rank(3, 1286, Phase::kBackward, now - 43 * kSec, 1286),
+  };
+  HangDetector::Verdict v;
+  v.hung = true;
+  v.stalled_s = 43;
+  v.timeout_s = 5;
+  v.allowance = "step";
+  Incident inc = TriageHang(now, ranks, v);
+  EXPECT_EQ(inc.kind, "hang");
+  EXPECT_EQ(inc.culprits, std::vector<int>{3});
+  EXPECT_NE(inc.summary.find("rank 3 never entered allreduce #1287 (in backward of step 1287 for 43.0 s)"),
+            std::string::npos)
+      << inc.summary;
+  EXPECT_NE(inc.summary.find("ranks 0-2 waiting in it for 41.0 s"), std::string::npos) << inc.summary;
+  auto ev = nlohmann::json::parse(inc.evidence_json);
+  EXPECT_EQ(ev["ranks"].size(), 4u);
+  EXPECT_EQ(ev["culprits"][0], 3);
+  EXPECT_EQ(inc.runbook, "runbooks/hang.md");
+}
+
+TEST(TriageTest, AStoppedProcessIsNamedWhenNobodyIsInACollective) {
+  const int64_t now = 100 * kSec;
+  std::vector<RankView> ranks = {Rank(0, 7, Phase::kForward, now - 9 * kSec, 14),
+                                 Rank(1, 7, Phase::kForward, now - 9 * kSec, 14, 0, 'T')};
+  HangDetector::Verdict v;
+  v.stalled_s = 9;
+  v.timeout_s = 5;
+  v.allowance = "step";
+  Incident inc = TriageHang(now, ranks, v);
+  EXPECT_EQ(inc.culprits, std::vector<int>{1});
+  EXPECT_NE(inc.summary.find("process stopped"), std::string::npos) << inc.summary;
+}
+
+TEST(TriageTest, CrashNamesRankSignalPhaseAndKeepsTheLogTail) {
+  std::vector<RankView> ranks = {Rank(0, 36, Phase::kCollective, 0, 80, 80), Rank(1, 36, Phase::kBackward, 0, 79)};
+  const int wstatus = SIGKILL;  // as waitpid reports a SIGKILL death
+  Incident inc = TriageExit(10 * kSec, ranks, 1, wstatus, {"step 36 ...", "boom"});
+  EXPECT_EQ(inc.kind, "crash");
+  EXPECT_EQ(inc.summary, "rank 1 killed by signal 9 (SIGKILL) in backward of step 37");
+  auto ev = nlohmann::json::parse(inc.evidence_json);
+  EXPECT_EQ(ev["signal"], 9);
+  EXPECT_EQ(ev["log_tail"][1], "boom");
+}
+
+TEST(TriageTest, RankListCompressesRanges) {
+  EXPECT_EQ(RankList({5, 0, 1, 2, 7, 8}), "0-2,5,7-8");
+  EXPECT_EQ(RankList({3}), "3");
+}
+
+}  // namespace
+}  // namespace holdfast

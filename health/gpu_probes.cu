@@ -1,0 +1,192 @@
+// CUDA probes: device memory test (our kernels) and GEMM throughput (cuBLAS,
+// the same library training uses, so the number is what a job will see).
+// cudaError_t and cublasStatus_t each become a Status in one function.
+#include "health/gpu_probes.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+namespace holdfast::health {
+namespace {
+
+Status CudaError(const std::string& context, cudaError_t err) {
+  if (err == cudaSuccess) return Status::Ok();
+  std::string msg = context + ": CUDA error " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
+  if (err == cudaErrorMemoryAllocation) return ResourceExhaustedError(msg);
+  if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver) return FailedPreconditionError(msg);
+  return InternalError(msg);
+}
+
+Status CublasError(const std::string& context, cublasStatus_t st) {
+  if (st == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  return InternalError(context + ": cuBLAS error " + cublasGetStatusString(st));
+}
+
+#define HF_CUDA(call) HF_RETURN_IF_ERROR(CudaError(#call, (call)))
+
+constexpr int kPatterns = 5;
+
+__host__ __device__ uint64_t PatternValue(int pattern, uint64_t i) {
+  switch (pattern) {
+    case 0: return 0;
+    case 1: return ~0ULL;
+    case 2: return i;
+    case 3: return ~i;
+    default: return (i * 6364136223846793005ULL + 1442695040888963407ULL) ^ (i >> 7);
+  }
+}
+
+__global__ void FillKernel(uint64_t* p, uint64_t n, int pattern) {
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    p[i] = PatternValue(pattern, i);
+  }
+}
+
+__global__ void VerifyKernel(const uint64_t* p, uint64_t n, int pattern, unsigned long long* errors) {
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    if (p[i] != PatternValue(pattern, i)) atomicAdd(errors, 1ULL);
+  }
+}
+
+__global__ void FillBf16(__nv_bfloat16* p, uint64_t n) {
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    p[i] = __float2bfloat16(static_cast<float>(i % 17) * 0.01f);
+  }
+}
+
+// Mismatched words over all patterns, or an error.
+Result<unsigned long long> Memtest(int device, uint64_t bytes) {
+  HF_CUDA(cudaSetDevice(device));
+  const uint64_t n = bytes / 8;
+  uint64_t* buf = nullptr;
+  unsigned long long* errors = nullptr;
+  HF_CUDA(cudaMalloc(&buf, n * 8));
+  Status st = CudaError("cudaMalloc", cudaMalloc(&errors, sizeof(*errors)));
+  unsigned long long total = 0;
+  for (int p = 0; p < kPatterns && st.ok(); ++p) {
+    st = CudaError("cudaMemset", cudaMemset(errors, 0, sizeof(*errors)));
+    if (!st.ok()) break;
+    FillKernel<<<1024, 256>>>(buf, n, p);
+    VerifyKernel<<<1024, 256>>>(buf, n, p, errors);
+    unsigned long long found = 0;
+    st = CudaError("memtest kernels", cudaMemcpy(&found, errors, sizeof(found), cudaMemcpyDeviceToHost));
+    total += found;
+  }
+  cudaFree(buf);
+  if (errors != nullptr) cudaFree(errors);
+  if (!st.ok()) return st;
+  return total;
+}
+
+Result<double> GemmTflops(int device, int n) {
+  HF_CUDA(cudaSetDevice(device));
+  const uint64_t elems = static_cast<uint64_t>(n) * n;
+  __nv_bfloat16 *a = nullptr, *b = nullptr, *c = nullptr;
+  cublasHandle_t handle = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  Status st = CudaError("cudaMalloc", cudaMalloc(&a, elems * 2));
+  if (st.ok()) st = CudaError("cudaMalloc", cudaMalloc(&b, elems * 2));
+  if (st.ok()) st = CudaError("cudaMalloc", cudaMalloc(&c, elems * 2));
+  if (st.ok()) st = CublasError("cublasCreate", cublasCreate(&handle));
+  if (st.ok()) st = CudaError("cudaEventCreate", cudaEventCreate(&start));
+  if (st.ok()) st = CudaError("cudaEventCreate", cudaEventCreate(&stop));
+  const float alpha = 1.0f, beta = 0.0f;
+  const int warmup = 3, iters = 20;
+  float ms = 0;
+  if (st.ok()) {
+    FillBf16<<<1024, 256>>>(a, elems);
+    FillBf16<<<1024, 256>>>(b, elems);
+    for (int i = 0; i < warmup + iters && st.ok(); ++i) {
+      if (i == warmup) st = CudaError("cudaEventRecord", cudaEventRecord(start));
+      if (!st.ok()) break;
+      st = CublasError("cublasGemmEx",
+                       cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b,
+                                    CUDA_R_16BF, n, &beta, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+    }
+    if (st.ok()) st = CudaError("cudaEventRecord", cudaEventRecord(stop));
+    if (st.ok()) st = CudaError("GEMM", cudaEventSynchronize(stop));
+    if (st.ok()) st = CudaError("cudaEventElapsedTime", cudaEventElapsedTime(&ms, start, stop));
+  }
+  if (start != nullptr) cudaEventDestroy(start);
+  if (stop != nullptr) cudaEventDestroy(stop);
+  if (handle != nullptr) cublasDestroy(handle);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  if (!st.ok()) return st;
+  const double flops = 2.0 * n * static_cast<double>(n) * n * iters;
+  return flops / (ms * 1e-3) / 1e12;
+}
+
+Result<int> DeviceCount() {
+  int n = 0;
+  HF_CUDA(cudaGetDeviceCount(&n));
+  return n;
+}
+
+std::string Gpu(int i) { return "gpu " + std::to_string(i); }
+
+}  // namespace
+
+bool GpuProbesCompiled() { return true; }
+
+std::vector<CheckResult> RunGpuMemtest(const HealthConfig& config) {
+  if (config.memtest_mb <= 0) return {Skipped("gpu.memtest", "", "turned off (health.memtest_mb = 0)")};
+  auto count = DeviceCount();
+  if (!count.ok()) return {Skipped("gpu.memtest", "", "no usable CUDA device: " + count.status().message())};
+  std::vector<CheckResult> out;
+  const std::string source = std::to_string(config.memtest_mb) + " MB x " + std::to_string(kPatterns) + " patterns";
+  for (int d = 0; d < *count; ++d) {
+    auto errors = Memtest(d, static_cast<uint64_t>(config.memtest_mb) << 20);
+    if (!errors.ok()) {
+      const bool busy = errors.status().code() == StatusCode::kResourceExhausted;
+      out.push_back(Fail("gpu.memtest", Gpu(d),
+                         (busy ? "cannot allocate test memory: another process holds the GPU's memory: "
+                               : "memory test could not run: ") + errors.status().message(),
+                         {"error", "0 mismatches", source}, Action::kExcludeNode));
+    } else if (*errors > 0) {
+      out.push_back(Fail("gpu.memtest", Gpu(d), "device memory returned wrong data: the GPU is faulty",
+                         {std::to_string(*errors) + " mismatched words", "0 mismatches", source}, Action::kDrainNode));
+    } else {
+      out.push_back(Pass("gpu.memtest", Gpu(d), "no mismatches", {"0 mismatches", "0 mismatches", source}));
+    }
+  }
+  return out;
+}
+
+std::vector<CheckResult> RunGpuGemm(const HealthConfig& config) {
+  auto count = DeviceCount();
+  if (!count.ok()) return {Skipped("gpu.gemm", "", "no usable CUDA device: " + count.status().message())};
+  std::vector<CheckResult> out;
+  const std::string source = "cublasGemmEx BF16, FP32 accumulate, n=" + std::to_string(config.gemm_size);
+  const std::string threshold = config.gemm_tflops_min > 0 ? ">= " + FormatNumber(config.gemm_tflops_min) + " TFLOPS"
+                                                           : "none (set health.gemm_tflops_min)";
+  for (int d = 0; d < *count; ++d) {
+    auto tflops = GemmTflops(d, static_cast<int>(config.gemm_size));
+    if (!tflops.ok()) {
+      out.push_back(Fail("gpu.gemm", Gpu(d), "GEMM could not run: " + tflops.status().message(),
+                         {"error", threshold, source}, Action::kExcludeNode));
+      continue;
+    }
+    Evidence ev{FormatNumber(*tflops) + " TFLOPS", threshold, source};
+    if (config.gemm_tflops_min > 0 && *tflops < config.gemm_tflops_min) {
+      out.push_back(Fail("gpu.gemm", Gpu(d),
+                         "GEMM at " + FormatNumber(*tflops) + " TFLOPS: throttled or degraded GPU (clocks, power, " +
+                             "temperature); it would slow every rank",
+                         ev, Action::kExcludeNode));
+    } else {
+      out.push_back(Pass("gpu.gemm", Gpu(d), FormatNumber(*tflops) + " TFLOPS", ev));
+    }
+  }
+  return out;
+}
+
+}  // namespace holdfast::health
