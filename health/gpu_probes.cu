@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace holdfast::health {
 namespace {
@@ -61,67 +62,75 @@ __global__ void FillBf16(__nv_bfloat16* p, uint64_t n) {
   }
 }
 
+// Frees what the probes allocate, whichever way they return.
+struct DeviceBuffers {
+  std::vector<void*> buffers;
+  cublasHandle_t cublas = nullptr;
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+  ~DeviceBuffers() {
+    for (void* b : buffers) cudaFree(b);
+    if (cublas != nullptr) cublasDestroy(cublas);
+    if (start != nullptr) cudaEventDestroy(start);
+    if (stop != nullptr) cudaEventDestroy(stop);
+  }
+  template <typename T>
+  Status Alloc(T** p, uint64_t bytes) {
+    void* raw = nullptr;
+    HF_CUDA(cudaMalloc(&raw, bytes));
+    buffers.push_back(raw);
+    *p = static_cast<T*>(raw);
+    return Status::Ok();
+  }
+};
+
 // Mismatched words over all patterns, or an error.
 Result<unsigned long long> Memtest(int device, uint64_t bytes) {
   HF_CUDA(cudaSetDevice(device));
   const uint64_t n = bytes / 8;
+  DeviceBuffers mem;
   uint64_t* buf = nullptr;
   unsigned long long* errors = nullptr;
-  HF_CUDA(cudaMalloc(&buf, n * 8));
-  Status st = CudaError("cudaMalloc", cudaMalloc(&errors, sizeof(*errors)));
+  HF_RETURN_IF_ERROR(mem.Alloc(&buf, n * 8));
+  HF_RETURN_IF_ERROR(mem.Alloc(&errors, sizeof(*errors)));
   unsigned long long total = 0;
-  for (int p = 0; p < kPatterns && st.ok(); ++p) {
-    st = CudaError("cudaMemset", cudaMemset(errors, 0, sizeof(*errors)));
-    if (!st.ok()) break;
+  for (int p = 0; p < kPatterns; ++p) {
+    HF_CUDA(cudaMemset(errors, 0, sizeof(*errors)));
     FillKernel<<<1024, 256>>>(buf, n, p);
     VerifyKernel<<<1024, 256>>>(buf, n, p, errors);
     unsigned long long found = 0;
-    st = CudaError("memtest kernels", cudaMemcpy(&found, errors, sizeof(found), cudaMemcpyDeviceToHost));
+    HF_CUDA(cudaMemcpy(&found, errors, sizeof(found), cudaMemcpyDeviceToHost));
     total += found;
   }
-  cudaFree(buf);
-  if (errors != nullptr) cudaFree(errors);
-  if (!st.ok()) return st;
   return total;
 }
 
 Result<double> GemmTflops(int device, int n) {
   HF_CUDA(cudaSetDevice(device));
   const uint64_t elems = static_cast<uint64_t>(n) * n;
+  DeviceBuffers mem;
   __nv_bfloat16 *a = nullptr, *b = nullptr, *c = nullptr;
-  cublasHandle_t handle = nullptr;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  Status st = CudaError("cudaMalloc", cudaMalloc(&a, elems * 2));
-  if (st.ok()) st = CudaError("cudaMalloc", cudaMalloc(&b, elems * 2));
-  if (st.ok()) st = CudaError("cudaMalloc", cudaMalloc(&c, elems * 2));
-  if (st.ok()) st = CublasError("cublasCreate", cublasCreate(&handle));
-  if (st.ok()) st = CudaError("cudaEventCreate", cudaEventCreate(&start));
-  if (st.ok()) st = CudaError("cudaEventCreate", cudaEventCreate(&stop));
+  HF_RETURN_IF_ERROR(mem.Alloc(&a, elems * 2));
+  HF_RETURN_IF_ERROR(mem.Alloc(&b, elems * 2));
+  HF_RETURN_IF_ERROR(mem.Alloc(&c, elems * 2));
+  HF_RETURN_IF_ERROR(CublasError("cublasCreate", cublasCreate(&mem.cublas)));
+  HF_CUDA(cudaEventCreate(&mem.start));
+  HF_CUDA(cudaEventCreate(&mem.stop));
   const float alpha = 1.0f, beta = 0.0f;
   const int warmup = 3, iters = 20;
-  float ms = 0;
-  if (st.ok()) {
-    FillBf16<<<1024, 256>>>(a, elems);
-    FillBf16<<<1024, 256>>>(b, elems);
-    for (int i = 0; i < warmup + iters && st.ok(); ++i) {
-      if (i == warmup) st = CudaError("cudaEventRecord", cudaEventRecord(start));
-      if (!st.ok()) break;
-      st = CublasError("cublasGemmEx",
-                       cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b,
-                                    CUDA_R_16BF, n, &beta, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                                    CUBLAS_GEMM_DEFAULT));
-    }
-    if (st.ok()) st = CudaError("cudaEventRecord", cudaEventRecord(stop));
-    if (st.ok()) st = CudaError("GEMM", cudaEventSynchronize(stop));
-    if (st.ok()) st = CudaError("cudaEventElapsedTime", cudaEventElapsedTime(&ms, start, stop));
+  FillBf16<<<1024, 256>>>(a, elems);
+  FillBf16<<<1024, 256>>>(b, elems);
+  for (int i = 0; i < warmup + iters; ++i) {
+    if (i == warmup) HF_CUDA(cudaEventRecord(mem.start));
+    HF_RETURN_IF_ERROR(CublasError("cublasGemmEx",
+                                   cublasGemmEx(mem.cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF,
+                                                n, b, CUDA_R_16BF, n, &beta, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                                                CUBLAS_GEMM_DEFAULT)));
   }
-  if (start != nullptr) cudaEventDestroy(start);
-  if (stop != nullptr) cudaEventDestroy(stop);
-  if (handle != nullptr) cublasDestroy(handle);
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(c);
-  if (!st.ok()) return st;
+  HF_CUDA(cudaEventRecord(mem.stop));
+  HF_CUDA(cudaEventSynchronize(mem.stop));
+  float ms = 0;
+  HF_CUDA(cudaEventElapsedTime(&ms, mem.start, mem.stop));
   const double flops = 2.0 * n * static_cast<double>(n) * n * iters;
   return flops / (ms * 1e-3) / 1e12;
 }

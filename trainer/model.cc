@@ -1,6 +1,7 @@
 #include "trainer/model.h"
 
 #include <cmath>
+#include <limits>
 
 namespace holdfast {
 
@@ -17,7 +18,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& cfg)
     : n_head_(cfg.n_head), n_embd_(cfg.n_embd), dropout_(cfg.dropout) {
   c_attn_ = register_module("c_attn", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, 3 * cfg.n_embd).bias(cfg.bias)));
   c_proj_ = register_module("c_proj", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, cfg.n_embd).bias(cfg.bias)));
-  mask_ = torch::ones({cfg.block_size, cfg.block_size}, torch::kBool).tril();
+  mask_ = torch::full({cfg.block_size, cfg.block_size}, -std::numeric_limits<float>::infinity()).triu(1);
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
@@ -27,9 +28,14 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   auto q = qkv[0].view({B, T, n_head_, hs}).transpose(1, 2);
   auto k = qkv[1].view({B, T, n_head_, hs}).transpose(1, 2);
   auto v = qkv[2].view({B, T, n_head_, hs}).transpose(1, 2);
-  auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));
-  att = att.masked_fill(mask_.slice(0, 0, T).slice(1, 0, T).logical_not(), -std::numeric_limits<float>::infinity());
-  att = torch::softmax(att, -1);
+  // scale * q k^T + mask in one batched GEMM (baddbmm) instead of matmul, a
+  // scaling pass and a masked_fill pass: the same math, two fewer passes over
+  // the [B*nh, T, T] scores forward and backward (bench/: about 5% of a step).
+  auto q3 = q.reshape({B * n_head_, T, hs});
+  auto k3 = k.reshape({B * n_head_, T, hs});
+  auto att = torch::baddbmm(mask_.slice(0, 0, T).slice(1, 0, T), q3, k3.transpose(1, 2), /*beta=*/1.0,
+                            /*alpha=*/1.0 / std::sqrt(static_cast<double>(hs)));
+  att = torch::softmax(att, -1).view({B, n_head_, T, T});
   if (dropout_ > 0 && is_training()) att = F::dropout(att, F::DropoutFuncOptions().p(dropout_).training(true));
   auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
   y = c_proj_(y);

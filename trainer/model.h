@@ -23,7 +23,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   double dropout_;
   torch::nn::Linear c_attn_{nullptr};
   torch::nn::Linear c_proj_{nullptr};
-  torch::Tensor mask_;  // [T, T] causal mask, bool; a buffer, not a parameter
+  torch::Tensor mask_;  // [T, T] additive causal mask (0 / -inf); a buffer, not a parameter
 };
 TORCH_MODULE(CausalSelfAttention);
 

@@ -1,0 +1,117 @@
+// runctl: the operator's view of a Holdfast run (flags only; cli/commands.h does the work).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <climits>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace {
+
+// Absolute, so that messages and a detached holdfastd name the same folder.
+std::string Absolute(const std::string& dir) {
+  if (!dir.empty() && dir[0] == '/') return dir;
+  char cwd[PATH_MAX];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) return dir;
+  if (dir.empty() || dir == ".") return cwd;
+  return std::string(cwd) + "/" + dir;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace holdfast;
+  CLI::App app{
+      "runctl: status, lineage and triage of Holdfast training runs.\n"
+      "RUN is a run id, a unique prefix of one, or 'latest'."};
+  app.footer(std::string("\n") + kExitCodesHelp);
+  app.require_subcommand(1);
+  app.fallthrough();  // global flags may follow the command: `runctl runs --json`
+
+  const char* env_dir = std::getenv("HOLDFAST_RUN_DIR");
+  std::string run_dir = env_dir != nullptr && *env_dir != '\0' ? env_dir : ".";
+  bool json = false;
+  int timeout_ms = 5000;
+  app.add_option("--run-dir", run_dir,
+                 "the run directory (lineage.db, holdfastd.sock); default $HOLDFAST_RUN_DIR, "
+                 "else the current directory");
+  app.add_flag("--json", json, "print one JSON object with stable keys instead of tables");
+  app.add_option("--timeout-ms", timeout_ms, "how long to wait for holdfastd's answer")
+      ->check(CLI::PositiveNumber);
+
+  std::string run;
+  auto* status = app.add_subcommand(
+      "status", "live state from holdfastd; the last recorded state when none answers");
+  status->add_option("RUN", run, "default: the run holdfastd supervises, else latest");
+
+  int limit = 50;
+  auto* runs = app.add_subcommand("runs", "the runs recorded in lineage.db, newest first");
+  runs->add_option("--limit", limit, "show at most N runs (0: all)");
+
+  int max_events = 500;
+  auto* lineage = app.add_subcommand(
+      "lineage", "a run's attempts, generations, checkpoints and events as a timeline");
+  lineage->add_option("RUN", run)->required();
+  lineage->add_option("--events", max_events, "show the newest N events (0: all)");
+
+  auto* triage = app.add_subcommand(
+      "triage", "the run's last incident: culprit ranks, exit, logs, action, runbook");
+  triage->add_option("RUN", run)->required();
+
+  auto* checkpoint = app.add_subcommand("checkpoint", "ask holdfastd to save a checkpoint now");
+  checkpoint->add_option("RUN", run)->required();
+
+  int64_t from_step = -1;
+  auto* resume = app.add_subcommand(
+      "resume", "relaunch RUN here as a new attempt (a detached holdfastd --resume)");
+  resume->add_option("RUN", run)->required();
+  auto* from_step_opt = resume->add_option(
+      "--from-step", from_step, "start from the committed checkpoint of step N (default: newest)");
+
+  auto* health = app.add_subcommand(
+      "health", "run holdfast-health on this node (arguments after -- are passed to it)");
+  health->allow_extras();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+
+  CliContext ctx;
+  ctx.run_dir = Absolute(run_dir);
+  ctx.json = json;
+  ctx.timeout = std::chrono::milliseconds(timeout_ms);
+  ctx.out = &std::cout;
+  ctx.err = &std::cerr;
+
+  if (*status) return CmdStatus(ctx, run);
+  if (*runs) return CmdRuns(ctx, limit);
+  if (*lineage) return CmdLineage(ctx, run, max_events);
+  if (*triage) return CmdTriage(ctx, run);
+  if (*checkpoint) return CmdCheckpoint(ctx, run);
+  if (*resume) {
+    std::optional<int64_t> step;
+    if (from_step_opt->count() > 0) {
+      if (from_step < 0) {
+        std::cerr << "runctl: --from-step must be >= 0\n";
+        return kExitUsage;
+      }
+      step = from_step;
+    }
+    return CmdResume(ctx, run, step);
+  }
+  if (*health) return CmdHealth(ctx, health->remaining());
+  return kExitUsage;
+}
