@@ -45,7 +45,7 @@ int Fail(const CliContext& c, int code, const std::string& message) {
 
 // NotFound -> 3, everything else -> 1.
 int ExitFor(const Status& s) {
-  return s.code() == StatusCode::kNotFound ? kExitNotFound : kExitFailure;
+  return s.code() == StatusCode::kNotFound ? kRunctlNotFound : kRunctlFailure;
 }
 
 void PrintJson(const CliContext& c, const json& j) {
@@ -191,8 +191,8 @@ Result<RunRecord> ResolveRun(LineageDb* db, const std::string& spec) {
 // file) is 1.
 int ExitForRunLookup(const Status& s) {
   return s.code() == StatusCode::kNotFound || s.code() == StatusCode::kInvalidArgument
-             ? kExitNotFound
-             : kExitFailure;
+             ? kRunctlNotFound
+             : kRunctlFailure;
 }
 
 // Opens the DB and resolves RUN, printing the error; returns an exit code on
@@ -200,7 +200,7 @@ int ExitForRunLookup(const Status& s) {
 struct RunLookup {
   std::unique_ptr<LineageDb> db;
   RunRecord run;
-  int exit = kExitOk;
+  int exit = kRunctlOk;
 };
 RunLookup LookUp(const CliContext& c, const std::string& spec) {
   RunLookup r;
@@ -332,14 +332,14 @@ void PrintLiveStatus(const CliContext& c, const RunStatus& s) {
 // The last recorded state of a run, for when no daemon answers.
 int PrintRecordedStatus(const CliContext& c, const std::string& spec, const std::string& why) {
   RunLookup l = LookUp(c, spec);
-  if (l.exit != kExitOk) return l.exit;
+  if (l.exit != kRunctlOk) return l.exit;
   const RunRecord& run = l.run;
   Result<std::vector<AttemptRecord>> attempts = l.db->Attempts(run.run_id);
   Result<std::vector<GenerationRecord>> gens = l.db->Generations(run.run_id);
   Result<std::optional<CheckpointRecord>> ckpt = l.db->NewestCommittedCheckpoint(run.run_id);
   Result<std::optional<EventRecord>> incident = l.db->LastIncident(run.run_id);
   for (const Status& s : {attempts.status(), gens.status(), ckpt.status(), incident.status()}) {
-    if (!s.ok()) return Fail(c, kExitFailure, s.message());
+    if (!s.ok()) return Fail(c, kRunctlFailure, s.message());
   }
   const AttemptRecord* attempt = attempts->empty() ? nullptr : &attempts->back();
   const GenerationRecord* gen = gens->empty() ? nullptr : &gens->back();
@@ -352,7 +352,7 @@ int PrintRecordedStatus(const CliContext& c, const std::string& spec, const std:
                   {"generation", gen ? GenerationJson(*gen) : json(nullptr)},
                   {"last_checkpoint", *ckpt ? CheckpointJson(**ckpt) : json(nullptr)},
                   {"last_incident", *incident ? EventJson(**incident) : json(nullptr)}});
-    return kExitOk;
+    return kRunctlOk;
   }
   std::ostream& os = *c.out;
   os << "holdfastd is not running; last recorded state:\n";
@@ -381,7 +381,7 @@ int PrintRecordedStatus(const CliContext& c, const std::string& spec, const std:
                            " (runctl triage " + run.run_id + ")"});
   }
   t.Print(os);
-  return kExitOk;
+  return kRunctlOk;
 }
 
 bool MatchesRun(const std::string& spec, const std::string& run_id) {
@@ -400,10 +400,10 @@ int CmdStatus(const CliContext& c, const std::string& run) {
         resp.status().code() == StatusCode::kTimeout) {
       return PrintRecordedStatus(c, run, resp.status().message());
     }
-    return Fail(c, kExitFailure, resp.status().message());
+    return Fail(c, kRunctlFailure, resp.status().message());
   }
   if (!resp->ok) {
-    return Fail(c, kExitFailure, "holdfastd refused 'status': " + resp->error_code + ": " +
+    return Fail(c, kRunctlFailure, "holdfastd refused 'status': " + resp->error_code + ": " +
                                      resp->error.message());
   }
   json raw = json::parse(resp->result_json, nullptr, false);
@@ -416,27 +416,27 @@ int CmdStatus(const CliContext& c, const std::string& run) {
   }
   if (c.json) {
     PrintJson(c, {{"live", true}, {"source", "holdfastd"}, {"status", raw}});
-    return kExitOk;
+    return kRunctlOk;
   }
   Result<RunStatus> status = ParseStatusResult(resp->result_json);
   if (!status.ok()) {
-    return Fail(c, kExitFailure, "holdfastd's status reply is not one runctl understands (" +
+    return Fail(c, kRunctlFailure, "holdfastd's status reply is not one runctl understands (" +
                                      status.status().message() + "); try --json");
   }
   PrintLiveStatus(c, *status);
-  return kExitOk;
+  return kRunctlOk;
 }
 
 int CmdRuns(const CliContext& c, int limit) {
   Result<std::unique_ptr<LineageDb>> db = OpenDb(c);
   if (!db.ok()) return Fail(c, ExitFor(db.status()), db.status().message());
   Result<std::vector<RunRecord>> runs = (*db)->ListRuns(limit);
-  if (!runs.ok()) return Fail(c, kExitFailure, runs.status().message());
+  if (!runs.ok()) return Fail(c, kRunctlFailure, runs.status().message());
   json out = json::array();
   Table t({"RUN", "NAME", "STATE", "ATTEMPTS", "LAST STEP", "STARTED", "CAUSE"});
   for (const RunRecord& r : *runs) {
     Result<std::vector<AttemptRecord>> attempts = (*db)->Attempts(r.run_id);
-    if (!attempts.ok()) return Fail(c, kExitFailure, attempts.status().message());
+    if (!attempts.ok()) return Fail(c, kRunctlFailure, attempts.status().message());
     json j = RunJson(r);
     j["attempts"] = attempts->size();
     out.push_back(std::move(j));
@@ -450,19 +450,19 @@ int CmdRuns(const CliContext& c, int limit) {
   } else {
     t.Print(*c.out);
   }
-  return kExitOk;
+  return kRunctlOk;
 }
 
 int CmdLineage(const CliContext& c, const std::string& spec, int max_events) {
   RunLookup l = LookUp(c, spec);
-  if (l.exit != kExitOk) return l.exit;
+  if (l.exit != kRunctlOk) return l.exit;
   const RunRecord& run = l.run;
   auto attempts = l.db->Attempts(run.run_id);
   auto gens = l.db->Generations(run.run_id);
   auto ckpts = l.db->Checkpoints(run.run_id);
   auto events = l.db->Events(run.run_id, max_events);
   for (const Status& s : {attempts.status(), gens.status(), ckpts.status(), events.status()}) {
-    if (!s.ok()) return Fail(c, kExitFailure, s.message());
+    if (!s.ok()) return Fail(c, kRunctlFailure, s.message());
   }
   if (c.json) {
     json att = json::array();
@@ -479,7 +479,7 @@ int CmdLineage(const CliContext& c, const std::string& spec, int max_events) {
     json ev = json::array();
     for (const EventRecord& e : *events) ev.push_back(EventJson(e));
     PrintJson(c, {{"run", RunJson(run)}, {"attempts", att}, {"checkpoints", ck}, {"events", ev}});
-    return kExitOk;
+    return kRunctlOk;
   }
 
   // One time-ordered list; at equal times, starts before what happens inside
@@ -562,7 +562,7 @@ int CmdLineage(const CliContext& c, const std::string& spec, int max_events) {
   if (max_events > 0 && static_cast<int>(events->size()) == max_events) {
     os << "(only the newest " << max_events << " events; --events 0 shows all)\n";
   }
-  return kExitOk;
+  return kRunctlOk;
 }
 
 namespace {
@@ -627,10 +627,10 @@ std::string DescribeRankEvidence(const json& r) {
 
 int CmdTriage(const CliContext& c, const std::string& spec) {
   RunLookup l = LookUp(c, spec);
-  if (l.exit != kExitOk) return l.exit;
+  if (l.exit != kRunctlOk) return l.exit;
   const RunRecord& run = l.run;
   Result<std::optional<EventRecord>> incident = l.db->LastIncident(run.run_id);
-  if (!incident.ok()) return Fail(c, kExitFailure, incident.status().message());
+  if (!incident.ok()) return Fail(c, kRunctlFailure, incident.status().message());
   if (!*incident) {
     if (c.json) {
       PrintJson(c, {{"run", RunJson(run)}, {"incident", nullptr}});
@@ -639,7 +639,7 @@ int CmdTriage(const CliContext& c, const std::string& spec) {
              << StateAndCause(RunStateName(run.state), run.cause)
              << ": no incident recorded\n";
     }
-    return kExitOk;
+    return kRunctlOk;
   }
   const EventRecord& e = **incident;
   const std::string runbook = e.runbook.empty() ? DefaultRunbook(e.kind) : e.runbook;
@@ -663,7 +663,7 @@ int CmdTriage(const CliContext& c, const std::string& spec) {
     j["culprits"] = culprits;
     j["runbook_file"] = BaseName(runbook);
     PrintJson(c, {{"run", RunJson(run)}, {"incident", j}});
-    return kExitOk;
+    return kRunctlOk;
   }
 
   std::ostream& os = *c.out;
@@ -738,7 +738,7 @@ int CmdTriage(const CliContext& c, const std::string& spec) {
   } else {
     os << "runbook   " << BaseName(runbook) << "  (" << runbook << " in the Holdfast source tree)\n";
   }
-  return kExitOk;
+  return kRunctlOk;
 }
 
 int CmdCheckpoint(const CliContext& c, const std::string& spec) {
@@ -752,7 +752,7 @@ int CmdCheckpoint(const CliContext& c, const std::string& spec) {
       if (!run.ok()) return Fail(c, ExitForRunLookup(run.status()), run.status().message());
       run_id = run->run_id;
     } else if (db.status().code() != StatusCode::kNotFound) {
-      return Fail(c, kExitFailure, db.status().message());
+      return Fail(c, kRunctlFailure, db.status().message());
     } else if (!spec.empty() && spec != "latest") {
       run_id = spec;
     }
@@ -765,18 +765,18 @@ int CmdCheckpoint(const CliContext& c, const std::string& spec) {
   if (!resp.ok()) {
     int code = resp.status().code() == StatusCode::kUnavailable ||
                        resp.status().code() == StatusCode::kTimeout
-                   ? kExitUnreachable
-                   : kExitFailure;
+                   ? kRunctlUnreachable
+                   : kRunctlFailure;
     return Fail(c, code, "cannot ask holdfastd for a checkpoint: " + resp.status().message());
   }
   if (!resp->ok) {
-    return Fail(c, kExitFailure,
+    return Fail(c, kRunctlFailure,
                 "holdfastd refused: " + resp->error_code + ": " + resp->error.message());
   }
   json result = json::parse(resp->result_json, nullptr, false);
   if (c.json) {
     PrintJson(c, {{"run_id", run_id}, {"result", result}});
-    return kExitOk;
+    return kRunctlOk;
   }
   std::string step = result.is_object() && result.value("requested_at_step", json()).is_number()
                          ? std::to_string(result["requested_at_step"].get<int64_t>())
@@ -784,7 +784,7 @@ int CmdCheckpoint(const CliContext& c, const std::string& spec) {
   *c.out << "checkpoint requested at step " << step << "; `runctl --run-dir " << c.run_dir
          << " lineage " << (run_id.empty() ? "latest" : run_id)
          << "` shows it once it is committed\n";
-  return kExitOk;
+  return kRunctlOk;
 }
 
 namespace {
@@ -842,11 +842,11 @@ std::vector<char*> Argv(std::vector<std::string>& args) {
 
 int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_t> from_step) {
   RunLookup l = LookUp(c, spec);
-  if (l.exit != kExitOk) return l.exit;
+  if (l.exit != kRunctlOk) return l.exit;
   const RunRecord& run = l.run;
   if (from_step) {
     Result<std::vector<CheckpointRecord>> ckpts = l.db->Checkpoints(run.run_id);
-    if (!ckpts.ok()) return Fail(c, kExitFailure, ckpts.status().message());
+    if (!ckpts.ok()) return Fail(c, kRunctlFailure, ckpts.status().message());
     std::vector<std::string> good;
     bool found = false;
     for (const CheckpointRecord& k : *ckpts) {
@@ -855,7 +855,7 @@ int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_
       found = found || k.step == *from_step;
     }
     if (!found) {
-      return Fail(c, kExitNotFound,
+      return Fail(c, kRunctlNotFound,
                   "run " + run.run_id + " has no committed checkpoint at step " +
                       std::to_string(*from_step) + "; committed steps: " +
                       (good.empty() ? "none" : Join(good, ", ")));
@@ -867,14 +867,14 @@ int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_
   ping.op = control_op::kPing;
   Result<ControlResponse> alive = CallDaemon(SocketPath(c), ping, c.timeout);
   if (alive.ok()) {
-    return Fail(c, kExitFailure, "holdfastd is already running in " + c.run_dir +
+    return Fail(c, kRunctlFailure, "holdfastd is already running in " + c.run_dir +
                                      "; `runctl status` shows it (stop it before resuming)");
   }
 
   std::vector<std::string> looked;
   std::string daemon = FindTool("holdfastd", "RUNCTL_HOLDFASTD", "daemon", &looked);
   if (daemon.empty()) {
-    return Fail(c, kExitFailure, "holdfastd not found (looked in " + Join(looked, ", ") + ")");
+    return Fail(c, kRunctlFailure, "holdfastd not found (looked in " + Join(looked, ", ") + ")");
   }
   std::vector<std::string> args = {daemon, "--run-dir", c.run_dir, "--resume", run.run_id};
   if (from_step) {
@@ -895,7 +895,7 @@ int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_
   int rc = posix_spawn(&pid, daemon.c_str(), &fa, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
-  if (rc != 0) return Fail(c, kExitFailure, ErrnoError("start " + daemon, rc).message());
+  if (rc != 0) return Fail(c, kRunctlFailure, ErrnoError("start " + daemon, rc).message());
 
   const std::string from = from_step ? "step " + std::to_string(*from_step)
                                      : std::string("the newest committed checkpoint");
@@ -905,20 +905,20 @@ int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_
                   {"daemon", daemon},
                   {"from_step", OptJson(from_step)},
                   {"log", log}});
-    return kExitOk;
+    return kRunctlOk;
   }
   *c.out << "started holdfastd (pid " << pid << ") resuming run " << run.run_id << " from "
          << from << " as a new attempt\n"
          << "  follow it:  tail -f " << log << "\n"
          << "  status:     runctl --run-dir " << c.run_dir << " status\n";
-  return kExitOk;
+  return kRunctlOk;
 }
 
 int CmdHealth(const CliContext& c, const std::vector<std::string>& passthrough) {
   std::vector<std::string> looked;
   std::string tool = FindTool("holdfast-health", "RUNCTL_HOLDFAST_HEALTH", "health", &looked);
   if (tool.empty()) {
-    return Fail(c, kExitFailure,
+    return Fail(c, kRunctlFailure,
                 "holdfast-health not found (looked in " + Join(looked, ", ") + ")");
   }
   std::vector<std::string> args = {tool};
@@ -928,16 +928,16 @@ int CmdHealth(const CliContext& c, const std::vector<std::string>& passthrough) 
   c.out->flush();
   pid_t pid = 0;
   int rc = posix_spawn(&pid, tool.c_str(), nullptr, nullptr, argv.data(), environ);
-  if (rc != 0) return Fail(c, kExitFailure, ErrnoError("run " + tool, rc).message());
+  if (rc != 0) return Fail(c, kRunctlFailure, ErrnoError("run " + tool, rc).message());
   int ws = 0;
   while (waitpid(pid, &ws, 0) < 0) {
-    if (errno != EINTR) return Fail(c, kExitFailure, ErrnoError("wait for " + tool, errno).message());
+    if (errno != EINTR) return Fail(c, kRunctlFailure, ErrnoError("wait for " + tool, errno).message());
   }
-  if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) return kExitOk;
+  if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) return kRunctlOk;
   if (WIFSIGNALED(ws)) {
-    return Fail(c, kExitFailure, "holdfast-health was killed by signal " + std::to_string(WTERMSIG(ws)));
+    return Fail(c, kRunctlFailure, "holdfast-health was killed by signal " + std::to_string(WTERMSIG(ws)));
   }
-  return kExitFailure;  // a failed check: holdfast-health has said which
+  return kRunctlFailure;  // a failed check: holdfast-health has said which
 }
 
 }  // namespace holdfast

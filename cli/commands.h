@@ -19,11 +19,11 @@
 namespace holdfast {
 
 enum RunctlExit : int {
-  kExitOk = 0,
-  kExitFailure = 1,      // the daemon reported a failure, or lineage.db is unreadable
-  kExitUsage = 2,        // bad flags or arguments
-  kExitNotFound = 3,     // the run (unknown or ambiguous id) or lineage.db not found
-  kExitUnreachable = 4,  // no holdfastd answers, for a command that needs one
+  kRunctlOk = 0,
+  kRunctlFailure = 1,      // the daemon reported a failure, or lineage.db is unreadable
+  kRunctlUsage = 2,        // bad flags or arguments
+  kRunctlNotFound = 3,     // the run (unknown or ambiguous id) or lineage.db not found
+  kRunctlUnreachable = 4,  // no holdfastd answers, for a command that needs one
 };
 
 // The "Exit codes" block of `runctl --help` and the README.

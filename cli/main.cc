@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);
-    return kExitUsage;
+    return kRunctlUsage;
   }
 
   CliContext ctx;
@@ -106,12 +106,12 @@ int main(int argc, char** argv) {
     if (from_step_opt->count() > 0) {
       if (from_step < 0) {
         std::cerr << "runctl: --from-step must be >= 0\n";
-        return kExitUsage;
+        return kRunctlUsage;
       }
       step = from_step;
     }
     return CmdResume(ctx, run, step);
   }
   if (*health) return CmdHealth(ctx, health->remaining());
-  return kExitUsage;
+  return kRunctlUsage;
 }

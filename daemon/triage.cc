@@ -209,10 +209,25 @@ Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const Ha
     std::string line;
     for (size_t i = 0; i < parts.size(); ++i) line += (i ? "; " : "") + parts[i];
     if (inc.culprits.empty()) {
-      // Everyone entered it: the collective itself (network, a peer's transport) is stuck.
-      line = "all ranks entered " + kind + " #" + std::to_string(w) + " but it has not completed";
-      for (const RankView& r : ranks) inc.culprits.push_back(r.rank);
+      // Everyone entered it. A stopped process explains it; otherwise the
+      // collective itself (network, a peer's transport) is stuck.
+      for (const RankView& r : ranks) {
+        if (ProcStateWords(r.proc_state) != nullptr) {
+          inc.culprits.push_back(r.rank);
+          line += std::string(line.empty() ? "" : "; ") + "rank " + std::to_string(r.rank) + " " + Doing(now_ns, r);
+        }
+      }
+      if (inc.culprits.empty()) {
+        line = "all ranks entered " + kind + " #" + std::to_string(w) + " but it has not completed";
+        for (const RankView& r : ranks) inc.culprits.push_back(r.rank);
+      } else {
+        in_w.erase(std::remove_if(in_w.begin(), in_w.end(),
+                                  [&](int r) { return std::find(inc.culprits.begin(), inc.culprits.end(), r) !=
+                                                      inc.culprits.end(); }),
+                   in_w.end());
+      }
     }
+    if (in_w.empty()) in_w = waiting;
     line += "; " + std::string(in_w.size() == 1 ? "rank " : "ranks ") + RankList(in_w) + " waiting in it for " +
             Fixed1(wait_s) + " s";
     inc.summary = line;

@@ -132,6 +132,21 @@ TEST(TriageTest, AStoppedProcessIsNamedWhenNobodyIsInACollective) {
   EXPECT_NE(inc.summary.find("process stopped"), std::string::npos) << inc.summary;
 }
 
+TEST(TriageTest, AStoppedRankInsideTheCollectiveIsTheCulprit) {
+  const int64_t now = 100 * kSec;
+  std::vector<RankView> ranks = {Rank(0, 7, Phase::kCollective, now - 6 * kSec, 15, 15),
+                                 Rank(1, 7, Phase::kCollective, now - 6 * kSec, 15, 15, 'T')};
+  HangDetector::Verdict v;
+  v.stalled_s = 6;
+  v.timeout_s = 5;
+  v.allowance = "step";
+  Incident inc = TriageHang(now, ranks, v);
+  EXPECT_EQ(inc.culprits, std::vector<int>{1});
+  EXPECT_NE(inc.summary.find("rank 1 in collective of step 8 for 6.0 s, process stopped"), std::string::npos)
+      << inc.summary;
+  EXPECT_NE(inc.summary.find("rank 0 waiting in it"), std::string::npos) << inc.summary;
+}
+
 TEST(TriageTest, CrashNamesRankSignalPhaseAndKeepsTheLogTail) {
   std::vector<RankView> ranks = {Rank(0, 36, Phase::kCollective, 0, 80, 80), Rank(1, 36, Phase::kBackward, 0, 79)};
   const int wstatus = SIGKILL;  // as waitpid reports a SIGKILL death

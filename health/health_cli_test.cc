@@ -17,15 +17,15 @@ namespace {
 const std::string kBin = HOLDFAST_HEALTH_BIN;
 const std::string kData = HOLDFAST_HEALTH_TESTDATA;
 
-struct Run {
+struct ProcessRun {
   int exit_code = -1;
   std::string out;  // stdout only
 };
 
-Run Exec(const std::string& env, const std::string& args) {
+ProcessRun Exec(const std::string& env, const std::string& args) {
   const std::string cmd = env + " " + kBin + " --meminfo " + kData + "/meminfo_healthy --mounts " + kData +
                           "/mounts --nvml-library " + HOLDFAST_FAKE_NVML + " " + args + " 2>/dev/null";
-  Run r;
+  ProcessRun r;
   FILE* p = popen(cmd.c_str(), "r");
   char buf[4096];
   size_t n;
@@ -54,19 +54,19 @@ struct HealthCli : ::testing::Test {
 
 TEST_F(HealthCli, HealthyNodePassesTheProlog) {
   // Xids of an application that is gone (13, 94) warn: they do not drain the node.
-  Run r = Exec("HOLDFAST_FAKE_NVML='gpus=8'", Prolog("healthy", "kmsg_app_xid"));
+  ProcessRun r = Exec("HOLDFAST_FAKE_NVML='gpus=8'", Prolog("healthy", "kmsg_app_xid"));
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, "");
 }
 
 TEST_F(HealthCli, PortDownDrainsWithAReasonThatFitsSlurm) {
-  Run r = Exec("HOLDFAST_FAKE_NVML='gpus=8'", Prolog("port_down"));
+  ProcessRun r = Exec("HOLDFAST_FAKE_NVML='gpus=8'", Prolog("port_down"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.out, "holdfast: ib.port_state mlx5_1/1 DOWN\n");
 }
 
 TEST_F(HealthCli, MissingGpuAndFallenOffTheBusDrain) {
-  Run r = Exec("HOLDFAST_FAKE_NVML='gpus=7'", Prolog("healthy", "kmsg_xid79"));
+  ProcessRun r = Exec("HOLDFAST_FAKE_NVML='gpus=7'", Prolog("healthy", "kmsg_xid79"));
   EXPECT_EQ(r.exit_code, 1);
   ASSERT_FALSE(r.out.empty());
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "one line: " << r.out;
@@ -77,7 +77,7 @@ TEST_F(HealthCli, MissingGpuAndFallenOffTheBusDrain) {
 
 TEST_F(HealthCli, ConfigErrorExitsTwoAndSaysSo) {
   std::ofstream(config) << "[health]\nexpected_gpus = \"eight\"\n";
-  Run r = Exec("", Prolog("healthy"));
+  ProcessRun r = Exec("", Prolog("healthy"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.out.rfind("holdfast: health config error: " + config + ":2: key 'health.expected_gpus'", 0), 0u)
       << r.out;
@@ -85,7 +85,7 @@ TEST_F(HealthCli, ConfigErrorExitsTwoAndSaysSo) {
 }
 
 TEST_F(HealthCli, JsonCarriesResultsEvidenceAndTheDecision) {
-  Run r = Exec("HOLDFAST_FAKE_NVML='gpus=8'", "--json --checks ib --config " + config + " --sysfs-root " + kData +
+  ProcessRun r = Exec("HOLDFAST_FAKE_NVML='gpus=8'", "--json --checks ib --config " + config + " --sysfs-root " + kData +
                                                   "/sysfs/port_down");
   EXPECT_EQ(r.exit_code, 1);
   auto j = nlohmann::json::parse(r.out);
@@ -107,7 +107,7 @@ TEST_F(HealthCli, JsonCarriesResultsEvidenceAndTheDecision) {
 TEST_F(HealthCli, ChecksThatCannotRunHereAreSkippedNeverPassed) {
   // No GPU on this machine (and the stand-in NVML reports none): the CUDA and
   // NCCL probes, compiled or not, must say skipped.
-  Run r = Exec("HOLDFAST_FAKE_NVML='gpus=0'", "--json --checks gpu,nccl --kernel-log " + dir + "/empty-kmsg");
+  ProcessRun r = Exec("HOLDFAST_FAKE_NVML='gpus=0'", "--json --checks gpu,nccl --kernel-log " + dir + "/empty-kmsg");
   EXPECT_EQ(r.exit_code, 0);
   auto j = nlohmann::json::parse(r.out);
   int probes = 0;
