@@ -1,15 +1,25 @@
 // CheckpointWriter: asynchronous, sharded, verified checkpoint saves for one rank.
 //
-// The training loop calls Save(step, buffers). Save blocks only while the
-// buffers are copied into one pre-allocated host staging buffer (allocated at
-// Reserve() or the first save, reused after, grown only if the state grows);
-// a background thread owned by the writer then writes the shard file through
-// Storage, computing its XXH3-64 as it goes, fsyncs it, renames it into place
-// and publishes "<size> <xxh3>" under "ckpt/<step>/shard/<rank>" in the Store.
-// Rank 0's thread waits for every rank's key, writes MANIFEST.json last
-// (temporary name, fsync file, rename, fsync folder) and then publishes
-// "ckpt/<step>/outcome"; other ranks wait for that outcome, so every rank
-// reports the same commit. Rank 0 then prunes old checkpoints (RetentionPolicy).
+// The training loop calls Save(step, buffers). Save lays out the shard, copies
+// the small buffers into one pre-allocated host staging buffer (allocated at
+// Reserve() or the first save, reused after, grown only if the state grows) and
+// hands the rest to a background thread owned by the writer. That thread first
+// "stages": it copies the buffers marked BufferView::defer_copy into the
+// staging buffer and computes the shard's XXH3-64 in the same pass, while the
+// training loop goes on with the next step's forward and backward. Then it
+// writes the shard file through Storage in large chunks (starting writeback as
+// it goes), fsyncs it, renames it into place and publishes "<size> <xxh3>"
+// under "ckpt/<step>/shard/<rank>" in the Store. Rank 0's thread waits for
+// every rank's key, writes MANIFEST.json last (temporary name, fsync file,
+// rename, fsync folder) and then publishes "ckpt/<step>/outcome"; other ranks
+// wait for that outcome, so every rank reports the same commit. Rank 0 then
+// prunes old checkpoints (RetentionPolicy).
+//
+// The staging fence: a deferred buffer must not change until its bytes are
+// staged. The caller calls WaitStaged() before it next mutates such a buffer
+// (the trainer: just before the optimizer update); it returns at once when
+// staging is done, and otherwise blocks until it is. The time blocked there
+// counts as training stall in the SaveOutcome.
 //
 // Memory is bounded by exactly one staging buffer (the size of the shard file):
 // a save requested while another is in flight either waits for it (kWait; the
@@ -24,10 +34,11 @@
 // failed step are not reused. A step that already has a manifest is refused.
 //
 // Thread-safety: Save, Reserve and Flush serialise on an internal mutex and may
-// be called from any thread (normally the training loop's). The callback runs
-// on the writer's background thread and must not call Save or Flush.
-// newest_committed_step(), TakeOutcomes() and skipped_saves() are safe from any
-// thread. The destructor waits for the save in flight to finish.
+// be called from any thread (normally the training loop's); so may
+// WaitStaged(). The callback runs on the writer's background thread and must
+// not call Save, Flush or WaitStaged. newest_committed_step(), TakeOutcomes()
+// and skipped_saves() are safe from any thread. The destructor waits for the
+// save in flight to finish.
 #pragma once
 
 #include <atomic>
@@ -49,12 +60,16 @@
 
 namespace holdfast {
 
-// One named piece of a rank's state: contiguous host memory, not owned; it
-// only needs to stay valid until Save returns.
+// One named piece of a rank's state: contiguous host memory, not owned.
 struct BufferView {
   std::string name;
   const void* data = nullptr;
   size_t size = 0;
+  // false: copied before Save returns; the caller may reuse the memory at once.
+  // true: copied later by the writer's thread; the caller keeps these bytes
+  // unchanged and alive until WaitStaged() or Flush() returns (or the writer is
+  // destroyed). For large state that only changes at a known point.
+  bool defer_copy = false;
 };
 
 // What Save does when the previous save is still being written.
@@ -86,7 +101,12 @@ struct CheckpointWriterOptions {
   std::chrono::milliseconds commit_timeout{std::chrono::minutes(10)};
   // Not owned; must outlive the writer. nullptr = PosixStorage::Default().
   Storage* storage = nullptr;
-  size_t write_chunk_bytes = 8u << 20;
+  // Bytes per write(2). Large writes keep the per-call overhead (and, on a
+  // contended CPU, the number of times the writer is descheduled) low.
+  size_t write_chunk_bytes = 64u << 20;
+  // Start writeback of each chunk as soon as it is written (StartWriteback),
+  // instead of leaving it all to the final fsync.
+  bool start_writeback = true;
 };
 
 enum class SaveDecision { kQueued, kSkipped };
@@ -96,8 +116,12 @@ struct SaveOutcome {
   int64_t step = -1;
   Status status;             // OK = committed (the manifest is durable)
   uint64_t shard_bytes = 0;  // this rank's shard file
-  double stall_seconds = 0;  // Save's time in the caller, waiting + copying
-  double write_seconds = 0;  // background: shard write + checksum + fsync + rename
+  // Training stall: Save's time in the caller (waiting + copying the eager
+  // buffers) plus the time WaitStaged() blocked on this save's staging.
+  double stall_seconds = 0;
+  double fence_seconds = 0;  // the WaitStaged() part of stall_seconds
+  double stage_seconds = 0;  // background: deferred copy + XXH3 of the staged shard
+  double write_seconds = 0;  // background: shard write + fsync + rename + folder fsync
   double total_seconds = 0;  // from Save's return to commit (or failure)
   bool committed() const { return status.ok(); }
 };
@@ -118,10 +142,16 @@ class CheckpointWriter {
   // Save does not pay for page faults. Waits for a save in flight.
   Status Reserve(size_t bytes);
 
-  // Stages the buffers and hands them to the background thread. Errors are only
+  // Stages the buffers (the eager ones now, those with defer_copy on the
+  // background thread) and hands them to the background thread. Errors are only
   // about the request itself (bad names, negative step); storage failures come
   // later as a SaveOutcome.
   Result<SaveDecision> Save(int64_t step, const std::vector<BufferView>& buffers);
+
+  // The staging fence: returns once no deferred buffer of any queued save
+  // remains to be copied, so the caller may mutate them. Cheap when nothing is
+  // pending (one atomic load). Staging never fails (storage errors come later).
+  void WaitStaged();
 
   // Waits until no save is in flight; returns the status of the last save that
   // finished (OK if none did). For a final checkpoint before exit.
@@ -135,9 +165,16 @@ class CheckpointWriter {
   size_t staging_capacity() const;
 
  private:
+  // A buffer the background thread copies into staging[offset, offset + size).
+  struct DeferredCopy {
+    const uint8_t* src = nullptr;  // not owned; the caller keeps it until staged
+    uint64_t offset = 0;
+    uint64_t size = 0;
+  };
   struct Job {
     int64_t step = 0;
     ShardHeader header;
+    std::vector<DeferredCopy> deferred;  // ascending offsets
     double stall_seconds = 0;
     std::chrono::steady_clock::time_point handed_over;
   };
@@ -145,8 +182,12 @@ class CheckpointWriter {
   CheckpointWriter(CheckpointWriterOptions options, Callback callback);
   void ThreadMain();
   SaveOutcome Run(const Job& job);
-  // Writes this rank's shard; returns its checksum.
-  Result<uint64_t> WriteShard(const Job& job, const std::string& dir);
+  // Copies the deferred buffers into staging and hashes the whole shard; then
+  // opens the fence. Returns the shard's XXH3-64 and the seconds the fence
+  // blocked the caller.
+  uint64_t Stage(const Job& job, double* fence_seconds);
+  // Writes this rank's staged shard.
+  Status WriteShard(const Job& job, const std::string& dir);
   Status Commit(const Job& job, const std::string& dir, uint64_t shard_xxh3);
   Status WriteManifest(const std::string& dir, const Manifest& manifest);
   void Prune(int64_t newest);
@@ -167,7 +208,13 @@ class CheckpointWriter {
   mutable std::mutex mu_;
   std::condition_variable work_cv_;           // a job arrived or stopping
   std::condition_variable idle_cv_;           // a job finished
+  std::condition_variable staged_cv_;         // staging_pending_ became false
   std::optional<Job> job_;                    // guarded by mu_; set = in flight
+  // Set by Save when the job has deferred copies, cleared by the background
+  // thread once staged (under mu_; atomic so that WaitStaged's fast path is a load).
+  std::atomic<bool> staging_pending_{false};
+  // When WaitStaged began blocking on the pending staging; guarded by mu_.
+  std::optional<std::chrono::steady_clock::time_point> fence_waiting_since_;
   bool stop_ = false;                         // guarded by mu_
   Status last_status_;                        // guarded by mu_
   std::vector<SaveOutcome> outcomes_;         // guarded by mu_

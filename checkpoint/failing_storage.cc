@@ -20,6 +20,7 @@ class FailingWritableFile final : public WritableFile {
     if (int err = owner_->AdmitSync(); err != 0) return ErrnoError("fsync " + path_, err);
     return base_->Sync();
   }
+  void StartWriteback(uint64_t offset, uint64_t n) override { base_->StartWriteback(offset, n); }
   Status Close() override { return base_->Close(); }
 
  private:

@@ -33,6 +33,10 @@ class PosixWritableFile final : public WritableFile {
     return Status::Ok();
   }
 
+  void StartWriteback(uint64_t offset, uint64_t n) override {
+    (void)::sync_file_range(fd_, static_cast<off64_t>(offset), static_cast<off64_t>(n), SYNC_FILE_RANGE_WRITE);
+  }
+
   Status Sync() override {
     if (::fsync(fd_) != 0) return ErrnoError("fsync " + path_, errno);
     return Status::Ok();

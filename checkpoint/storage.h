@@ -29,6 +29,14 @@ class WritableFile {
   // Writes all n bytes or returns the error that stopped it (the bytes before the
   // error may be in the file, as after a short write(2)).
   virtual Status Append(const void* data, size_t n) = 0;
+  // Asks the kernel to start writing [offset, offset + n) to the device now
+  // (sync_file_range), so that the disk works while later bytes are still being
+  // appended and Sync has little left to do. Only a hint: durability still
+  // comes from Sync alone. Default: nothing.
+  virtual void StartWriteback(uint64_t offset, uint64_t n) {
+    (void)offset;
+    (void)n;
+  }
   // fsync(2): the bytes appended so far are durable once this returns OK.
   virtual Status Sync() = 0;
   // close(2). Also done (errors ignored) by the destructor.

@@ -710,7 +710,10 @@ int CmdTriage(const CliContext& c, const std::string& spec) {
     if (ev.value("stalled_s", json()).is_number()) {
       os << "stalled   no step for " << FormatDuration(ev["stalled_s"].get<double>());
       if (ev.value("timeout_s", json()).is_number()) {
-        os << " (" << ev.value("allowance", std::string("step")) << " allowance "
+        std::string allowance = ev.value("allowance", json()).is_string()
+                                    ? ev["allowance"].get<std::string>()
+                                    : std::string("step");
+        os << " (" << allowance << " allowance "
            << FormatDuration(ev["timeout_s"].get<double>()) << ")";
       }
       os << "\n";

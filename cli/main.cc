@@ -74,7 +74,8 @@ int main(int argc, char** argv) {
 
   auto* health = app.add_subcommand(
       "health", "run holdfast-health on this node (arguments after -- are passed to it)");
-  health->allow_extras();
+  std::vector<std::string> health_args;
+  health->add_option("ARGS", health_args, "passed to holdfast-health, e.g. -- --checks gpu");
 
   try {
     app.parse(argc, argv);
@@ -96,22 +97,29 @@ int main(int argc, char** argv) {
   ctx.out = &std::cout;
   ctx.err = &std::cerr;
 
-  if (*status) return CmdStatus(ctx, run);
-  if (*runs) return CmdRuns(ctx, limit);
-  if (*lineage) return CmdLineage(ctx, run, max_events);
-  if (*triage) return CmdTriage(ctx, run);
-  if (*checkpoint) return CmdCheckpoint(ctx, run);
-  if (*resume) {
-    std::optional<int64_t> step;
-    if (from_step_opt->count() > 0) {
-      if (from_step < 0) {
-        std::cerr << "runctl: --from-step must be >= 0\n";
-        return kRunctlUsage;
+  // The commands return Status-based exit codes; this only keeps a library
+  // surprise (std::bad_alloc, a JSON type error) from ending in an abort.
+  try {
+    if (*status) return CmdStatus(ctx, run);
+    if (*runs) return CmdRuns(ctx, limit);
+    if (*lineage) return CmdLineage(ctx, run, max_events);
+    if (*triage) return CmdTriage(ctx, run);
+    if (*checkpoint) return CmdCheckpoint(ctx, run);
+    if (*resume) {
+      std::optional<int64_t> step;
+      if (from_step_opt->count() > 0) {
+        if (from_step < 0) {
+          std::cerr << "runctl: --from-step must be >= 0\n";
+          return kRunctlUsage;
+        }
+        step = from_step;
       }
-      step = from_step;
+      return CmdResume(ctx, run, step);
     }
-    return CmdResume(ctx, run, step);
+    if (*health) return CmdHealth(ctx, health_args);
+  } catch (const std::exception& e) {
+    std::cerr << "runctl: internal error: " << e.what() << "\n";
+    return kRunctlFailure;
   }
-  if (*health) return CmdHealth(ctx, health->remaining());
   return kRunctlUsage;
 }

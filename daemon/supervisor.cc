@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <fstream>
 #include <optional>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "common/tcp_store_server.h"
 #include "daemon/control_protocol.h"
 #include "daemon/exit_codes.h"
+#include "daemon/json_line_conn.h"
 #include "daemon/rank_process.h"
 #include "daemon/triage.h"
 #include "lineage/lineage_db.h"
@@ -53,6 +55,63 @@ uint16_t PickFreePort(asio::io_context& io, const std::string& host) {
   return a.local_endpoint(ec).port();
 }
 
+// A rank's view travels between daemons as JSON; clock readings become ages
+// (CLOCK_MONOTONIC is per machine) and are turned back into local times.
+nlohmann::json ViewToJson(const RankView& v, int64_t now) {
+  const ProgressRecordLayout& p = v.progress.record;
+  auto age = [&](int64_t t) { return t > 0 ? now - t : -1; };
+  nlohmann::json ring = nlohmann::json::array();
+  const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
+  for (uint64_t i = 0; i < n; ++i) {
+    const CollectiveEntry& e = p.ring[(p.ring_head - n + i) % kProgressRingSize];
+    ring.push_back({e.seq, e.kind, e.bytes, age(e.issued_ns), age(e.completed_ns)});
+  }
+  return {{"rank", v.rank}, {"node", v.node}, {"pid", v.pid}, {"alive", v.alive},
+          {"state", std::string(1, v.proc_state)}, {"valid", v.progress.valid}, {"torn", v.progress.torn},
+          {"step", p.step}, {"phase", p.phase}, {"kind", p.collective_kind}, {"issued", p.collectives_issued},
+          {"done", p.collectives_done}, {"waiting_on", p.waiting_on}, {"phase_age", age(p.phase_started_ns)},
+          {"step_age", age(p.step_started_ns)}, {"heartbeat_age", age(p.heartbeat_ns)},
+          {"last_step_ns", p.last_step_ns}, {"checkpoint_step", p.checkpoint_step}, {"ring", ring}};
+}
+
+RankView ViewFromJson(const nlohmann::json& j, int64_t now) {
+  RankView v;
+  auto at = [&](const char* k) { return j.at(k).get<int64_t>(); };
+  auto back = [&](int64_t age) { return age >= 0 ? now - age : 0; };
+  v.rank = j.at("rank").get<int>();
+  v.node = j.at("node").get<int>();
+  v.pid = static_cast<pid_t>(at("pid"));
+  v.alive = j.at("alive").get<bool>();
+  v.proc_state = j.at("state").get<std::string>().c_str()[0];
+  v.progress.valid = j.at("valid").get<bool>();
+  v.progress.torn = j.at("torn").get<bool>();
+  ProgressRecordLayout& p = v.progress.record;
+  p.rank = v.rank;
+  p.pid = v.pid;
+  p.step = at("step");
+  p.phase = j.at("phase").get<uint32_t>();
+  p.collective_kind = j.at("kind").get<uint32_t>();
+  p.collectives_issued = j.at("issued").get<uint64_t>();
+  p.collectives_done = j.at("done").get<uint64_t>();
+  p.waiting_on = j.at("waiting_on").get<uint64_t>();
+  p.phase_started_ns = back(at("phase_age"));
+  p.step_started_ns = back(at("step_age"));
+  p.heartbeat_ns = back(at("heartbeat_age"));
+  p.last_step_ns = at("last_step_ns");
+  p.checkpoint_step = at("checkpoint_step");
+  const auto& ring = j.at("ring");
+  for (size_t i = 0; i < ring.size() && i < static_cast<size_t>(kProgressRingSize); ++i) {
+    CollectiveEntry& e = p.ring[i];
+    e.seq = ring[i][0].get<uint64_t>();
+    e.kind = ring[i][1].get<uint32_t>();
+    e.bytes = ring[i][2].get<uint64_t>();
+    e.issued_ns = back(ring[i][3].get<int64_t>());
+    e.completed_ns = back(ring[i][4].get<int64_t>());
+  }
+  p.ring_head = ring.size();
+  return v;
+}
+
 }  // namespace
 
 class Supervisor::Impl : public std::enable_shared_from_this<Supervisor::Impl> {
@@ -68,6 +127,8 @@ class Supervisor::Impl : public std::enable_shared_from_this<Supervisor::Impl> {
         kill_timer_(io_),
         restart_timer_(io_),
         control_(io_),
+        cluster_(io_),
+        join_timer_(io_),
         hang_(job_.supervise) {}
 
   Status Start();
@@ -106,7 +167,31 @@ class Supervisor::Impl : public std::enable_shared_from_this<Supervisor::Impl> {
   asio::steady_timer kill_timer_;
   asio::steady_timer restart_timer_;
   asio::local::stream_protocol::acceptor control_;
+  asio::ip::tcp::acceptor cluster_;
+  asio::steady_timer join_timer_;
   std::unique_ptr<AsioTcpStoreServer> store_;
+
+  // ---- several nodes ----
+  struct Follower {
+    std::shared_ptr<JsonLineConnection> conn;
+    std::vector<RankView> views;  // latest progress, in leader clock
+    int64_t views_ns = 0;
+  };
+  bool leader() const { return opts_.node_id == 0; }
+  int world() const { return job_.nproc * opts_.nodes; }
+  Status StartCluster();
+  void AcceptFollower();
+  void OnFollowerMessage(int node, const nlohmann::json& msg);
+  void OnFollowerLost(int node, const std::string& why);
+  void ConnectToLeader();
+  void OnLeaderMessage(const nlohmann::json& msg);
+  void BroadcastToFollowers(const nlohmann::json& msg);
+  Status LaunchLocalRanks(int world, const std::string& store_addr, uint16_t master_port, int64_t resume_step);
+  void OnAnyRankExit(int rank, int wstatus, const std::vector<std::string>& log_tail);
+  std::map<int, Follower> followers_;              // leader: node -> follower
+  std::map<int, int> exits_;                       // leader: global rank -> wait status, this generation
+  std::shared_ptr<JsonLineConnection> leader_conn_;  // follower
+  int finish_code_from_leader_ = -1;               // follower
   std::unique_ptr<LineageDb> db_;
   HangDetector hang_;
 
@@ -134,17 +219,234 @@ Status Supervisor::Impl::Start() {
   std::filesystem::create_directories(opts_.run_dir + "/logs", ec);
   if (ec) return IoError("create " + opts_.run_dir + "/logs: " + ec.message());
   std::filesystem::create_directories(job_.supervise.progress_dir, ec);
+  signals_.async_wait([self = shared_from_this()](const boost::system::error_code& e, int sig) {
+    if (!e) self->OnSignal(sig);
+  });
+  if (!leader()) {
+    ConnectToLeader();
+    ArmPoll();
+    return Status::Ok();
+  }
   HF_RETURN_IF_ERROR(StartControl());
   HF_RETURN_IF_ERROR(OpenRun());
   auto store = AsioTcpStoreServer::Listen(&io_, opts_.store_host, 0);
   if (!store.ok()) return store.status().WithContext("start the rendezvous store");
   store_ = std::move(store).value();
-  signals_.async_wait([self = shared_from_this()](const boost::system::error_code& e, int sig) {
-    if (!e) self->OnSignal(sig);
-  });
-  HF_RETURN_IF_ERROR(LaunchGeneration());
+  if (opts_.nodes > 1) {
+    HF_RETURN_IF_ERROR(StartCluster());  // generation 0 starts when every follower has joined
+  } else {
+    HF_RETURN_IF_ERROR(LaunchGeneration());
+  }
   ArmPoll();
   return Status::Ok();
+}
+
+// ---- leader side of several nodes ----
+
+Status Supervisor::Impl::StartCluster() {
+  boost::system::error_code ec;
+  asio::ip::tcp::endpoint ep(asio::ip::make_address(opts_.store_host, ec), opts_.cluster_port);
+  if (ec) return InvalidArgumentError("bad address " + opts_.store_host + ": " + ec.message());
+  cluster_.open(ep.protocol(), ec);
+  if (!ec) cluster_.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) cluster_.bind(ep, ec);
+  if (!ec) cluster_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return IoError("cluster port " + std::to_string(opts_.cluster_port) + ": " + ec.message());
+  const std::string addr = opts_.store_host + ":" + std::to_string(cluster_.local_endpoint(ec).port());
+  {
+    // Followers on this machine (or a shared run dir) find the leader here.
+    const std::string tmp = opts_.run_dir + "/cluster.addr.tmp";
+    std::ofstream(tmp) << addr << "\n";
+    std::filesystem::rename(tmp, opts_.run_dir + "/cluster.addr");
+  }
+  spdlog::info("leading {} nodes; waiting for {} follower(s) on {}", opts_.nodes, opts_.nodes - 1, addr);
+  AcceptFollower();
+  join_timer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(job_.supervise.startup_timeout_s * 1000)));
+  join_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
+    if (e || self->state_ != State::kIdle) return;
+    const std::string cause = std::to_string(self->followers_.size()) + " of " + std::to_string(self->opts_.nodes - 1) +
+                              " follower daemons joined within startup_timeout_s";
+    spdlog::error("{}", cause);
+    self->Finish(RunState::kFailed, cause, kDaemonExitFailed);
+  });
+  return Status::Ok();
+}
+
+void Supervisor::Impl::AcceptFollower() {
+  cluster_.async_accept([self = shared_from_this()](const boost::system::error_code& e, asio::ip::tcp::socket sock) {
+    if (e) return;
+    auto conn = std::make_shared<JsonLineConnection>(std::move(sock));
+    auto node = std::make_shared<int>(-1);
+    conn->Start(
+        [self, conn, node](const nlohmann::json& msg) {
+          try {
+            if (msg.at("type") == "hello") {
+              const int n = msg.at("node").get<int>();
+              if (n <= 0 || n >= self->opts_.nodes || self->followers_.count(n) != 0 ||
+                  msg.at("nproc").get<int>() != self->job_.nproc) {
+                conn->Send({{"type", "reject"}, {"why", "node id taken, out of range, or another nproc"}});
+                conn->Close("rejected follower");
+                return;
+              }
+              *node = n;
+              self->followers_[n].conn = conn;
+              spdlog::info("node {} joined", n);
+              if (self->state_ == State::kIdle && static_cast<int>(self->followers_.size()) == self->opts_.nodes - 1) {
+                self->join_timer_.cancel();
+                Status s = self->LaunchGeneration();
+                if (!s.ok()) self->Finish(RunState::kFailed, s.ToString(), kDaemonExitFailed);
+              }
+              return;
+            }
+            if (*node > 0) self->OnFollowerMessage(*node, msg);
+          } catch (const nlohmann::json::exception& ex) {
+            conn->Close(std::string("bad message: ") + ex.what());
+          }
+        },
+        [self, node](const std::string& why) {
+          if (*node > 0) self->OnFollowerLost(*node, why);
+        });
+    self->AcceptFollower();
+  });
+}
+
+void Supervisor::Impl::BroadcastToFollowers(const nlohmann::json& msg) {
+  for (auto& [n, f] : followers_) {
+    if (f.conn) f.conn->Send(msg);
+  }
+}
+
+void Supervisor::Impl::OnFollowerMessage(int node, const nlohmann::json& msg) {
+  const std::string type = msg.at("type").get<std::string>();
+  if (msg.value("gen", -1) != generation_) return;  // from a generation that is over
+  const int64_t now = MonotonicNowNs();
+  Follower& f = followers_[node];
+  if (type == "progress" || type == "rank_exit") {
+    f.views.clear();
+    for (const auto& v : msg.at("ranks")) f.views.push_back(ViewFromJson(v, now));
+    f.views_ns = now;
+  }
+  if (type == "rank_exit") {
+    std::vector<std::string> tail;
+    for (const auto& l : msg.at("log_tail")) tail.push_back(l.get<std::string>());
+    OnAnyRankExit(msg.at("rank").get<int>(), msg.at("wstatus").get<int>(), tail);
+  }
+}
+
+void Supervisor::Impl::OnFollowerLost(int node, const std::string& why) {
+  followers_.erase(node);
+  if (state_ == State::kFinished) return;
+  const std::string summary = "node " + std::to_string(node) + "'s holdfastd is gone (" + why + ")";
+  spdlog::error("NODE LOST: {}", summary);
+  if (state_ == State::kIdle) {
+    Finish(RunState::kFailed, summary, kDaemonExitFailed);
+    return;
+  }
+  EventRecord ev;
+  ev.run_id = run_id_;
+  ev.kind = event_kind::kNodeLost;
+  ev.attempt = attempt_;
+  ev.generation = generation_;
+  ev.node = std::to_string(node);
+  ev.summary = summary;
+  ev.action = "stopped all ranks; the run cannot continue without that node (requeue it, or runctl resume)";
+  ev.runbook = "runbooks/crash.md";
+  (void)db_->RecordEvent(ev);
+  last_incident_ = IncidentSummary{ev.kind, summary, UnixMs(), ev.action, ev.runbook};
+  restart_after_stop_ = false;
+  stop_reason_ = summary;
+  if (state_ == State::kRunning) {
+    StopRanks(summary);
+    // Its ranks died with their daemon; count them as gone.
+    for (int r = node * job_.nproc; r < (node + 1) * job_.nproc; ++r) exits_.emplace(r, SIGKILL);
+    if (static_cast<int>(exits_.size()) == world()) AfterAllStopped();
+  } else if (state_ == State::kBackoff) {
+    restart_timer_.cancel();
+    Finish(RunState::kFailed, summary, kDaemonExitFailed);
+  }
+}
+
+// ---- follower side ----
+
+void Supervisor::Impl::ConnectToLeader() {
+  auto sock = std::make_shared<asio::ip::tcp::socket>(io_);
+  const size_t colon = opts_.leader_addr.rfind(':');
+  boost::system::error_code ec;
+  const auto addr = asio::ip::make_address(opts_.leader_addr.substr(0, colon), ec);
+  const int port = colon == std::string::npos ? 0 : std::atoi(opts_.leader_addr.substr(colon + 1).c_str());
+  if (ec || port <= 0) {
+    spdlog::error("--leader {}: expected host:port", opts_.leader_addr);
+    Finish(RunState::kFailed, "bad --leader", kDaemonExitUsage);
+    return;
+  }
+  sock->async_connect(asio::ip::tcp::endpoint(addr, static_cast<uint16_t>(port)),
+                      [self = shared_from_this(), sock](const boost::system::error_code& e) {
+                        if (e) {
+                          if (std::chrono::duration<double>(Clock::now() - self->started_).count() >
+                              self->job_.supervise.startup_timeout_s) {
+                            spdlog::error("cannot reach the leader at {}: {}", self->opts_.leader_addr, e.message());
+                            self->Finish(RunState::kFailed, "leader unreachable", kDaemonExitFailed);
+                            return;
+                          }
+                          self->join_timer_.expires_after(std::chrono::milliseconds(100));
+                          self->join_timer_.async_wait([self](const boost::system::error_code& te) {
+                            if (!te) self->ConnectToLeader();
+                          });
+                          return;
+                        }
+                        self->leader_conn_ = std::make_shared<JsonLineConnection>(std::move(*sock));
+                        self->leader_conn_->Start(
+                            [self](const nlohmann::json& msg) {
+                              try {
+                                self->OnLeaderMessage(msg);
+                              } catch (const nlohmann::json::exception& ex) {
+                                self->leader_conn_->Close(std::string("bad message: ") + ex.what());
+                              }
+                            },
+                            [self](const std::string& why) {
+                              if (self->state_ == State::kFinished) return;
+                              const int code = self->finish_code_from_leader_;
+                              spdlog::log(code >= 0 ? spdlog::level::info : spdlog::level::err,
+                                          "leader connection closed ({})", why);
+                              self->user_stop_ = true;
+                              bool any = false;
+                              for (const auto& r : self->ranks_) any = any || r->alive();
+                              if (any) self->StopRanks("lost the leader");
+                              self->Finish(RunState::kFailed, "lost the leader",
+                                           code >= 0 ? code : kDaemonExitFailed);
+                            });
+                        self->leader_conn_->Send({{"type", "hello"}, {"node", self->opts_.node_id},
+                                                  {"nproc", self->job_.nproc}, {"pid", getpid()}});
+                        spdlog::info("node {} joined the leader at {}", self->opts_.node_id, self->opts_.leader_addr);
+                      });
+}
+
+void Supervisor::Impl::OnLeaderMessage(const nlohmann::json& msg) {
+  const std::string type = msg.at("type").get<std::string>();
+  if (type == "start") {
+    run_id_ = msg.at("run_id").get<std::string>();
+    attempt_ = msg.at("attempt").get<int>();
+    generation_ = msg.at("gen").get<int>();
+    ranks_.clear();
+    Status s = LaunchLocalRanks(msg.at("world").get<int>(), msg.at("store").get<std::string>(),
+                                msg.at("master_port").get<uint16_t>(), msg.at("resume_step").get<int64_t>());
+    if (!s.ok()) spdlog::error("{}", s.ToString());  // the leader sees the ranks never report, or their exits
+    state_ = State::kRunning;
+  } else if (type == "stop") {
+    if (msg.value("gen", -1) == generation_ && state_ == State::kRunning) {
+      user_stop_ = msg.value("user", false);
+      StopRanks(msg.value("why", "the leader asked"));
+    }
+  } else if (type == "signal") {
+    if (msg.value("gen", -1) == generation_) {
+      for (const auto& r : ranks_) r->Signal(msg.at("sig").get<int>());
+    }
+  } else if (type == "finish") {
+    finish_code_from_leader_ = msg.at("code").get<int>();
+  } else if (type == "reject") {
+    spdlog::error("the leader rejected this node: {}", msg.value("why", ""));
+    finish_code_from_leader_ = kDaemonExitUsage;
+  }
 }
 
 Status Supervisor::Impl::OpenRun() {
@@ -179,13 +481,13 @@ Status Supervisor::Impl::OpenRun() {
     run.run_dir = std::filesystem::absolute(opts_.run_dir).string();
     run.config_path = job_.source;
     run.config_text = job_.text;
-    run.world_size = job_.nproc;
-    run.nodes = {"0"};
+    run.world_size = world();
+    for (int n = 0; n < opts_.nodes; ++n) run.nodes.push_back(std::to_string(n));
     HF_ASSIGN_OR_RETURN(run_id_, db_->CreateRun(run));
   }
   last_committed_step_ = NewestCommittedStep();
   AttemptStart as;
-  as.nodes = {"0"};
+  for (int n = 0; n < opts_.nodes; ++n) as.nodes.push_back(std::to_string(n));
   if (opts_.from_step >= 0) {
     as.resumed_from_step = opts_.from_step;
     resume_step_env_ = opts_.from_step;
@@ -229,13 +531,35 @@ int64_t Supervisor::Impl::NewestCommittedStep() const {
 Status Supervisor::Impl::LaunchGeneration() {
   ++generation_;
   ranks_.clear();
-  const int world = job_.nproc;
+  exits_.clear();
+  for (auto& [n, f] : followers_) f.views.clear();
   const int64_t start_step = resume_step_env_ >= 0 ? resume_step_env_ : std::max<int64_t>(0, last_committed_step_);
   auto gen = db_->StartGeneration(run_id_, attempt_, start_step);
   if (!gen.ok()) spdlog::warn("lineage: {}", gen.status().ToString());
   const uint16_t master_port = PickFreePort(io_, opts_.store_host);
   const std::string store_addr = opts_.store_host + ":" + std::to_string(store_->port());
-  for (int r = 0; r < world; ++r) {
+  BroadcastToFollowers({{"type", "start"}, {"run_id", run_id_}, {"attempt", attempt_}, {"gen", generation_},
+                        {"world", world()}, {"store", store_addr}, {"master_port", master_port},
+                        {"resume_step", resume_step_env_}});
+  Status s = LaunchLocalRanks(world(), store_addr, master_port, resume_step_env_);
+  resume_step_env_ = -1;  // later generations resume from the newest checkpoint
+  hang_.StartGeneration(MonotonicNowNs(), world());
+  state_ = State::kRunning;
+  last_step_update_ = Clock::now();
+  if (!s.ok()) {
+    StopRanks("a rank could not be started");
+    return s;
+  }
+  spdlog::info("generation {} started: {} ranks on {} node(s), store {}, from step {}", generation_, world(),
+               opts_.nodes, store_addr, start_step);
+  return Status::Ok();
+}
+
+Status Supervisor::Impl::LaunchLocalRanks(int world, const std::string& store_addr, uint16_t master_port,
+                                          int64_t resume_step) {
+  const int offset = opts_.node_id * job_.nproc;
+  for (int i = 0; i < job_.nproc; ++i) {
+    const int r = offset + i;
     RankSpawn s;
     s.rank = r;
     s.argv = job_.command;
@@ -246,33 +570,26 @@ Status Supervisor::Impl::LaunchGeneration() {
                  std::to_string(r) + ".log";
     s.progress_path = job_.supervise.progress_dir + "/holdfast-" + tag + "-r" + std::to_string(r) + ".rec";
     s.env["HOLDFAST_RANK"] = std::to_string(r);
-    s.env["HOLDFAST_LOCAL_RANK"] = std::to_string(r);
+    s.env["HOLDFAST_LOCAL_RANK"] = std::to_string(i);
     s.env["HOLDFAST_WORLD_SIZE"] = std::to_string(world);
     s.env["HOLDFAST_STORE_ADDR"] = store_addr;
     s.env["HOLDFAST_GENERATION"] = std::to_string(generation_);
     s.env["HOLDFAST_PROGRESS_PATH"] = s.progress_path;
     s.env["HOLDFAST_RUN_ID"] = run_id_;
-    if (resume_step_env_ >= 0) s.env["HOLDFAST_RESUME_FROM_STEP"] = std::to_string(resume_step_env_);
+    s.env["HOLDFAST_NODE"] = std::to_string(opts_.node_id);
+    if (resume_step >= 0) s.env["HOLDFAST_RESUME_FROM_STEP"] = std::to_string(resume_step);
     // torchrun's contract, for PyTorch jobs.
     s.env["RANK"] = std::to_string(r);
-    s.env["LOCAL_RANK"] = std::to_string(r);
+    s.env["LOCAL_RANK"] = std::to_string(i);
     s.env["WORLD_SIZE"] = std::to_string(world);
-    s.env["LOCAL_WORLD_SIZE"] = std::to_string(world);
-    s.env["MASTER_ADDR"] = opts_.store_host;
+    s.env["LOCAL_WORLD_SIZE"] = std::to_string(job_.nproc);
+    s.env["GROUP_RANK"] = std::to_string(opts_.node_id);
+    s.env["MASTER_ADDR"] = store_addr.substr(0, store_addr.rfind(':'));
     s.env["MASTER_PORT"] = std::to_string(master_port);
     auto proc = RankProcess::Start(s);
-    if (!proc.ok()) {
-      StopRanks("a rank could not be started");
-      return proc.status().WithContext("start rank " + std::to_string(r));
-    }
+    if (!proc.ok()) return proc.status().WithContext("start rank " + std::to_string(r));
     ranks_.push_back(std::move(proc).value());
   }
-  resume_step_env_ = -1;  // later generations resume from the newest checkpoint
-  hang_.StartGeneration(MonotonicNowNs(), world);
-  state_ = State::kRunning;
-  last_step_update_ = Clock::now();
-  spdlog::info("generation {} started: {} ranks, store {}, from step {}", generation_, world, store_addr,
-               start_step);
   return Status::Ok();
 }
 
@@ -290,28 +607,31 @@ std::vector<RankView> Supervisor::Impl::Views() const {
   for (const auto& r : ranks_) {
     RankView v;
     v.rank = r->rank();
+    v.node = opts_.node_id;
     v.pid = r->pid();
     v.alive = r->alive();
     v.proc_state = r->ProcState();
     v.progress = r->Progress();
     views.push_back(v);
   }
+  for (const auto& [n, f] : followers_) views.insert(views.end(), f.views.begin(), f.views.end());
+  std::sort(views.begin(), views.end(), [](const RankView& a, const RankView& b) { return a.rank < b.rank; });
   return views;
 }
 
 void Supervisor::Impl::RecordCheckpointsSeen() {
   // A checkpoint is committed for the run when every rank has seen its commit.
   int64_t committed = INT64_MAX;
-  for (const auto& r : ranks_) {
-    ProgressSnapshot s = r->Progress();
-    committed = std::min<int64_t>(committed, s.valid ? s.record.checkpoint_step : -1);
+  const std::vector<RankView> views = Views();
+  for (const RankView& v : views) {
+    committed = std::min<int64_t>(committed, v.progress.valid ? v.progress.record.checkpoint_step : -1);
   }
-  if (ranks_.empty() || committed == INT64_MAX || committed <= last_committed_step_) return;
+  if (static_cast<int>(views.size()) < world() || committed == INT64_MAX || committed <= last_committed_step_) return;
   last_committed_step_ = committed;
   CheckpointRecord c;
   c.run_id = run_id_;
   c.step = committed;
-  c.world_size = job_.nproc;
+  c.world_size = world();
   c.attempt = attempt_;
   c.generation = generation_;
   if (!job_.checkpoint_dir.empty()) {
@@ -329,6 +649,15 @@ void Supervisor::Impl::RecordCheckpointsSeen() {
 
 void Supervisor::Impl::Tick() {
   ReapChildren();  // a SIGCHLD can coalesce; reaping here too costs one syscall
+  if (!leader()) {
+    if (leader_conn_ && !ranks_.empty()) {
+      nlohmann::json ranks = nlohmann::json::array();
+      const int64_t now = MonotonicNowNs();
+      for (const RankView& v : Views()) ranks.push_back(ViewToJson(v, now));
+      leader_conn_->Send({{"type", "progress"}, {"gen", generation_}, {"ranks", ranks}});
+    }
+    return;
+  }
   if (state_ != State::kRunning) return;
   const int64_t now = MonotonicNowNs();
   std::vector<RankView> views = Views();
@@ -391,7 +720,25 @@ void Supervisor::Impl::ReapChildren() {
 void Supervisor::Impl::OnRankExit(RankProcess* rank) {
   const int ws = rank->wait_status();
   spdlog::info("rank {} (pid {}) {}", rank->rank(), rank->pid(), DescribeWaitStatus(ws));
-  const bool all_exited = std::none_of(ranks_.begin(), ranks_.end(), [](const auto& r) { return r->alive(); });
+  if (!leader()) {
+    const bool all_exited = std::none_of(ranks_.begin(), ranks_.end(), [](const auto& r) { return r->alive(); });
+    if (all_exited) kill_timer_.cancel();
+    if (leader_conn_) {
+      nlohmann::json ranks = nlohmann::json::array();
+      const int64_t now = MonotonicNowNs();
+      for (const RankView& v : Views()) ranks.push_back(ViewToJson(v, now));
+      leader_conn_->Send({{"type", "rank_exit"}, {"gen", generation_}, {"rank", rank->rank()}, {"wstatus", ws},
+                          {"log_tail", rank->LogTail(20)}, {"ranks", ranks}});
+    }
+    if (all_exited && state_ == State::kStopping) state_ = State::kIdle;
+    return;
+  }
+  OnAnyRankExit(rank->rank(), ws, rank->LogTail(20));
+}
+
+void Supervisor::Impl::OnAnyRankExit(int rank, int ws, const std::vector<std::string>& log_tail) {
+  exits_[rank] = ws;
+  const bool all_exited = static_cast<int>(exits_.size()) >= world();
   if (state_ == State::kStopping) {
     if (all_exited) AfterAllStopped();
     return;
@@ -402,8 +749,7 @@ void Supervisor::Impl::OnRankExit(RankProcess* rank) {
   if (clean || preempted) {
     if (!all_exited) return;  // the others follow; a straggler that does not is a hang
     bool all_clean = true, all_preempted = true;
-    for (const auto& r : ranks_) {
-      const int s = r->wait_status();
+    for (const auto& [r, s] : exits_) {
       all_clean = all_clean && WIFEXITED(s) && WEXITSTATUS(s) == 0;
       all_preempted = all_preempted && WIFEXITED(s) && (WEXITSTATUS(s) == kRankExitPreempted || WEXITSTATUS(s) == 0);
     }
@@ -428,12 +774,10 @@ void Supervisor::Impl::OnRankExit(RankProcess* rank) {
     return;
   }
   const std::vector<RankView> views = Views();
-  Incident inc = TriageExit(MonotonicNowNs(), views, rank->rank(), ws, rank->LogTail(20));
+  Incident inc = TriageExit(MonotonicNowNs(), views, rank, ws, log_tail);
   spdlog::error("CRASH: {}", inc.summary);
   const bool usage = WIFEXITED(ws) && WEXITSTATUS(ws) == kRankExitUsage;
-  if (usage) {
-    inc.summary += " (bad config or data: a restart cannot help)";
-  }
+  if (usage) inc.summary += " (bad config or data: a restart cannot help)";
   HandleIncident(inc, /*restartable=*/!usage);
 }
 
@@ -445,7 +789,7 @@ void Supervisor::Impl::HandleIncident(const Incident& incident, bool restartable
   ev.kind = incident.kind;
   ev.attempt = attempt_;
   ev.generation = generation_;
-  ev.node = "0";
+  ev.node = incident.culprits.empty() ? "0" : std::to_string(incident.culprits.front() / job_.nproc);
   if (incident.culprits.size() == 1) ev.rank = incident.culprits.front();
   ev.summary = incident.summary;
   ev.evidence_json = incident.evidence_json;
@@ -472,6 +816,7 @@ void Supervisor::Impl::HandleIncident(const Incident& incident, bool restartable
 void Supervisor::Impl::StopRanks(const std::string& why) {
   state_ = State::kStopping;
   stop_reason_ = why;
+  if (leader()) BroadcastToFollowers({{"type", "stop"}, {"gen", generation_}, {"why", why}, {"user", user_stop_}});
   bool any = false;
   for (const auto& r : ranks_) {
     if (!r->alive()) continue;
@@ -480,7 +825,9 @@ void Supervisor::Impl::StopRanks(const std::string& why) {
     r->Signal(SIGCONT);  // a stopped rank must be able to act on TERM (or die by KILL)
   }
   if (!any) {
-    io_.post([self = shared_from_this()] { self->AfterAllStopped(); });
+    if (leader() && static_cast<int>(exits_.size()) >= world()) {
+      io_.post([self = shared_from_this()] { self->AfterAllStopped(); });
+    }
     return;
   }
   // A user stop lets ranks commit their preemption checkpoint; a failure gets the short grace.
@@ -502,9 +849,8 @@ void Supervisor::Impl::AfterAllStopped() {
   if (state_ != State::kStopping) return;
   kill_timer_.cancel();
   if (user_stop_) {
-    bool all_preempted = !ranks_.empty();
-    for (const auto& r : ranks_) {
-      const int s = r->wait_status();
+    bool all_preempted = !exits_.empty();
+    for (const auto& [r, s] : exits_) {
       all_preempted = all_preempted && WIFEXITED(s) && (WEXITSTATUS(s) == kRankExitPreempted || WEXITSTATUS(s) == 0);
     }
     RecordCheckpointsSeen();
@@ -563,10 +909,24 @@ void Supervisor::Impl::AfterAllStopped() {
 }
 
 void Supervisor::Impl::Finish(RunState state, const std::string& cause, int code) {
+  if (state_ == State::kFinished) return;
   state_ = State::kFinished;
   exit_code_ = code;
-  (void)db_->EndAttempt(run_id_, attempt_, state, cause);
-  (void)db_->EndRun(run_id_, state, cause);
+  if (!leader()) {
+    spdlog::info("node {} done", opts_.node_id);
+    poll_timer_.cancel();
+    kill_timer_.cancel();
+    join_timer_.cancel();
+    signals_.cancel();
+    if (leader_conn_) leader_conn_->Close("finished");
+    io_.stop();
+    return;
+  }
+  BroadcastToFollowers({{"type", "finish"}, {"code", code}, {"state", RunStateName(state)}});
+  if (db_) {
+    (void)db_->EndAttempt(run_id_, attempt_, state, cause);
+    (void)db_->EndRun(run_id_, state, cause);
+  }
   spdlog::info("run {} {}{}{}", run_id_, RunStateName(state), cause.empty() ? "" : ": ", cause);
   poll_timer_.cancel();
   kill_timer_.cancel();
@@ -576,6 +936,8 @@ void Supervisor::Impl::Finish(RunState state, const std::string& cause, int code
   control_.close(ec);
   ::unlink(ControlSocketPath(opts_.run_dir).c_str());
   if (store_) store_->Shutdown();
+  join_timer_.cancel();
+  cluster_.close(ec);
   // Progress records of this attempt are no longer needed.
   std::error_code fec;
   for (const auto& e : std::filesystem::directory_iterator(job_.supervise.progress_dir, fec)) {
@@ -584,7 +946,18 @@ void Supervisor::Impl::Finish(RunState state, const std::string& cause, int code
       std::filesystem::remove(e.path(), fec);
     }
   }
-  io_.stop();
+  if (followers_.empty()) {
+    io_.stop();
+    return;
+  }
+  // Let the "finish" messages reach the followers before the loop ends.
+  kill_timer_.expires_after(std::chrono::milliseconds(200));
+  kill_timer_.async_wait([self = shared_from_this()](const boost::system::error_code&) {
+    for (auto& [n, f] : self->followers_) {
+      if (f.conn) f.conn->Close("finished");
+    }
+    self->io_.stop();
+  });
 }
 
 // ---- control socket ----
@@ -674,6 +1047,7 @@ std::string Supervisor::Impl::Handle(const ControlRequest& req, uid_t peer_uid) 
       if (s.valid) step = std::max(step, s.record.step);
       r->Signal(SIGUSR2);  // the trainer saves after the step all ranks agree on
     }
+    BroadcastToFollowers({{"type", "signal"}, {"gen", generation_}, {"sig", SIGUSR2}});
     return EncodeOkResponse(req.id, nlohmann::json{{"requested_at_step", step}}.dump());
   }
   if (req.op == control_op::kStop) {
@@ -703,19 +1077,23 @@ RunStatus Supervisor::Impl::BuildStatus() const {
   }
   st.attempt = attempt_;
   st.generation = generation_;
-  st.world_size = job_.nproc;
+  st.world_size = world();
   st.restarts_used = restarts_used_;
   st.restart_budget = job_.supervise.restart_budget;
   if (last_committed_step_ >= 0) st.last_checkpoint_step = last_committed_step_;
   st.uptime_s = std::chrono::duration<double>(Clock::now() - started_).count();
-  NodeStatus node;
   const int64_t now = MonotonicNowNs();
-  for (const auto& r : ranks_) {
+  std::map<int, NodeStatus> nodes;
+  for (const RankView& v : Views()) {
+    NodeStatus& node = nodes[v.node];
+    node.node = v.node;
     RankStatus rs;
-    rs.rank = r->rank();
-    rs.pid = r->pid();
-    rs.state = r->alive() ? (r->ProcState() == 'T' ? "stopped" : "running") : DescribeWaitStatus(r->wait_status());
-    ProgressSnapshot p = r->Progress();
+    rs.rank = v.rank;
+    rs.pid = v.pid;
+    auto ex = exits_.find(v.rank);
+    rs.state = v.alive ? (v.proc_state == 'T' ? "stopped" : "running")
+                       : (ex != exits_.end() ? DescribeWaitStatus(ex->second) : "exited");
+    const ProgressSnapshot& p = v.progress;
     if (p.valid) {
       rs.step = p.record.step;
       rs.phase = PhaseName(p.phase());
@@ -727,7 +1105,7 @@ RunStatus Supervisor::Impl::BuildStatus() const {
     }
     node.ranks.push_back(rs);
   }
-  st.nodes.push_back(node);
+  for (auto& [n, node] : nodes) st.nodes.push_back(node);
   st.last_incident = last_incident_;
   return st;
 }

@@ -31,6 +31,12 @@ struct SupervisorOptions {
   std::string resume_run;     // continue this run (id, prefix or "latest") as a new attempt
   int64_t from_step = -1;     // with resume_run: the checkpoint step to start from
   std::string store_host = "127.0.0.1";
+  // Several daemons form one run: node 0 leads (store, lineage, control
+  // socket, every decision), nodes 1..nodes-1 follow over TCP.
+  int nodes = 1;
+  int node_id = 0;
+  std::string leader_addr;     // followers: host:port of the leader's cluster port
+  uint16_t cluster_port = 0;   // leader: 0 = any free port; written to RUN_DIR/cluster.addr
 };
 
 class Supervisor {

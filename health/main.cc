@@ -46,9 +46,10 @@ void OnTimeout(int) {
 int UsageError(bool prolog, const std::string& message) {
   std::cerr << "holdfast-health: " << message << "\n";
   if (prolog) {
-    std::string reason = "holdfast: health config error: " + message;
-    for (char& c : reason) {
-      if (c == '\n' || c == '"' || c == '\'') c = ' ';
+    std::string reason;
+    for (char c : "holdfast: health config error: " + message) {
+      if (c == '\n' || c == '\t') reason += ' ';
+      else if (c >= 0x20 && c < 0x7f && c != '"' && c != '\'') reason += c;
     }
     std::cout << reason.substr(0, 100) << "\n";
   }

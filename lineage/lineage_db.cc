@@ -14,9 +14,11 @@ namespace holdfast {
 namespace {
 
 constexpr const char* kIncidentKinds[] = {
-    event_kind::kCrash,           event_kind::kHang,          event_kind::kHealth,
-    event_kind::kPreempt,         event_kind::kNodeLost,      event_kind::kCheckpointFailed,
-    event_kind::kCheckpointCorrupt, event_kind::kBudgetExhausted, event_kind::kDaemonRestart,
+    event_kind::kCrash,           event_kind::kHang,
+    event_kind::kHealth,          event_kind::kPreempt,
+    event_kind::kNodeLost,        event_kind::kCheckpointFailed,
+    event_kind::kCheckpointCorrupt, event_kind::kBudgetExhausted,
+    event_kind::kDaemonRestart,
 };
 
 // Schema version 1, as first released. Never edit a released migration: add
@@ -36,7 +38,8 @@ CREATE TABLE run (
   slurm_job_id TEXT NOT NULL DEFAULT '',
   created_ms   INTEGER NOT NULL,
   ended_ms     INTEGER,
-  state        TEXT NOT NULL CHECK (state IN ('running','succeeded','failed','stopped','preempted')),
+  state        TEXT NOT NULL
+               CHECK (state IN ('running','succeeded','failed','stopped','preempted')),
   cause        TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE attempt (
@@ -48,7 +51,8 @@ CREATE TABLE attempt (
   nodes             TEXT NOT NULL DEFAULT '',
   started_ms        INTEGER NOT NULL,
   ended_ms          INTEGER,
-  state             TEXT NOT NULL CHECK (state IN ('running','succeeded','failed','stopped','preempted')),
+  state             TEXT NOT NULL
+                    CHECK (state IN ('running','succeeded','failed','stopped','preempted')),
   cause             TEXT NOT NULL DEFAULT '',
   resumed_from_step INTEGER,
   PRIMARY KEY (run_id, attempt)
@@ -126,7 +130,7 @@ std::string SchemaV2() {
          "CREATE INDEX event_incident ON event(run_id, incident, time_ms);\n";
 }
 
-// kMigrations[n] takes a file from version n to n + 1.
+// The migration that takes a file from version `from` to `from + 1`.
 std::string Migration(int from) { return from == 0 ? std::string(kSchemaV1) : SchemaV2(); }
 
 std::string JoinNodes(const std::vector<std::string>& nodes) {
@@ -171,7 +175,9 @@ int64_t SystemNowMs() {
 
 const char* RunStateName(RunState s) { return kRunStateNames[static_cast<int>(s)]; }
 const char* SchedulerKindName(SchedulerKind k) { return kSchedulerNames[static_cast<int>(k)]; }
-const char* CheckpointStateName(CheckpointState s) { return kCheckpointStateNames[static_cast<int>(s)]; }
+const char* CheckpointStateName(CheckpointState s) {
+  return kCheckpointStateNames[static_cast<int>(s)];
+}
 const char* HealthStatusName(HealthStatus s) { return kHealthStatusNames[static_cast<int>(s)]; }
 const char* JournalModeName(JournalMode m) { return kJournalModeNames[static_cast<int>(m)]; }
 
@@ -339,7 +345,8 @@ Status LineageDb::Error(int rc, const std::string& what) const {
     case SQLITE_READONLY:
     case SQLITE_PERM:
     case SQLITE_AUTH:
-      return FailedPreconditionError(msg + " (the file or its folder is not writable by this user)");
+      return FailedPreconditionError(msg +
+                                     " (the file or its folder is not writable by this user)");
     case SQLITE_CANTOPEN:
       return IoError(msg + " (does the folder exist, and may this user write it? a reader of a "
                            "WAL database needs its -shm file or a writable folder)");
@@ -497,7 +504,8 @@ Status LineageDb::Migrate() {
   if (options_.read_only) {
     // Never write a reader's file: migrate a private in-memory copy instead.
     sqlite3* mem = nullptr;
-    int rc = sqlite3_open_v2(":memory:", &mem, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+    int rc =
+        sqlite3_open_v2(":memory:", &mem, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
     if (rc == SQLITE_OK) {
       sqlite3_backup* b = sqlite3_backup_init(mem, "main", db_, "main");
       rc = b ? sqlite3_backup_step(b, -1) : sqlite3_errcode(mem);
@@ -582,7 +590,9 @@ Result<int> LineageDb::StartAttempt(const std::string& run_id, const AttemptStar
                                                   "WHERE run_id=?1)"));
     HF_ASSIGN_OR_RETURN(bool row, st.Bind(run_id).Step("start attempt"));
     HF_CHECK(row);
-    if (st.Int(0) == 0) return NotFoundError(path_ + ": no run " + run_id + " to start an attempt of");
+    if (st.Int(0) == 0) {
+      return NotFoundError(path_ + ": no run " + run_id + " to start an attempt of");
+    }
     prev = static_cast<int>(st.Int(1));
   }
   const int n = prev + 1;
@@ -961,7 +971,8 @@ Result<RunRecord> LineageDb::GetRun(const std::string& id) {
                                   list + "; give more of the id");
     }
   }
-  return NotFoundError("no run '" + id + "' in " + path_ + "; `runctl runs` lists the runs it holds");
+  return NotFoundError("no run '" + id + "' in " + path_ +
+                       "; `runctl runs` lists the runs it holds");
 }
 
 Result<RunRecord> LineageDb::LatestRun() {
@@ -972,7 +983,8 @@ Result<RunRecord> LineageDb::LatestRun() {
 
 Result<std::vector<AttemptRecord>> LineageDb::Attempts(const std::string& run_id) {
   HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, std::string("SELECT ") + kAttemptCols +
-                                                    " FROM attempt WHERE run_id=? ORDER BY attempt"));
+                                                    " FROM attempt WHERE run_id=? ORDER BY "
+                                                    "attempt"));
   st.Bind(run_id);
   return LineageRows::All(st, &LineageRows::Attempt, "list attempts");
 }

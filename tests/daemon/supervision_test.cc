@@ -222,6 +222,38 @@ TEST_F(SupervisionTest, AKilledDaemonIsStartedAgainAndContinuesTheRun) {
   EXPECT_TRUE(restart_recorded);
 }
 
+// Two daemons on one machine act as two nodes (2 ranks each); a rank on the
+// follower dies; the leader restarts the ranks of both nodes.
+TEST_F(SupervisionTest, TwoNodesAFollowerRankDiesAndBothNodesRestart) {
+  ProcessResult ref = RunProcess({BuildPath("trainer/holdfast-train"), "--config", *shared_ / "train.toml", "--nproc",
+                                  "4", "--set", "output.dir=" + (dir_ / "ref_out"), "--dump-final", dir_ / "ref4"});
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  WriteJob("crash@3:12");
+  std::vector<std::string> leader = Daemon();
+  leader.insert(leader.end(), {"--nodes", "2"});
+  std::vector<std::string> follower = Daemon();
+  follower.insert(follower.end(), {"--nodes", "2", "--node-id", "1"});
+  ChildProcess lead(leader, dir_ / "daemon.log");
+  ChildProcess follow(follower, dir_ / "follower.log");  // finds the leader through run/cluster.addr
+  EXPECT_EQ(lead.Wait(), 0) << ReadFile(dir_ / "daemon.log");
+  EXPECT_EQ(follow.Wait(), 0) << ReadFile(dir_ / "follower.log");
+  EXPECT_TRUE(ReadFile(dir_ / "final/params.bin") == ReadFile(dir_ / "ref4/params.bin"))
+      << "final parameters differ from the fault-free 4-rank run";
+  auto db = Lineage();
+  ASSERT_NE(db, nullptr);
+  auto run = db->LatestRun();
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->world_size, 4);
+  auto inc = db->LastIncident(run->run_id);
+  ASSERT_TRUE(inc.ok() && inc->has_value());
+  EXPECT_EQ((*inc)->kind, "crash");
+  EXPECT_EQ((*inc)->rank, 3);
+  EXPECT_EQ((*inc)->node, "1");
+  auto gens = db->Generations(run->run_id);
+  ASSERT_TRUE(gens.ok());
+  EXPECT_EQ(gens->size(), 2u);
+}
+
 TEST_F(SupervisionTest, ASpentRestartBudgetStopsWithACauseAPersonCanRead) {
   WriteJob("crash@0:8", "");
   // Budget 0: the first crash ends the run.
