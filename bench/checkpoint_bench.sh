@@ -2,50 +2,64 @@
 # Checkpoint benchmark: one command, prints a markdown table.
 #
 #   bench/checkpoint_bench.sh [BUILD_DIR] [DATA_DIR] [MB]
+#   (environment: ROUNDS=5, COMPUTE_MS=250)
 #
 # BUILD_DIR (default ./build) must hold checkpoint/checkpoint_bench (ninja
 # checkpoint_bench). DATA_DIR (default BUILD_DIR/bench-checkpoint) is where every
 # measurement writes, so dd, our writer and torch.save share one disk. MB is
-# the state size (default 400). Compares against `dd conv=fsync` and Python
-# torch.save (+ fsync) of the same state through /usr/bin/python3 (Debian's
-# python3-torch).
+# the state size (default 400).
+#
+# A shared disk and CPU are noisy (2-4x between runs), so the script runs
+# ROUNDS rounds, each one `dd conv=fsync` of the same size and one round of
+# checkpoint_bench (2 synchronous and 2 deferred saves, a verified load), in
+# alternating order (dd first in odd rounds), and reports medians. Ratios are
+# medians of the per-round ratios, so dd and our writer are compared under the
+# same load. COMPUTE_MS is the stand-in for one training step's forward and
+# backward that runs between a deferred Save and its staging fence.
+# Also compares with Python torch.save (+ fsync) through /usr/bin/python3
+# (Debian's python3-torch), once.
 set -euo pipefail
 
 BUILD_DIR=${1:-build}
 DATA_DIR=${2:-$BUILD_DIR/bench-checkpoint}
 MB=${3:-400}
+ROUNDS=${ROUNDS:-5}
+COMPUTE_MS=${COMPUTE_MS:-250}
 BENCH=$BUILD_DIR/checkpoint/checkpoint_bench
 [ -x "$BENCH" ] || { echo "checkpoint_bench.sh: $BENCH missing; run: ninja -C $BUILD_DIR checkpoint_bench" >&2; exit 2; }
 rm -rf "$DATA_DIR"
 mkdir -p "$DATA_DIR"
 trap 'rm -rf "$DATA_DIR"' EXIT
+ROWS=$DATA_DIR/rounds.tsv
 
-# dd: sequential write of the same size, fsync'd at the end, from random bytes
-# already in the page cache (this VM's disk writes zeros from /dev/zero several
-# times faster than data). Run before and after our writer; the faster of the
-# two is the reference (a shared disk is noisy).
+# dd: sequential write of the same size in 64 MB blocks, fsync'd at the end,
+# from random bytes already in the page cache (this VM's disk writes zeros from
+# /dev/zero several times faster than data).
 head -c $(( MB * 1000000 )) /dev/urandom > "$DATA_DIR/random.src"
 cat "$DATA_DIR/random.src" > /dev/null
 run_dd() {
   local line bytes secs
-  line=$(dd if="$DATA_DIR/random.src" of="$DATA_DIR/dd.bin" bs=8M conv=fsync 2>&1 | tail -1)
+  line=$(dd if="$DATA_DIR/random.src" of="$DATA_DIR/dd.bin" bs=64M conv=fsync 2>&1 | tail -1)
   rm -f "$DATA_DIR/dd.bin"
   bytes=$(echo "$line" | awk '{print $1}')
   secs=$(echo "$line" | sed -E 's/.*copied, ([0-9.]+) s.*/\1/')
   awk -v b="$bytes" -v s="$secs" 'BEGIN{printf "%.1f", b/s/1e6}'
 }
-dd_before=$(run_dd)
+run_ours() {
+  "$BENCH" --dir "$DATA_DIR/ckpt" --mb "$MB" --reps 1 --compute-ms "$COMPUTE_MS" > "$DATA_DIR/round.out"
+  rm -rf "$DATA_DIR/ckpt"
+}
 
-# Our writer and loader.
-out=$("$BENCH" --dir "$DATA_DIR/ckpt" --mb "$MB" --reps 3)
-get() { echo "$out" | sed -n "s/^$1=//p"; }
-rm -rf "$DATA_DIR/ckpt"
-dd_after=$(run_dd)
-dd_MBps=$(awk -v a="$dd_before" -v b="$dd_after" 'BEGIN{print (a > b ? a : b)}')
+for (( r = 1; r <= ROUNDS; r++ )); do
+  if (( r % 2 == 1 )); then dd_MBps=$(run_dd); run_ours; else run_ours; dd_MBps=$(run_dd); fi
+  { echo "round=$r"; echo "dd_MBps=$dd_MBps"; echo "loadavg=$(cut -d' ' -f1 /proc/loadavg)"; cat "$DATA_DIR/round.out"; } |
+    paste -sd' ' >> "$ROWS"
+  echo "checkpoint_bench.sh: round $r/$ROUNDS done (dd $dd_MBps MB/s)" >&2
+done
 rm -f "$DATA_DIR/random.src"
 
 # torch.save of a state of the same size, fsync'd; then torch.load from the device.
-torch_out=$(/usr/bin/python3 - "$DATA_DIR/state.pt" "$MB" <<'PY'
+torch_out=$(/usr/bin/python3 - "$DATA_DIR/state.pt" "$MB" <<'PY' || true
 import os, sys, time, torch
 path, mb = sys.argv[1], int(sys.argv[2])
 n = mb * 1000 * 1000 // 3 // 4
@@ -65,25 +79,52 @@ t0 = time.perf_counter()
 torch.load(path)
 load = time.perf_counter() - t0
 saves.sort()
-print(f"torch_save_s={saves[1]:.6f}\ntorch_bytes={size}\ntorch_load_s={load:.6f}")
+print(f"torch_save_s={saves[1]:.6f} torch_bytes={size} torch_load_s={load:.6f}")
 PY
 )
-tget() { echo "$torch_out" | sed -n "s/^$1=//p"; }
 
-sync_s=$(get sync_save_s); stall_s=$(get stall_s); write=$(get write_MBps)
-restore=$(get restore_verify_MBps); seqread=$(get seq_read_MBps); shard=$(get shard_bytes)
-tsave=$(tget torch_save_s); tbytes=$(tget torch_bytes); tload=$(tget torch_load_s)
-
-awk -v mb="$MB" -v shard="$shard" -v sync_s="$sync_s" -v stall_s="$stall_s" -v write="$write" -v dd="$dd_MBps" \
-    -v restore="$restore" -v seqread="$seqread" -v tsave="$tsave" -v tbytes="$tbytes" -v tload="$tload" -v load="$(cut -d' ' -f1-3 /proc/loadavg)" \
-    -v dd1="$dd_before" -v dd2="$dd_after" 'BEGIN {
-  printf "Load average at the end: %s\n\n", load
-  printf "State: %d MB (shard file %.1f MB); medians of 3 saves/loads; same disk for every row.\n\n", mb, shard/1e6
-  printf "| measure | value | ratio | goal |\n|---|---|---|---|\n"
-  printf "| training stall per async save (copy into staging) | %.1f ms | %.4f of a synchronous save | <= 0.02 |\n", stall_s*1e3, stall_s/sync_s
-  printf "| synchronous save (Save + Flush: copy, write, XXH3, fsync, manifest) | %.3f s | | |\n", sync_s
-  printf "| background write bandwidth (write + XXH3 + fsync + rename) | %.0f MB/s | %.2f of dd conv=fsync (best of %.0f, %.0f MB/s) | >= 0.9 |\n", write, write/dd, dd1, dd2
-  printf "| restore + verify bandwidth (page cache dropped) | %.0f MB/s | %.2f of a sequential read (%.0f MB/s) | |\n", restore, restore/seqread, seqread
-  printf "| torch.save + fsync (python3-torch), same state | %.3f s (%.0f MB/s) | ours sync save is %.2fx its time; our stall %.4fx | |\n", tsave, tbytes/tsave/1e6, sync_s/tsave, stall_s/tsave
-  printf "| torch.load (page cache dropped) | %.3f s (%.0f MB/s) | restore+verify is %.2fx its bandwidth | |\n", tload, tbytes/tload/1e6, restore/(tbytes/tload/1e6)
-}'
+/usr/bin/python3 - "$ROWS" "$MB" "$COMPUTE_MS" "$torch_out" <<'PY'
+import statistics, sys
+rows_path, mb, compute_ms, torch_out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+def kv(line):
+    return {k: float(v) for k, v in (f.split("=", 1) for f in line.split())}
+rows = [kv(l) for l in open(rows_path) if l.strip()]
+med = lambda key: statistics.median(r[key] for r in rows)
+medr = lambda f: statistics.median(f(r) for r in rows)
+with open("/proc/loadavg") as f:
+    load_end = " ".join(f.read().split()[:3])
+shard = rows[0]["shard_bytes"]
+sync = med("sync_save_s")
+print(f"State: {mb} MB (shard file {shard/1e6:.1f} MB); {len(rows)} rounds, dd and our writer alternated;")
+print(f"medians; ratios are medians of per-round ratios. Load average per round (1 min): "
+      f"{', '.join('%.1f' % r['loadavg'] for r in rows)}; at the end: {load_end}.\n")
+print("| measure | value | ratio | goal |\n|---|---|---|---|")
+print(f"| training stall per save: Save + staging fence, after a {compute_ms:.0f} ms stand-in for forward+backward "
+      f"| {med('stall_s')*1e3:.1f} ms (fence {med('fence_s')*1e3:.1f} ms) "
+      f"| {medr(lambda r: r['stall_s']/r['sync_save_s']):.4f} of a synchronous save | <= 0.02 |")
+print(f"| worst case: fence right after Save (no compute to hide the copy) | {med('stall_nocompute_s')*1e3:.1f} ms "
+      f"| {medr(lambda r: r['stall_nocompute_s']/r['sync_save_s']):.4f} | |")
+print(f"| before: Save copying every buffer itself | {med('eager_stall_s')*1e3:.1f} ms "
+      f"| {medr(lambda r: r['eager_stall_s']/r['sync_save_s']):.4f} | |")
+print(f"| synchronous save (Save + Flush: copy, XXH3, write, fsync, manifest) | {sync:.3f} s | | |")
+print(f"| write bandwidth (write {rows[0]['chunk_mb']:.0f} MB chunks + fsync + rename + folder fsync) "
+      f"| {med('write_MBps'):.0f} MB/s | {medr(lambda r: r['write_MBps']/r['dd_MBps']):.2f} of dd bs=64M conv=fsync "
+      f"(median {med('dd_MBps'):.0f} MB/s; per round {', '.join('%.2f' % (r['write_MBps']/r['dd_MBps']) for r in rows)}) "
+      f"| >= 0.9 |")
+print(f"| background staging (deferred copy + XXH3, overlaps training) | {med('stage_s')*1e3:.0f} ms | | |")
+print(f"| whole background pipeline (staging + write) | {med('pipeline_MBps'):.0f} MB/s "
+      f"| {medr(lambda r: r['pipeline_MBps']/r['dd_MBps']):.2f} of dd | |")
+print(f"| restore + verify bandwidth (page cache dropped) | {med('restore_verify_MBps'):.0f} MB/s "
+      f"| {medr(lambda r: r['restore_verify_MBps']/r['seq_read_MBps']):.2f} of a sequential read "
+      f"({med('seq_read_MBps'):.0f} MB/s) | |")
+if torch_out.strip():
+    t = kv(torch_out)
+    tbw = t["torch_bytes"] / t["torch_save_s"] / 1e6
+    print(f"| torch.save + fsync (python3-torch), same state, once | {t['torch_save_s']:.3f} s ({tbw:.0f} MB/s) "
+          f"| our synchronous save is {sync/t['torch_save_s']:.2f}x its time | |")
+    lbw = t["torch_bytes"] / t["torch_load_s"] / 1e6
+    print(f"| torch.load (page cache dropped), once | {t['torch_load_s']:.3f} s ({lbw:.0f} MB/s) "
+          f"| restore+verify is {med('restore_verify_MBps')/lbw:.2f}x its bandwidth | |")
+else:
+    print("| torch.save / torch.load | not run (python3-torch missing) | | |")
+PY

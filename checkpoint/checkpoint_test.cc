@@ -348,6 +348,107 @@ TEST(CheckpointTest, WaitPolicyStagesTheNextSaveAfterTheOneInFlight) {
   ExpectState(*loader.Load(2, 0), 2, 0);
 }
 
+// A rank's state with one large buffer that the writer copies after Save
+// returns (defer_copy), as the trainer's parameters and moments are.
+struct DeferredState {
+  explicit DeferredState(size_t n_floats) : meta("{\"step\": 7}"), params(n_floats) {
+    for (size_t i = 0; i < params.size(); ++i) params[i] = static_cast<float>(i) * 0.5f;
+  }
+  std::vector<BufferView> Views() const {
+    BufferView p{"params", params.data(), params.size() * sizeof(float)};
+    p.defer_copy = true;
+    return {{"meta", meta.data(), meta.size()}, p};
+  }
+  std::string meta;
+  std::vector<float> params;
+};
+
+void ExpectSavedBytes(const std::string& root, int64_t step, const DeferredState& want) {
+  Result<LoadedShard> got = CheckpointLoader(root).Load(step, 0);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  for (const BufferView& v : want.Views()) {
+    Result<ConstBufferView> b = got->Find(v.name);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    ASSERT_EQ(b->size, v.size) << v.name;
+    EXPECT_EQ(std::memcmp(b->data, v.data, v.size), 0) << v.name << " differs from its bytes at Save time";
+  }
+}
+
+TEST(CheckpointTest, DeferredSaveCapturesTheBytesAsTheyWereAtSave) {
+  TempDir tmp;
+  GatedStorage disk(PosixStorage::Default());  // the shard is written only after every mutation below
+  auto w = MakeWriter(tmp.path(), &disk);
+  DeferredState live((5u << 20) / sizeof(float) + 3);  // spans several staging chunks, odd size
+  const DeferredState at_save = live;
+  ASSERT_EQ(*w->Save(7, live.Views()), SaveDecision::kQueued);
+  live.meta = "{\"step\": 8}";  // eager buffers may be reused as soon as Save returns
+  w->WaitStaged();                // the fence: only now may the deferred buffer change
+  std::fill(live.params.begin(), live.params.end(), -1.0f);
+  disk.Release();
+  ASSERT_TRUE(w->Flush().ok());
+  ExpectSavedBytes(tmp.path(), 7, at_save);
+}
+
+TEST(CheckpointTest, WaitStagedReturnsOnlyAfterTheDeferredCopy) {
+  TempDir tmp;
+  GatedStorage disk(PosixStorage::Default());
+  auto w = MakeWriter(tmp.path(), &disk);
+  DeferredState live((64u << 20) / sizeof(float));
+  const DeferredState at_save = live;
+  for (int round = 0; round < 3; ++round) {
+    const int64_t step = 10 + round;
+    if (round > 0) {
+      live = at_save;
+      ASSERT_TRUE(w->Flush().ok());
+    }
+    ASSERT_EQ(*w->Save(step, live.Views()), SaveDecision::kQueued);
+    w->WaitStaged();
+    // Mutate the tail first: the copy runs front to back, so had WaitStaged
+    // returned early, the tail would be overwritten before it was copied.
+    live.params.back() = -2.0f;
+    std::fill(live.params.begin(), live.params.end(), -1.0f);
+    if (round == 0) disk.Release();
+  }
+  ASSERT_TRUE(w->Flush().ok());
+  for (int64_t step = 10; step < 13; ++step) ExpectSavedBytes(tmp.path(), step, at_save);
+}
+
+TEST(CheckpointTest, AFailingDiskStillOpensTheStagingFence) {
+  TempDir tmp;
+  FailingStorage disk(PosixStorage::Default());
+  disk.FailSync(EIO);
+  auto w = MakeWriter(tmp.path(), &disk);
+  DeferredState live(1000);
+  ASSERT_EQ(*w->Save(3, live.Views()), SaveDecision::kQueued);
+  w->WaitStaged();  // returns: staging does not depend on the disk
+  EXPECT_EQ(w->Flush().code(), StatusCode::kIoError);
+  std::vector<SaveOutcome> outcomes = w->TakeOutcomes();
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_FALSE(outcomes[0].committed());
+  EXPECT_TRUE(FilesIn(tmp.path() + "/" + StepDirName(3)).empty());
+}
+
+TEST(CheckpointTest, SkipPolicyKeepsTheDeferredSaveInFlight) {
+  TempDir tmp;
+  GatedStorage disk(PosixStorage::Default());
+  CheckpointWriterOptions o;
+  o.root = tmp.path();
+  o.storage = &disk;
+  o.policy = InFlightPolicy::kSkip;
+  auto w = std::move(CheckpointWriter::Create(o)).value();
+  DeferredState first(1000), second(1000);
+  second.params.assign(second.params.size(), 9.0f);
+  const DeferredState at_save = first;
+  ASSERT_EQ(*w->Save(1, first.Views()), SaveDecision::kQueued);
+  EXPECT_EQ(*w->Save(2, second.Views()), SaveDecision::kSkipped);
+  w->WaitStaged();
+  first.params.assign(first.params.size(), -1.0f);
+  disk.Release();
+  ASSERT_TRUE(w->Flush().ok());
+  ExpectSavedBytes(tmp.path(), 1, at_save);
+  EXPECT_EQ(*CheckpointLoader(tmp.path()).ListSteps(), std::vector<int64_t>{1});
+}
+
 TEST(CheckpointTest, RetentionKeepsTheLastKAndEveryNth) {
   TempDir tmp;
   CheckpointWriterOptions o;

@@ -14,6 +14,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Staging copies and hashes this much at a time, so each piece is hashed while
+// it is still in the cache the copy just filled.
+constexpr uint64_t kStageChunkBytes = 2u << 20;
+
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -48,7 +52,7 @@ Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Create(CheckpointWri
   if (options.retention.keep_last < 1 || options.retention.keep_every < 0) {
     return InvalidArgumentError("checkpoint writer: retention needs keep_last >= 1 and keep_every >= 0");
   }
-  if (options.write_chunk_bytes == 0) options.write_chunk_bytes = 8u << 20;
+  if (options.write_chunk_bytes == 0) options.write_chunk_bytes = 64u << 20;
   if (options.storage == nullptr) options.storage = PosixStorage::Default();
 
   std::unique_ptr<CheckpointWriter> w(new CheckpointWriter(std::move(options), std::move(callback)));
@@ -147,24 +151,37 @@ Result<SaveDecision> CheckpointWriter::Save(int64_t step, const std::vector<Buff
   std::vector<uint8_t> head = EncodeShardHeader(header);
   std::memcpy(dst, head.data(), head.size());
   uint64_t pos = head.size();
+  Job job;
   for (size_t i = 0; i < buffers.size(); ++i) {
     const ShardEntry& e = header.entries[i];
     std::memset(dst + pos, 0, e.offset - pos);  // alignment padding
-    if (e.size > 0) std::memcpy(dst + e.offset, buffers[i].data, e.size);
+    if (e.size > 0 && buffers[i].defer_copy) {
+      job.deferred.push_back({static_cast<const uint8_t*>(buffers[i].data), e.offset, e.size});
+    } else if (e.size > 0) {
+      std::memcpy(dst + e.offset, buffers[i].data, e.size);
+    }
     pos = e.offset + e.size;
   }
 
-  Job job;
   job.step = step;
   job.header = std::move(header);
   job.stall_seconds = SecondsSince(t0);
   job.handed_over = Clock::now();
   {
     std::lock_guard<std::mutex> l(mu_);
+    staging_pending_ = !job.deferred.empty();
     job_ = std::move(job);
   }
   work_cv_.notify_one();
   return SaveDecision::kQueued;
+}
+
+void CheckpointWriter::WaitStaged() {
+  if (!staging_pending_.load()) return;
+  std::unique_lock<std::mutex> l(mu_);
+  if (!staging_pending_.load()) return;
+  if (!fence_waiting_since_.has_value()) fence_waiting_since_ = Clock::now();
+  staged_cv_.wait(l, [this] { return !staging_pending_.load(); });
 }
 
 Status CheckpointWriter::Flush() {
@@ -192,10 +209,11 @@ void CheckpointWriter::ThreadMain() {
     }
     SaveOutcome outcome = Run(job);
     if (outcome.committed()) {
-      spdlog::info("checkpoint: rank {} step {} committed: {:.1f} MB written in {:.3f} s ({:.0f} MB/s), "
-                   "stall {:.1f} ms",
-                   options_.rank, outcome.step, outcome.shard_bytes / 1e6, outcome.write_seconds,
-                   outcome.shard_bytes / 1e6 / std::max(outcome.write_seconds, 1e-9), outcome.stall_seconds * 1e3);
+      spdlog::info("checkpoint: rank {} step {} committed: {:.1f} MB staged in {:.3f} s, written in {:.3f} s "
+                   "({:.0f} MB/s), stall {:.1f} ms (fence {:.1f} ms)",
+                   options_.rank, outcome.step, outcome.shard_bytes / 1e6, outcome.stage_seconds,
+                   outcome.write_seconds, outcome.shard_bytes / 1e6 / std::max(outcome.write_seconds, 1e-9),
+                   outcome.stall_seconds * 1e3, outcome.fence_seconds * 1e3);
     } else {
       spdlog::error("checkpoint: rank {} step {} NOT saved, training continues: {}", options_.rank, outcome.step,
                     outcome.status.ToString());
@@ -216,11 +234,17 @@ SaveOutcome CheckpointWriter::Run(const Job& job) {
   SaveOutcome out;
   out.step = job.step;
   out.shard_bytes = job.header.file_size;
-  out.stall_seconds = job.stall_seconds;
+  // Staging first, before any storage call, so the fence opens quickly
+  // whatever the disk does.
+  Clock::time_point t0 = Clock::now();
+  const uint64_t xxh3 = Stage(job, &out.fence_seconds);
+  out.stage_seconds = SecondsSince(t0);
+  out.stall_seconds = job.stall_seconds + out.fence_seconds;
   const std::string dir = JoinPath(options_.root, StepDirName(job.step));
-  const Clock::time_point t0 = Clock::now();
-  Result<uint64_t> sum = WriteShard(job, dir);
+  t0 = Clock::now();
+  Status written = WriteShard(job, dir);
   out.write_seconds = SecondsSince(t0);
+  Result<uint64_t> sum = written.ok() ? Result<uint64_t>(xxh3) : Result<uint64_t>(written);
   if (options_.world_size > 1) {
     // Tell rank 0 either way, so a failed rank does not cost it the whole timeout.
     std::string value = sum.ok() ? "ok " + std::to_string(job.header.file_size) + " " + HexU64(*sum)
@@ -243,7 +267,39 @@ SaveOutcome CheckpointWriter::Run(const Job& job) {
   return out;
 }
 
-Result<uint64_t> CheckpointWriter::WriteShard(const Job& job, const std::string& dir) {
+uint64_t CheckpointWriter::Stage(const Job& job, double* fence_seconds) {
+  uint8_t* staging = staging_.get();
+  XXH3_state_t* state = XXH3_createState();
+  HF_CHECK(state != nullptr);
+  XXH3_64bits_reset(state);
+  size_t k = 0;  // next deferred copy that is not finished
+  for (uint64_t a = 0; a < job.header.file_size; a += kStageChunkBytes) {
+    const uint64_t b = std::min<uint64_t>(a + kStageChunkBytes, job.header.file_size);
+    while (k < job.deferred.size() && job.deferred[k].offset < b) {
+      const DeferredCopy& d = job.deferred[k];
+      const uint64_t lo = std::max(a, d.offset);
+      const uint64_t hi = std::min(b, d.offset + d.size);
+      if (lo < hi) std::memcpy(staging + lo, d.src + (lo - d.offset), hi - lo);
+      if (d.offset + d.size > b) break;  // continues in the next chunk
+      ++k;
+    }
+    XXH3_64bits_update(state, staging + a, b - a);
+  }
+  const uint64_t sum = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    staging_pending_ = false;
+    if (fence_waiting_since_.has_value()) {
+      *fence_seconds = SecondsSince(*fence_waiting_since_);
+      fence_waiting_since_.reset();
+    }
+  }
+  staged_cv_.notify_all();
+  return sum;
+}
+
+Status CheckpointWriter::WriteShard(const Job& job, const std::string& dir) {
   HF_RETURN_IF_ERROR(storage_->MakeDir(options_.root));
   HF_RETURN_IF_ERROR(storage_->MakeDir(dir));
   // The step folder's own entry must be durable before a manifest inside it is.
@@ -259,29 +315,22 @@ Result<uint64_t> CheckpointWriter::WriteShard(const Job& job, const std::string&
     return s;
   };
   HF_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, storage_->NewWritableFile(tmp_path));
-  XXH3_state_t* state = XXH3_createState();
-  HF_CHECK(state != nullptr);
-  XXH3_64bits_reset(state);
   const uint8_t* p = staging_.get();
-  uint64_t left = job.header.file_size;
+  uint64_t off = 0;
   Status s;
-  while (left > 0 && s.ok()) {
-    size_t n = static_cast<size_t>(std::min<uint64_t>(left, options_.write_chunk_bytes));
-    XXH3_64bits_update(state, p, n);
-    s = file->Append(p, n);
-    p += n;
-    left -= n;
+  while (off < job.header.file_size && s.ok()) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(job.header.file_size - off, options_.write_chunk_bytes));
+    s = file->Append(p + off, n);
+    if (s.ok() && options_.start_writeback) file->StartWriteback(off, n);
+    off += n;
   }
-  const uint64_t sum = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
   if (s.ok()) s = file->Sync();
   Status closed = file->Close();
   if (s.ok()) s = closed;
   if (!s.ok()) return fail(s);
   s = storage_->Rename(tmp_path, final_path);
   if (!s.ok()) return fail(s);
-  HF_RETURN_IF_ERROR(storage_->SyncDir(dir));
-  return sum;
+  return storage_->SyncDir(dir);
 }
 
 Status CheckpointWriter::Commit(const Job& job, const std::string& dir, uint64_t shard_xxh3) {

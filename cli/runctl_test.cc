@@ -519,9 +519,9 @@ TEST_F(RunctlTest, HealthPassesThroughHoldfastHealth) {
   }
   ASSERT_EQ(chmod(ok.c_str(), 0755), 0);
   ASSERT_EQ(chmod(bad.c_str(), 0755), 0);
-  Outcome o = Run({"health", "--json"}, {"RUNCTL_HOLDFAST_HEALTH=" + ok});
+  Outcome o = Run({"health", "--json", "--", "--checks", "gpu"}, {"RUNCTL_HOLDFAST_HEALTH=" + ok});
   EXPECT_EQ(o.exit, 0) << o.err;
-  EXPECT_EQ(o.out, "all 12 checks passed --json\n");
+  EXPECT_EQ(o.out, "all 12 checks passed --json --checks gpu\n");
   o = Run({"health"}, {"RUNCTL_HOLDFAST_HEALTH=" + bad});
   EXPECT_EQ(o.exit, 1);
   EXPECT_EQ(o.out, "gpu_ecc FAIL\n");

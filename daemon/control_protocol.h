@@ -8,8 +8,8 @@
 //   {"v":1,"id":7,"ok":true,"result":{...}}
 //   {"v":1,"id":7,"ok":false,"error":{"code":"FailedPrecondition","message":"..."}}
 // (id 0 when the request was too broken to carry one). Only the run's owner
-// and root may act: the daemon reads the peer's uid (ReadPeerCredentials) and
-// checks it (CheckPeerAllowed) before it looks at the request. The full
+// and root may act on the run: the daemon reads the peer's uid
+// (ReadPeerCredentials) and checks it (CheckPeerAllowed). The full
 // description, with the "status" result's fields, is docs/control-protocol.md.
 //
 // This header keeps nlohmann/json out: JSON payloads travel as serialized

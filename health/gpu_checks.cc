@@ -48,14 +48,15 @@ std::string Gpu(int i) { return "gpu " + std::to_string(i); }
 
 void CheckMemory(int i, const GpuMemoryErrors& e, const HealthConfig& config, const std::string& name,
                  std::vector<CheckResult>* out) {
-  const std::string subject = Gpu(i) + (name.empty() ? "" : " " + name);
+  const std::string subject = Gpu(i);
+  const std::string on = name.empty() ? "" : " on " + name;
   if (!e.ecc_supported) {
     out->push_back(Skipped("gpu.ecc", subject, "ECC not supported or disabled on this GPU"));
   } else {
     const std::string measured = std::to_string(e.volatile_uncorrected) + " uncorrected (volatile), " +
                                  std::to_string(e.aggregate_uncorrected) + " lifetime";
     const std::string threshold = "<= " + std::to_string(config.gpu_uncorrected_ecc_max) + " volatile";
-    Evidence ev{measured, threshold, "nvmlDeviceGetTotalEccErrors"};
+    Evidence ev{measured, threshold, "nvmlDeviceGetTotalEccErrors" + on};
     if (e.volatile_uncorrected > static_cast<uint64_t>(config.gpu_uncorrected_ecc_max)) {
       out->push_back(Fail("gpu.ecc", subject,
                           "uncorrectable ECC errors since the driver loaded: reset the GPU before reuse", ev,
@@ -68,7 +69,7 @@ void CheckMemory(int i, const GpuMemoryErrors& e, const HealthConfig& config, co
     const std::string measured = std::to_string(e.remapped_uncorrectable) + " uncorrectable, " +
                                  std::to_string(e.remapped_correctable) + " correctable rows" +
                                  (e.remap_pending ? ", remap pending" : "") + (e.remap_failure ? ", FAILURE" : "");
-    Evidence ev{measured, "no failure, none pending", "nvmlDeviceGetRemappedRows"};
+    Evidence ev{measured, "no failure, none pending", "nvmlDeviceGetRemappedRows" + on};
     if (e.remap_failure) {
       out->push_back(Fail("gpu.row_remap", subject, "row remapping failed: the GPU has run out of spare rows (RMA)",
                           ev, Action::kDrainNode));
@@ -83,7 +84,7 @@ void CheckMemory(int i, const GpuMemoryErrors& e, const HealthConfig& config, co
     const std::string measured = std::to_string(e.retired_dbe) + " DBE + " + std::to_string(e.retired_sbe) +
                                  " SBE pages" + (e.retired_pending ? ", retirement pending" : "");
     Evidence ev{measured, "< " + std::to_string(config.gpu_retired_pages_max) + " pages, none pending",
-                "nvmlDeviceGetRetiredPages"};
+                "nvmlDeviceGetRetiredPages" + on};
     if (total >= static_cast<uint64_t>(config.gpu_retired_pages_max)) {
       out->push_back(Fail("gpu.retired_pages", subject, "too many retired pages: the GPU needs replacing (RMA)", ev,
                           Action::kDrainNode));

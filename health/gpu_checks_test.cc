@@ -57,7 +57,8 @@ TEST(Nvml, HealthyGpusPassThroughDlopen) {
   const auto r = ThroughDlopen("gpus=2 ecc_corr=12 remap_corr.1=2", c);
   EXPECT_EQ(WorstStatus(r), CheckStatus::kPass);
   EXPECT_EQ(Find(r, "gpu.count")->evidence.measured, "2 GPUs");
-  EXPECT_EQ(Find(r, "gpu.ecc", "gpu 1")->subject, "gpu 1 Fake GPU (GPU-fake-1)");
+  EXPECT_EQ(Find(r, "gpu.ecc", "gpu 1")->subject, "gpu 1");
+  EXPECT_EQ(Find(r, "gpu.ecc", "gpu 1")->evidence.source, "nvmlDeviceGetTotalEccErrors on Fake GPU (GPU-fake-1)");
   EXPECT_EQ(Find(r, "gpu.row_remap", "gpu 1")->evidence.measured, "0 uncorrectable, 2 correctable rows");
   EXPECT_EQ(Find(r, "gpu.recovery_action", "gpu 0")->evidence.measured, "NONE");
 }

@@ -57,6 +57,7 @@ Status Transfer(int fd, char* buf, size_t len, bool sending, Clock::time_point d
 // The child: blocking I/O, no allocation, _exit. Returns its exit code.
 int ChildMain(int fd, uint64_t* mine, uint64_t* theirs, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) mine[i] = Value(1, i);
+  std::memset(theirs, 0, n * 8);  // only what arrives may count
   auto io = [fd](char* buf, size_t len, bool sending) {
     size_t done = 0;
     while (done < len) {
@@ -222,7 +223,7 @@ CheckResult CheckCpuAllreduce(const HealthConfig& config) {
   const uint64_t n = static_cast<uint64_t>(config.cpu_allreduce_elements);
   const std::string source = "2 local processes, socketpair, " + std::to_string(n) + " uint64";
   // Everything the child touches is allocated here, before fork.
-  std::vector<uint64_t> mine(n), theirs(n), child_mine(n), child_theirs(n);
+  std::vector<uint64_t> mine(n), theirs(n);
   for (uint64_t i = 0; i < n; ++i) mine[i] = Value(0, i);
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
@@ -239,7 +240,9 @@ CheckResult CheckCpuAllreduce(const HealthConfig& config) {
   }
   if (pid == 0) {
     close(fds[0]);
-    _exit(ChildMain(fds[1], child_mine.data(), child_theirs.data(), n));
+    // The child's private (copy-on-write) pages: `theirs` becomes its own
+    // vector, `mine` the buffer for what it receives.
+    _exit(ChildMain(fds[1], theirs.data(), mine.data(), n));
   }
   close(fds[1]);
   const int fd = fds[0];

@@ -119,9 +119,11 @@ std::vector<CheckResult> CheckIbPorts(const Result<std::vector<IbPort>>& read, c
   std::vector<CheckResult> out;
   if (!read.ok()) {
     if (config.expected_ib_ports > 0 || !config.ib_devices.empty()) {
+      const std::string threshold = config.expected_ib_ports > 0
+                                        ? ">= " + std::to_string(config.expected_ib_ports) + " ports"
+                                        : "HCAs " + Join(config.ib_devices);
       out.push_back(Fail("ib.port_count", "", "InfiniBand ports expected but not readable: " + read.status().message(),
-                         {"0 ports", ">= " + std::to_string(config.expected_ib_ports) + " ports", "sysfs"},
-                         Action::kDrainNode));
+                         {"0 ports", threshold, "sysfs class/infiniband"}, Action::kDrainNode));
     } else {
       out.push_back(Skipped("ib.ports", "", "no InfiniBand/RoCE device on this node (" + read.status().message() + ")"));
     }

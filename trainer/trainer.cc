@@ -129,6 +129,7 @@ struct Trainer::Impl {
   TrainerConfig cfg;
   std::unique_ptr<Communicator> comm;
   ProgressWriter* progress = nullptr;  // not owned
+  std::function<void()> before_update;  // SetBeforeUpdateHook; runs right before ApplyAdamW
   std::unique_ptr<Dataset> data;
   Gpt model{nullptr};
 
@@ -326,6 +327,7 @@ struct Trainer::Impl {
       }
     }
     const double lr = LearningRateAt(cfg.optim, cfg.train.steps, step);
+    if (before_update) before_update();
     ApplyAdamW(lr);
     cursor += static_cast<uint64_t>(B) * accum * world();
     step += 1;
@@ -403,6 +405,7 @@ Result<StepMetrics> Trainer::Step(StepRequests requests) {
 }
 
 void Trainer::SetProgressWriter(ProgressWriter* progress) { impl_->progress = progress; }
+void Trainer::SetBeforeUpdateHook(std::function<void()> hook) { impl_->before_update = std::move(hook); }
 int64_t Trainer::step() const { return impl_->step; }
 int Trainer::rank() const { return impl_->rank(); }
 int Trainer::world_size() const { return impl_->world(); }

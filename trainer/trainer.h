@@ -61,13 +61,21 @@ class Trainer {
   // `progress` is not owned and must outlive the Trainer; nullptr = none.
   void SetProgressWriter(ProgressWriter* progress);
 
+  // Runs `hook` on the training thread inside each Step, just before the AdamW
+  // update: the only point where a Step changes the parameters and moments
+  // that StateViews() points to. A deferred checkpoint copy fences here
+  // (CheckpointWriter::WaitStaged). Empty = none.
+  void SetBeforeUpdateHook(std::function<void()> hook);
+
   int64_t step() const;
   int rank() const;
   int world_size() const;
   const TrainerConfig& config() const;
 
   // Complete state as views into the trainer's own memory (no copy): valid
-  // until the next Step or RestoreState. What the checkpoint writer stages.
+  // until the next Step or RestoreState; "params" and "optim.*" keep their
+  // bytes until the next Step's before-update hook returns. What the
+  // checkpoint writer stages.
   Result<std::vector<StateView>> StateViews();
   // Complete state, copied into host buffers.
   Result<TrainState> CaptureState();
