@@ -754,6 +754,11 @@ void Supervisor::Impl::OnAnyRankExit(int rank, int ws, const std::vector<std::st
       all_preempted = all_preempted && WIFEXITED(s) && (WEXITSTATUS(s) == kRankExitPreempted || WEXITSTATUS(s) == 0);
     }
     RecordCheckpointsSeen();
+    int64_t last_step = -1;
+    for (const RankView& v : Views()) {
+      if (v.progress.valid) last_step = std::max(last_step, v.progress.record.step);
+    }
+    if (last_step >= 0) (void)db_->UpdateGenerationStep(run_id_, attempt_, generation_, last_step);
     (void)db_->EndGeneration(run_id_, attempt_, generation_, all_clean ? RunState::kSucceeded : RunState::kPreempted,
                              all_clean ? "" : "ranks checkpointed and stopped");
     if (all_clean) {
@@ -1036,6 +1041,17 @@ std::string Supervisor::Impl::Handle(const ControlRequest& req, uid_t peer_uid) 
     if (!allowed.ok()) return EncodeErrorResponse(req.id, ControlErrorCode::kPermissionDenied, allowed.message());
   }
   if (req.op == control_op::kPing) return EncodeOkResponse(req.id, "{}");
+  {
+    // A request about another run must not act on this one.
+    nlohmann::json args = nlohmann::json::parse(req.args_json, nullptr, false);
+    if (args.is_object() && args.contains("run_id") && args["run_id"].is_string()) {
+      const std::string want = args["run_id"].get<std::string>();
+      if (want != "latest" && run_id_.rfind(want, 0) != 0) {
+        return EncodeErrorResponse(req.id, ControlErrorCode::kFailedPrecondition,
+                                   "this holdfastd supervises run " + run_id_ + ", not " + want);
+      }
+    }
+  }
   if (req.op == control_op::kStatus) return EncodeOkResponse(req.id, EncodeStatusResult(BuildStatus()));
   if (req.op == control_op::kCheckpoint) {
     if (state_ != State::kRunning) {

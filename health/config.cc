@@ -46,6 +46,7 @@ const std::vector<KeyDef>& Schema() {
       HF_HEALTH_INT(gemm_size, 256, 65536),
       HF_HEALTH_FLOAT(nccl_busbw_gbps_min, 0, 1e6),
       HF_HEALTH_INT(nccl_bytes, 1024, 1LL << 36),
+      HF_HEALTH_FLOAT(gpu_probe_timeout_s, 1, 86400),
       HF_HEALTH_LIST(ib_devices),
       HF_HEALTH_INT(expected_ib_ports, 0, 1024),
       HF_HEALTH_FLOAT(ib_rate_gbps_min, 0, 1e5),

@@ -48,6 +48,7 @@ struct HealthConfig {
   int64_t gemm_size = 8192;              // m = n = k
   double nccl_busbw_gbps_min = 0;        // all-reduce bus bandwidth across local GPUs
   int64_t nccl_bytes = 256LL << 20;      // message size of the all-reduce
+  double gpu_probe_timeout_s = 600;      // holdfast-health-gpu is killed after this (a hung GPU fails)
 
   // InfiniBand / RoCE ports under <sysfs_root>/class/infiniband.
   std::vector<std::string> ib_devices;   // only these HCAs ("mlx5_0"); empty: all found

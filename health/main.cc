@@ -23,9 +23,9 @@
 
 #include "health/check.h"
 #include "health/config.h"
-#include "health/gpu_probes.h"
 #include "health/node_checks.h"
 #include "health/policy.h"
+#include "health/probe_process.h"
 #include "health/report.h"
 
 namespace {
@@ -77,6 +77,8 @@ int main(int argc, char** argv) {
   app.add_option("--dev-root", paths.dev_root, "where /dev/... paths in health.required_devices are looked up");
   app.add_option("--kernel-log", paths.kernel_log, "kernel log with NVRM Xid lines (/dev/kmsg or a dmesg file)");
   app.add_option("--nvml-library", paths.nvml_library, "libnvidia-ml to dlopen");
+  std::string gpu_probe = SiblingProgram("holdfast-health-gpu");
+  app.add_option("--gpu-probe", gpu_probe, "the CUDA/NCCL probe program (default: next to this one)");
   app.add_option("--timeout", timeout_s, "give up after this many seconds and fail (0: no limit)")
       ->check(CLI::NonNegativeNumber);
   app.get_option("--prolog")->excludes(json_opt);
@@ -110,12 +112,12 @@ int main(int argc, char** argv) {
   options.config = config;
   options.paths = paths;
   std::vector<CheckResult> results = RunNodeChecks(options);
-  if (!prolog && (*classes & kClassGpu)) {
-    for (CheckResult& r : RunGpuMemtest(config)) results.push_back(std::move(r));
-    for (CheckResult& r : RunGpuGemm(config)) results.push_back(std::move(r));
-  }
-  if (!prolog && (*classes & kClassNccl)) {
-    for (CheckResult& r : RunNcclAllreduce(config)) results.push_back(std::move(r));
+  // The CUDA/NCCL probes run in a child that alone loads CUDA (not in the Prolog: too slow).
+  const bool gpu = (*classes & kClassGpu) != 0, nccl = (*classes & kClassNccl) != 0;
+  if (!prolog && (gpu || nccl)) {
+    std::vector<std::string> probe = {gpu_probe, "--checks", gpu && nccl ? "gpu,nccl" : gpu ? "gpu" : "nccl"};
+    if (!config_path.empty()) probe.insert(probe.end(), {"--config", config_path});
+    for (CheckResult& r : RunProbeProcess(probe, config.gpu_probe_timeout_s)) results.push_back(std::move(r));
   }
   alarm(0);
 

@@ -27,6 +27,7 @@ try:
     s = json.load(sys.stdin)
 except Exception:
     sys.exit(0)
+s = s.get("status") or {}
 ranks = [r for n in s.get("nodes", []) for r in n.get("ranks", [])]
 if len(ranks) == 2 and all(r.get("step", 0) >= 40 for r in ranks):
     print(ranks[1]["pid"])' || true)

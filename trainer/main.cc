@@ -193,7 +193,8 @@ void LogOutcomes(CheckpointWriter* writer, ProgressWriter* progress) {
 // Saves `step` unless it is committed already, and waits until it is durable.
 Status SaveAndWait(Trainer* trainer, CheckpointWriter* writer, ProgressWriter* progress) {
   if (progress != nullptr) progress->SetPhase(Phase::kCheckpoint);
-  (void)writer->Flush();  // drain what is in flight; its outcome is logged below
+  (void)writer->Flush();  // drain what is in flight
+  LogOutcomes(writer, progress);
   if (writer->newest_committed_step() == trainer->step()) return Status::Ok();
   HF_ASSIGN_OR_RETURN(std::vector<StateView> views, trainer->StateViews());
   HF_ASSIGN_OR_RETURN(SaveDecision d, writer->Save(trainer->step(), ToBufferViews(views)));
