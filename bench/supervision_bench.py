@@ -387,8 +387,11 @@ def holdfast_round(args, work, n, hang_step):
         res["inj_hang_detect"] = d.log_time(text, t_seen) - t_fault
         res["inj_hang_allowance"] = allowance(text)
         i, restored, res["inj_hang_recover"] = d.recover(t_fault, i)
-        # 3. SIGSTOP of rank 0
-        d.wait_step(restored + WARM_STEPS + random.randint(0, CKPT_EVERY - 1))
+        # 3. SIGSTOP of rank 0, half-way between checkpoints: a rank stopped while a checkpoint
+        # is in flight gets checkpoint_allowance_s (300 s), which would be a different measure.
+        target = restored + WARM_STEPS
+        target += (CKPT_EVERY // 2 - target) % CKPT_EVERY
+        d.wait_step(target)
         victim = d.rank_pid(0)
         mark = len(d.out)
         t_stop = time.time()
@@ -462,7 +465,7 @@ def run_latency(args, work):
             log(f"latency round {n + 1}/{args.rounds}: {side} (load {loadavg()})")
             try:
                 if side == "hf":
-                    r = holdfast_round(args, work, n, hang_step=4 * WARM_STEPS + random.randint(0, CKPT_EVERY - 1))
+                    r = holdfast_round(args, work, n, hang_step=8 * WARM_STEPS + random.randint(0, CKPT_EVERY - 1))
                 else:
                     r = torchrun_round(args, work, n, None if side == "tr_default" else args.fast_monitor)
             except (RuntimeError, OSError) as e:
@@ -632,8 +635,8 @@ def report(args, lat, cpu, ratio):
                "daemon's `CRASH:` log line (its own clock; \"recorded\" = the lineage `event.time_ms`).")
     out.append("- **hang detection latency**: the hang's start → the daemon's `HANG:` log line, with the "
                "allowance that applied (max(hang_min_s, hang_factor × p99 step time), from the HANG line). "
-               "Two hangs: a SIGSTOP of rank 0 (start = the kill(2) call), and the trainer's injected "
-               "compute hang `--inject-fault hang@1:S` (start = the mtime of the fault's marker file, written "
+               "Two hangs: a SIGSTOP of rank 0 half-way between two checkpoints (start = the kill(2) call), and the trainer's injected "
+               "compute hang `--inject-fault hang@1:S`, S = 800-849 (start = the mtime of the fault's marker file, written "
                "just before `FAULT INJECTED` is logged).")
     out.append("- **fault → next productive step**: the fault → the first metrics line of the new "
                "generation whose step is beyond the checkpoint it restored (holdfast: the first line "

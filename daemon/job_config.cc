@@ -63,6 +63,13 @@ class TableReader {
     *out = v;
     return Status::Ok();
   }
+  Status Bool(const char* key, bool* out) {
+    const toml::node* n = Find(key);
+    if (n == nullptr) return Status::Ok();
+    if (!n->is_boolean()) return TypeError(key, *n, "true or false");
+    *out = n->as_boolean()->get();
+    return Status::Ok();
+  }
   Status StringArray(const char* key, std::vector<std::string>* out) {
     const toml::node* n = Find(key);
     if (n == nullptr) return Status::Ok();
@@ -133,10 +140,10 @@ Result<JobConfig> LoadJobConfig(const std::string& path) {
   } catch (const toml::parse_error& e) {
     return InvalidArgumentError(At(path, e.source()) + ": TOML syntax error: " + std::string(e.description()));
   }
-  static const char* kSections = "[job], [supervise], [lineage]";
+  static const char* kSections = "[job], [supervise], [lineage], [health]";
   for (auto&& [k, v] : root) {
     const std::string section(k.str());
-    if (section != "job" && section != "supervise" && section != "lineage") {
+    if (section != "job" && section != "supervise" && section != "lineage" && section != "health") {
       return InvalidArgumentError(At(path, k.source()) + ": unknown section '" + section + "' (known sections: " +
                                   kSections + ")");
     }
@@ -166,9 +173,13 @@ Result<JobConfig> LoadJobConfig(const std::string& path) {
     HF_RETURN_IF_ERROR(r.Double("backoff_max_s", &s.backoff_max_s, 0, 86400));
     HF_RETURN_IF_ERROR(r.Double("term_grace_s", &s.term_grace_s, 0, 3600));
     HF_RETURN_IF_ERROR(r.String("progress_dir", &s.progress_dir));
+    HF_RETURN_IF_ERROR(r.Bool("health_prelaunch", &s.health_prelaunch));
+    HF_RETURN_IF_ERROR(r.Double("health_poll_s", &s.health_poll_s, 0, 86400));
+    HF_RETURN_IF_ERROR(r.String("health_sysfs_root", &s.health_sysfs_root));
     HF_RETURN_IF_ERROR(r.RejectUnknown(
         "poll_ms, startup_timeout_s, hang_factor, hang_min_s, checkpoint_allowance_s, eval_allowance_s, "
-        "restart_budget, backoff_initial_s, backoff_max_s, term_grace_s, progress_dir"));
+        "restart_budget, backoff_initial_s, backoff_max_s, term_grace_s, progress_dir, health_prelaunch, "
+        "health_poll_s, health_sysfs_root"));
   }
   if (const toml::table* t = root["lineage"].as_table()) {
     TableReader r(path, "lineage", *t);

@@ -6,6 +6,8 @@
 //                checkpoint_allowance_s, eval_allowance_s, restart_budget,
 //                backoff_initial_s, backoff_max_s, term_grace_s, progress_dir
 //   [lineage]    journal_mode (wal | delete | truncate)
+//   [health], [health.policy], [health.fail_actions]: node health thresholds
+//                and policy, validated by health/ (docs/health.md)
 //
 // The launch contract is generic: the daemon supervises a command, which
 // reads its rank from HOLDFAST_RANK / RANK and reports progress through
@@ -32,6 +34,12 @@ struct SuperviseConfig {
   double backoff_max_s = 30;
   double term_grace_s = 3;         // TERM, then KILL after this
   std::string progress_dir = "/dev/shm";
+  // Node health (health/): pre-launch checks before the first generation, then
+  // the light periodic monitor every health_poll_s (0 = off). Thresholds and
+  // the policy come from the job file's [health] sections (docs/health.md).
+  bool health_prelaunch = true;
+  double health_poll_s = 10;
+  std::string health_sysfs_root = "/sys";
 };
 
 struct JobConfig {

@@ -25,6 +25,11 @@
 #include "daemon/json_line_conn.h"
 #include "daemon/rank_process.h"
 #include "daemon/triage.h"
+#include "health/config.h"
+#include "health/monitor.h"
+#include "health/node_checks.h"
+#include "health/policy.h"
+#include "health/report.h"
 #include "lineage/lineage_db.h"
 
 namespace holdfast {
@@ -142,7 +147,7 @@ class Supervisor::Impl : public std::enable_shared_from_this<Supervisor::Impl> {
   void OnSignal(int sig);
   void ReapChildren();
   void OnRankExit(RankProcess* rank);
-  void HandleIncident(const Incident& incident, bool restartable);
+  void HandleIncident(const Incident& incident, bool restartable, const std::string& action_if_not_restarting = "");
   void StopRanks(const std::string& why);
   void AfterAllStopped();
   void Finish(RunState state, const std::string& cause, int code);
@@ -188,6 +193,19 @@ class Supervisor::Impl : public std::enable_shared_from_this<Supervisor::Impl> {
   void BroadcastToFollowers(const nlohmann::json& msg);
   Status LaunchLocalRanks(int world, const std::string& store_addr, uint16_t master_port, int64_t resume_step);
   void OnAnyRankExit(int rank, int wstatus, const std::vector<std::string>& log_tail);
+  // ---- node health ----
+  Status SetUpHealth();
+  std::vector<health::CheckResult> RunPrelaunchChecks();
+  void RecordHealth(const std::vector<health::CheckResult>& results, int node);
+  // Acts on the policy's decision for `node`; returns true when it stopped the run.
+  bool ActOnHealth(const health::Decision& decision, int node, const char* when);
+  void ArmHealthPoll();
+  health::HealthConfig health_cfg_;
+  health::HostPaths health_paths_;
+  std::unique_ptr<health::HealthMonitor> monitor_;
+  asio::steady_timer health_timer_{io_};
+  std::string prelaunch_report_;  // follower: sent with hello
+
   std::map<int, Follower> followers_;              // leader: node -> follower
   std::map<int, int> exits_;                       // leader: global rank -> wait status, this generation
   std::shared_ptr<JsonLineConnection> leader_conn_;  // follower
@@ -222,13 +240,25 @@ Status Supervisor::Impl::Start() {
   signals_.async_wait([self = shared_from_this()](const boost::system::error_code& e, int sig) {
     if (!e) self->OnSignal(sig);
   });
+  HF_RETURN_IF_ERROR(SetUpHealth());
   if (!leader()) {
+    if (job_.supervise.health_prelaunch) {
+      std::vector<health::CheckResult> results = RunPrelaunchChecks();
+      prelaunch_report_ = health::ReportToJson(results, health::Decide(results, health_cfg_.policy));
+    }
     ConnectToLeader();
     ArmPoll();
+    ArmHealthPoll();
     return Status::Ok();
   }
   HF_RETURN_IF_ERROR(StartControl());
   HF_RETURN_IF_ERROR(OpenRun());
+  if (job_.supervise.health_prelaunch) {
+    std::vector<health::CheckResult> results = RunPrelaunchChecks();
+    RecordHealth(results, 0);
+    if (ActOnHealth(health::Decide(results, health_cfg_.policy), 0, "pre-launch")) return Status::Ok();
+  }
+  ArmHealthPoll();
   auto store = AsioTcpStoreServer::Listen(&io_, opts_.store_host, 0);
   if (!store.ok()) return store.status().WithContext("start the rendezvous store");
   store_ = std::move(store).value();
@@ -291,6 +321,14 @@ void Supervisor::Impl::AcceptFollower() {
               *node = n;
               self->followers_[n].conn = conn;
               spdlog::info("node {} joined", n);
+              const std::string report = msg.value("health", "");
+              if (!report.empty()) {
+                auto results = health::ResultsFromReportJson(report);
+                if (results.ok()) {
+                  self->RecordHealth(*results, n);
+                  if (self->ActOnHealth(health::Decide(*results, self->health_cfg_.policy), n, "pre-launch")) return;
+                }
+              }
               if (self->state_ == State::kIdle && static_cast<int>(self->followers_.size()) == self->opts_.nodes - 1) {
                 self->join_timer_.cancel();
                 Status s = self->LaunchGeneration();
@@ -318,13 +356,21 @@ void Supervisor::Impl::BroadcastToFollowers(const nlohmann::json& msg) {
 
 void Supervisor::Impl::OnFollowerMessage(int node, const nlohmann::json& msg) {
   const std::string type = msg.at("type").get<std::string>();
-  if (msg.value("gen", -1) != generation_) return;  // from a generation that is over
+  if (type != "health" && msg.value("gen", -1) != generation_) return;  // from a generation that is over
   const int64_t now = MonotonicNowNs();
   Follower& f = followers_[node];
   if (type == "progress" || type == "rank_exit") {
     f.views.clear();
     for (const auto& v : msg.at("ranks")) f.views.push_back(ViewFromJson(v, now));
     f.views_ns = now;
+  }
+  if (type == "health") {
+    auto results = health::ResultsFromReportJson(msg.at("report").get<std::string>());
+    if (results.ok()) {
+      RecordHealth(*results, node);
+      ActOnHealth(health::Decide(*results, health_cfg_.policy), node, "periodic");
+    }
+    return;
   }
   if (type == "rank_exit") {
     std::vector<std::string> tail;
@@ -416,7 +462,8 @@ void Supervisor::Impl::ConnectToLeader() {
                                            code >= 0 ? code : kDaemonExitFailed);
                             });
                         self->leader_conn_->Send({{"type", "hello"}, {"node", self->opts_.node_id},
-                                                  {"nproc", self->job_.nproc}, {"pid", getpid()}});
+                                                  {"nproc", self->job_.nproc}, {"pid", getpid()},
+                                                  {"health", self->prelaunch_report_}});
                         spdlog::info("node {} joined the leader at {}", self->opts_.node_id, self->opts_.leader_addr);
                       });
 }
@@ -786,7 +833,8 @@ void Supervisor::Impl::OnAnyRankExit(int rank, int ws, const std::vector<std::st
   HandleIncident(inc, /*restartable=*/!usage);
 }
 
-void Supervisor::Impl::HandleIncident(const Incident& incident, bool restartable) {
+void Supervisor::Impl::HandleIncident(const Incident& incident, bool restartable,
+                                      const std::string& action_if_not_restarting) {
   const int budget = job_.supervise.restart_budget;
   const int64_t from = NewestCommittedStep();
   EventRecord ev;
@@ -805,7 +853,8 @@ void Supervisor::Impl::HandleIncident(const Incident& incident, bool restartable
                 (from >= 0 ? "step " + std::to_string(from) : "the start") + " (restart " +
                 std::to_string(restarts_used_ + 1) + " of " + std::to_string(budget) + ")";
   } else if (!restartable) {
-    ev.action = "stopped all ranks; not restarting: the same input would fail again";
+    ev.action = action_if_not_restarting.empty() ? "stopped all ranks; not restarting: the same input would fail again"
+                                                 : action_if_not_restarting;
   } else {
     ev.action = "stopped all ranks; not restarting: restart budget of " + std::to_string(budget) + " is spent";
   }
@@ -922,6 +971,7 @@ void Supervisor::Impl::Finish(RunState state, const std::string& cause, int code
     poll_timer_.cancel();
     kill_timer_.cancel();
     join_timer_.cancel();
+    health_timer_.cancel();
     signals_.cancel();
     if (leader_conn_) leader_conn_->Close("finished");
     io_.stop();
@@ -936,6 +986,7 @@ void Supervisor::Impl::Finish(RunState state, const std::string& cause, int code
   poll_timer_.cancel();
   kill_timer_.cancel();
   restart_timer_.cancel();
+  health_timer_.cancel();
   signals_.cancel();
   boost::system::error_code ec;
   control_.close(ec);
@@ -962,6 +1013,116 @@ void Supervisor::Impl::Finish(RunState state, const std::string& cause, int code
       if (f.conn) f.conn->Close("finished");
     }
     self->io_.stop();
+  });
+}
+
+// ---- node health ----
+
+Status Supervisor::Impl::SetUpHealth() {
+  auto cfg = health::ParseHealthConfig(job_.text, job_.source);
+  if (!cfg.ok()) return cfg.status();
+  health_cfg_ = std::move(cfg).value();
+  if (health_cfg_.checkpoint_dir.empty() && !job_.checkpoint_dir.empty()) {
+    std::filesystem::path root(job_.checkpoint_dir);
+    if (root.is_relative() && !job_.workdir.empty()) root = std::filesystem::path(job_.workdir) / root;
+    std::error_code ec;
+    std::filesystem::create_directories(root, ec);
+    health_cfg_.checkpoint_dir = root.string();
+  }
+  health_paths_.sysfs_root = job_.supervise.health_sysfs_root;
+  if (job_.supervise.health_poll_s > 0) {
+    monitor_ = std::make_unique<health::HealthMonitor>(health_cfg_, health_paths_);
+    (void)monitor_->Poll(std::chrono::steady_clock::now());  // the baseline for counter deltas
+  }
+  return Status::Ok();
+}
+
+std::vector<health::CheckResult> Supervisor::Impl::RunPrelaunchChecks() {
+  // CPU-side checks only: the daemon never touches a GPU (holdfast-health does).
+  health::NodeCheckOptions o;
+  o.suite = health::Suite::kPreLaunch;
+  o.classes = health::kClassHost | health::kClassIb;
+  o.config = health_cfg_;
+  o.paths = health_paths_;
+  std::vector<health::CheckResult> results = health::RunNodeChecks(o);
+  spdlog::info("pre-launch health checks on node {}: {}", opts_.node_id,
+               health::CheckStatusName(health::WorstStatus(results)));
+  return results;
+}
+
+void Supervisor::Impl::RecordHealth(const std::vector<health::CheckResult>& results, int node) {
+  if (!db_) return;
+  for (const health::CheckResult& r : results) {
+    HealthResultRecord h;
+    h.run_id = run_id_;
+    h.node = std::to_string(node);
+    h.check = r.subject.empty() ? r.name : r.name + " " + r.subject;
+    h.status = r.status == health::CheckStatus::kPass   ? HealthStatus::kPass
+               : r.status == health::CheckStatus::kWarn ? HealthStatus::kWarn
+               : r.status == health::CheckStatus::kFail ? HealthStatus::kFail
+                                                        : HealthStatus::kSkipped;
+    h.source = r.evidence.source;
+    h.evidence_json = health::ResultToJson(r);
+    h.suggested_action = health::ActionName(r.action);
+    auto id = db_->RecordHealthResult(h);
+    if (!id.ok()) spdlog::warn("lineage: {}", id.status().ToString());
+  }
+}
+
+bool Supervisor::Impl::ActOnHealth(const health::Decision& decision, int node, const char* when) {
+  if (decision.action == health::Action::kNone) return false;
+  Incident inc;
+  inc.kind = event_kind::kHealth;
+  inc.summary = std::string(when) + " health check failed on node " + std::to_string(node) + ": " + decision.reason;
+  inc.evidence_json = health::ReportToJson(decision.causes, decision);
+  inc.runbook = decision.causes.empty() ? "runbooks/health-host.md" : decision.causes.front().runbook;
+  spdlog::error("HEALTH: {} (policy: {})", inc.summary, health::ActionName(decision.action));
+  const bool restart = decision.action == health::Action::kRestart;
+  const std::string leave = "stopped all ranks; node " + std::to_string(node) + " must leave the job (" +
+                            health::ActionName(decision.action) +
+                            "): requeue without it (under Slurm holdfastd does this), or fix it and runctl resume";
+  if (state_ == State::kRunning) {
+    HandleIncident(inc, restart, leave);
+    return true;
+  }
+  if (state_ == State::kStopping || state_ == State::kFinished) return false;
+  // Before the first generation (or between generations): nothing to stop.
+  if (restart) return false;  // a restart-level finding before launch: launch anyway, it is recorded
+  EventRecord ev;
+  ev.run_id = run_id_;
+  ev.kind = inc.kind;
+  ev.attempt = attempt_;
+  ev.node = std::to_string(node);
+  ev.summary = inc.summary;
+  ev.evidence_json = inc.evidence_json;
+  ev.runbook = inc.runbook;
+  ev.action = "did not launch; node " + std::to_string(node) + " must leave the job (" +
+              health::ActionName(decision.action) + ")";
+  if (db_) (void)db_->RecordEvent(ev);
+  last_incident_ = IncidentSummary{ev.kind, ev.summary, UnixMs(), ev.action, ev.runbook};
+  restart_timer_.cancel();
+  io_.post([self = shared_from_this(), cause = inc.summary] { self->Finish(RunState::kFailed, cause, kDaemonExitFailed); });
+  state_ = State::kStopping;  // nothing runs; Finish follows
+  return true;
+}
+
+void Supervisor::Impl::ArmHealthPoll() {
+  if (!monitor_) return;
+  health_timer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(job_.supervise.health_poll_s * 1000)));
+  health_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
+    if (e || self->state_ == State::kFinished) return;
+    health::HealthMonitor::PollResult poll = self->monitor_->Poll(std::chrono::steady_clock::now());
+    if (!poll.changed.empty()) {
+      const health::Decision decision = health::Decide(poll.results, self->health_cfg_.policy);
+      if (self->leader()) {
+        self->RecordHealth(poll.changed, 0);
+        self->ActOnHealth(decision, 0, "periodic");
+      } else if (self->leader_conn_) {
+        self->leader_conn_->Send({{"type", "health"}, {"gen", self->generation_},
+                                  {"report", health::ReportToJson(poll.changed, decision)}});
+      }
+    }
+    self->ArmHealthPoll();
   });
 }
 

@@ -2,8 +2,8 @@
 // the all-reduce bus bandwidth across the node's GPUs (nccl-tests' definition:
 // busbw = algbw * 2(n-1)/n). Compiled into holdfast::health_gpu only where the
 // toolkit exists (HOLDFAST_HAVE_CUDA / HOLDFAST_HAVE_NCCL) and linked only into
-// holdfast-health, so a GPU fault during a probe takes down that process, not
-// the daemon. This header has no CUDA types.
+// holdfast-health-gpu, which holdfast-health runs as a child (probe_process.h):
+// a GPU fault during a probe takes down that process only. No CUDA types here.
 //
 // Thread-safety: each call uses the devices exclusively while it runs; do not
 // run two at once.

@@ -115,7 +115,8 @@ TEST_F(MonitorTest, NewXidDuringTheRunIsReported) {
 TEST_F(MonitorTest, UnreadableKernelLogIsSkippedNotPassed) {
   paths.kernel_log = fx.root() + "/no-such-kmsg";
   HealthMonitor m(config, paths, &disk);
-  const CheckResult* xid = Find(m.Poll(t0).results, "gpu.xid");
+  const auto poll = m.Poll(t0);
+  const CheckResult* xid = Find(poll.results, "gpu.xid");
   ASSERT_NE(xid, nullptr);
   EXPECT_EQ(xid->status, CheckStatus::kSkipped);
 }

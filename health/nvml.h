@@ -4,8 +4,8 @@
 // resolves each function by name, so nothing here needs nvml.h (which the CUDA
 // toolkit does not ship) or links against the driver: a node without a driver
 // gets a Status saying so, and the checks report `skipped`. The types and
-// constants it declares follow the NVML API Reference Guide, r580 (vR580,
-// August 2025): nvmlReturn_t, nvmlFieldValue_t, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+// constants it declares follow the NVML API Reference Guide of the R580
+// driver branch (docs.nvidia.com/deploy/nvml-api): nvmlReturn_t, nvmlFieldValue_t, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
 // (230), nvmlDeviceGpuRecoveryAction_t.
 //
 // Tests use FakeNvml (health/testing/fake_nvml.h) in process, or point

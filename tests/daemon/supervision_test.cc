@@ -71,7 +71,9 @@ class SupervisionTest : public ::testing::Test {
     os << "]\nnproc = 2\ncheckpoint_dir = \"" << dir_ / "ck" << "\"\n"
        << "[supervise]\npoll_ms = 50\nhang_min_s = 2\nstartup_timeout_s = 90\nrestart_budget = 2\nterm_grace_s = 2\n"
        << "backoff_initial_s = 0.1\nprogress_dir = \"" << dir_ / "shm" << "\"\n"
-       << supervise_extra;
+       << supervise_extra
+       // Modest disk thresholds: CI machines can be short of space.
+       << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\n";
     WriteFile(dir_ / "job.toml", os.str());
     return dir_ / "job.toml";
   }
@@ -252,6 +254,66 @@ TEST_F(SupervisionTest, TwoNodesAFollowerRankDiesAndBothNodesRestart) {
   auto gens = db->Generations(run->run_id);
   ASSERT_TRUE(gens.ok());
   EXPECT_EQ(gens->size(), 2u);
+}
+
+// Node health: an InfiniBand port (a fixture sysfs tree in the kernel's layout)
+// goes down mid-run. The periodic monitor sees it, lineage records the result
+// with its evidence, the policy's action (exclude the node) stops the run, and
+// runctl triage shows it.
+TEST_F(SupervisionTest, AnInfinibandPortGoingDownMidRunIsRecordedAndActedOn) {
+  const std::string sysfs = dir_ / "sys";
+  std::filesystem::copy(std::string(std::getenv("HOLDFAST_SOURCE_DIR")) + "/health/testdata/sysfs/healthy", sysfs,
+                        std::filesystem::copy_options::recursive);
+  WriteJob("", "health_poll_s = 0.2\nhealth_sysfs_root = \"" + sysfs + "\"\n");
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  auto st = WaitForStep(8, daemon);
+  ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
+  const std::string port = sysfs + "/class/infiniband/mlx5_0/ports/1";
+  WriteFile(port + "/state", "1: DOWN\n");
+  WriteFile(port + "/phys_state", "2: Polling\n");
+  EXPECT_EQ(daemon.Wait(), 1) << ReadFile(dir_ / "daemon.log");
+  auto db = Lineage();
+  ASSERT_NE(db, nullptr);
+  auto run = db->LatestRun();
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->state, RunState::kFailed);
+  auto inc = db->LastIncident(run->run_id);
+  ASSERT_TRUE(inc.ok() && inc->has_value());
+  EXPECT_EQ((*inc)->kind, "health");
+  EXPECT_NE((*inc)->summary.find("ib.port_state mlx5_0/1"), std::string::npos) << (*inc)->summary;
+  EXPECT_NE((*inc)->action.find("exclude_node"), std::string::npos) << (*inc)->action;
+  HealthQuery q;
+  q.run_id = run->run_id;
+  auto results = db->HealthResults(q);
+  ASSERT_TRUE(results.ok());
+  bool down_recorded = false;
+  for (const auto& h : *results) {
+    if (h.check == "ib.port_state mlx5_0/1" && h.status == HealthStatus::kFail) {
+      down_recorded = h.evidence_json.find("DOWN") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(down_recorded);
+  ProcessResult triage = RunProcess({BuildPath("cli/runctl"), "--run-dir", dir_ / "run", "triage", "latest"});
+  EXPECT_EQ(triage.exit_code, 0) << triage.output;
+  EXPECT_NE(triage.output.find("ib.port_state"), std::string::npos) << triage.output;
+  EXPECT_NE(triage.output.find("health-ib.md"), std::string::npos) << triage.output;
+}
+
+// A node whose checkpoint disk is too full never starts the ranks.
+TEST_F(SupervisionTest, APrelaunchHealthFailureKeepsTheRanksFromStarting) {
+  WriteJob();
+  std::string job = ReadFile(dir_ / "job.toml");
+  job.replace(job.find("checkpoint_min_free_gb = 0.05"), 29, "checkpoint_min_free_gb = 1e9");
+  WriteFile(dir_ / "job.toml", job);
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  EXPECT_EQ(daemon.Wait(), 1) << ReadFile(dir_ / "daemon.log");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "run/logs/a1-g0-rank0.log")) << "no rank may start on a sick node";
+  auto db = Lineage();
+  ASSERT_NE(db, nullptr);
+  auto run = db->LatestRun();
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->state, RunState::kFailed);
+  EXPECT_NE(run->cause.find("host.checkpoint_space"), std::string::npos) << run->cause;
 }
 
 TEST_F(SupervisionTest, ASpentRestartBudgetStopsWithACauseAPersonCanRead) {
