@@ -152,6 +152,16 @@ class Supervisor::Impl : public std::enable_shared_from_this<Supervisor::Impl> {
   void AfterAllStopped();
   void Finish(RunState state, const std::string& cause, int code);
   void ArmPoll();
+  // An event of this run's current attempt and generation, on `node`.
+  EventRecord NewEvent(const std::string& kind, const std::string& node = "0") const {
+    EventRecord ev;
+    ev.run_id = run_id_;
+    ev.kind = kind;
+    ev.attempt = attempt_;
+    if (generation_ >= 0) ev.generation = generation_;
+    ev.node = node;
+    return ev;
+  }
   std::vector<RankView> Views() const;
   int64_t NewestCommittedStep() const;
   void RecordCheckpointsSeen();
@@ -388,12 +398,7 @@ void Supervisor::Impl::OnFollowerLost(int node, const std::string& why) {
     Finish(RunState::kFailed, summary, kDaemonExitFailed);
     return;
   }
-  EventRecord ev;
-  ev.run_id = run_id_;
-  ev.kind = event_kind::kNodeLost;
-  ev.attempt = attempt_;
-  ev.generation = generation_;
-  ev.node = std::to_string(node);
+  EventRecord ev = NewEvent(event_kind::kNodeLost, std::to_string(node));
   ev.summary = summary;
   ev.action = "stopped all ranks; the run cannot continue without that node (requeue it, or runctl resume)";
   ev.runbook = "runbooks/crash.md";
@@ -543,11 +548,7 @@ Status Supervisor::Impl::OpenRun() {
   }
   HF_ASSIGN_OR_RETURN(attempt_, db_->StartAttempt(run_id_, as));
   if (existing.has_value()) {
-    EventRecord ev;
-    ev.run_id = run_id_;
-    ev.kind = event_kind_for_attempt;
-    ev.attempt = attempt_;
-    ev.node = "0";
+    EventRecord ev = NewEvent(event_kind_for_attempt);
     const std::string from = as.resumed_from_step ? "step " + std::to_string(*as.resumed_from_step) : "the start";
     ev.summary = event_kind_for_attempt == event_kind::kDaemonRestart
                      ? "holdfastd restarted while the run was running (the previous daemon died); continuing"
@@ -811,12 +812,7 @@ void Supervisor::Impl::OnAnyRankExit(int rank, int ws, const std::vector<std::st
     if (all_clean) {
       Finish(RunState::kSucceeded, "", kDaemonExitOk);
     } else if (all_preempted) {
-      EventRecord ev;
-      ev.run_id = run_id_;
-      ev.kind = event_kind::kPreempt;
-      ev.attempt = attempt_;
-      ev.generation = generation_;
-      ev.node = "0";
+      EventRecord ev = NewEvent(event_kind::kPreempt);
       ev.summary = "ranks checkpointed step " + std::to_string(last_committed_step_) + " and stopped (preemption)";
       ev.action = "stop; resume with `runctl resume " + run_id_ + "`";
       ev.runbook = "runbooks/preempted.md";
@@ -837,12 +833,7 @@ void Supervisor::Impl::HandleIncident(const Incident& incident, bool restartable
                                       const std::string& action_if_not_restarting) {
   const int budget = job_.supervise.restart_budget;
   const int64_t from = NewestCommittedStep();
-  EventRecord ev;
-  ev.run_id = run_id_;
-  ev.kind = incident.kind;
-  ev.attempt = attempt_;
-  ev.generation = generation_;
-  ev.node = incident.culprits.empty() ? "0" : std::to_string(incident.culprits.front() / job_.nproc);
+  EventRecord ev = NewEvent(incident.kind, incident.culprits.empty() ? "0" : std::to_string(incident.culprits.front() / job_.nproc));
   if (incident.culprits.size() == 1) ev.rank = incident.culprits.front();
   ev.summary = incident.summary;
   ev.evidence_json = incident.evidence_json;
@@ -913,12 +904,7 @@ void Supervisor::Impl::AfterAllStopped() {
                                                   std::to_string(last_committed_step_)
                                             : "stopped on request: " + stop_reason_;
     (void)db_->EndGeneration(run_id_, attempt_, generation_, st, cause);
-    EventRecord ev;
-    ev.run_id = run_id_;
-    ev.kind = event_kind::kStop;
-    ev.attempt = attempt_;
-    ev.generation = generation_;
-    ev.node = "0";
+    EventRecord ev = NewEvent(event_kind::kStop);
     ev.summary = cause;
     ev.action = "stop; resume with `runctl resume " + run_id_ + "`";
     (void)db_->RecordEvent(ev);
@@ -932,12 +918,7 @@ void Supervisor::Impl::AfterAllStopped() {
                                            " exhausted; last incident: " + stop_reason_
                                      : stop_reason_;
     if (budget_spent) {
-      EventRecord ev;
-      ev.run_id = run_id_;
-      ev.kind = event_kind::kBudgetExhausted;
-      ev.attempt = attempt_;
-      ev.generation = generation_;
-      ev.node = "0";
+      EventRecord ev = NewEvent(event_kind::kBudgetExhausted);
       ev.summary = cause;
       ev.action = "stopped the run";
       ev.runbook = "runbooks/restart-budget.md";
@@ -1088,11 +1069,7 @@ bool Supervisor::Impl::ActOnHealth(const health::Decision& decision, int node, c
   if (state_ == State::kStopping || state_ == State::kFinished) return false;
   // Before the first generation (or between generations): nothing to stop.
   if (restart) return false;  // a restart-level finding before launch: launch anyway, it is recorded
-  EventRecord ev;
-  ev.run_id = run_id_;
-  ev.kind = inc.kind;
-  ev.attempt = attempt_;
-  ev.node = std::to_string(node);
+  EventRecord ev = NewEvent(inc.kind, std::to_string(node));
   ev.summary = inc.summary;
   ev.evidence_json = inc.evidence_json;
   ev.runbook = inc.runbook;
