@@ -228,6 +228,7 @@ class Supervisor::Impl : public std::enable_shared_from_this<Supervisor::Impl> {
   int attempt_ = 0;
   int generation_ = -1;
   int restarts_used_ = 0;
+  int failures_without_progress_ = 0;  // consecutive generations that failed before a step
   int64_t resume_step_env_ = -1;  // HOLDFAST_RESUME_FROM_STEP for the attempt's first generation
   int64_t last_committed_step_ = -1;
   int64_t last_recorded_step_ = -1;
@@ -855,6 +856,14 @@ void Supervisor::Impl::HandleIncident(const Incident& incident, bool restartable
   (void)db_->EndGeneration(run_id_, attempt_, generation_, RunState::kFailed, incident.summary);
   spdlog::warn("action: {}", ev.action);
   stop_reason_ = incident.summary;
+  if (incident.kind == "hang") {
+    // A hung culprit does not act on TERM: do not wait out the grace period for it.
+    for (int c : incident.culprits) {
+      for (const auto& r : ranks_) {
+        if (r->rank() == c && incident.culprits.size() < ranks_.size()) r->Signal(SIGKILL);
+      }
+    }
+  }
   StopRanks(incident.summary);
 }
 
@@ -928,8 +937,19 @@ void Supervisor::Impl::AfterAllStopped() {
     return;
   }
   ++restarts_used_;
-  const double backoff = std::min(job_.supervise.backoff_max_s,
-                                  job_.supervise.backoff_initial_s * std::pow(2.0, restarts_used_ - 1));
+  // A generation that trained before failing restarts at once; generations that
+  // fail without a step back off exponentially (a crash loop must not spin).
+  bool progressed = false;
+  for (const RankView& v : Views()) {
+    progressed = progressed || (v.progress.valid && v.progress.record.step > std::max<int64_t>(0, last_committed_step_));
+  }
+  failures_without_progress_ = progressed ? 0 : failures_without_progress_ + 1;
+  last_committed_step_ = std::max(last_committed_step_, NewestCommittedStep());  // ranks may have committed on TERM
+  const double backoff =
+      failures_without_progress_ == 0
+          ? 0.0
+          : std::min(job_.supervise.backoff_max_s,
+                     job_.supervise.backoff_initial_s * std::pow(2.0, failures_without_progress_ - 1));
   state_ = State::kBackoff;
   spdlog::info("restarting in {:.2f} s (restart {} of {})", backoff, restarts_used_, job_.supervise.restart_budget);
   restart_timer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(backoff * 1000)));

@@ -111,8 +111,10 @@ HangDetector::Verdict HangDetector::Observe(int64_t now_ns, const std::vector<Ra
         stepped_[r.rank] = true;
       }
       const Phase ph = static_cast<Phase>(p.phase);
-      any_checkpoint = any_checkpoint || ph == Phase::kCheckpoint || ph == Phase::kStarting;
-      any_eval = any_eval || ph == Phase::kEval;
+      // A stopped process gets no allowance for what it claims to be doing.
+      const bool stopped = r.proc_state == 'T' || r.proc_state == 't';
+      any_checkpoint = any_checkpoint || (!stopped && (ph == Phase::kCheckpoint || ph == Phase::kStarting));
+      any_eval = any_eval || (!stopped && ph == Phase::kEval);
     }
     all_stepped = all_stepped && stepped_[r.rank];
     oldest = std::min(oldest, last_progress_ns_[r.rank]);

@@ -91,6 +91,11 @@ TEST(HangDetectorTest, FastStepsStillGetTheMinimumAndCheckpointsTheirAllowance) 
   auto v = d.Observe(t + 60 * kSec, ck);
   EXPECT_FALSE(v.hung);
   EXPECT_EQ(v.allowance, "checkpoint");
+  // Stopped (SIGSTOP) while checkpointing: no checkpoint allowance.
+  std::vector<RankView> stopped = {Rank(0, 10, Phase::kCheckpoint, t, 0, 0, 'T')};
+  auto sv = d.Observe(t + 60 * kSec, stopped);
+  EXPECT_TRUE(sv.hung);
+  EXPECT_EQ(sv.allowance, "step");
 }
 
 TEST(TriageTest, NamesTheRankThatNeverEnteredTheCollective) {

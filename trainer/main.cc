@@ -10,6 +10,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -82,7 +83,15 @@ Result<Fault> ParseFault(const std::string& text, const std::string& out_dir) {
 
 void MaybeFireFault(const Fault& f, int rank, int64_t next_step) {
   if (f.rank != rank || f.step != next_step || std::filesystem::exists(f.marker)) return;
-  std::ofstream(f.marker) << "fired\n";
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(f.marker).parent_path(), ec);
+  std::ofstream marker(f.marker);
+  marker << "fired\n";
+  marker.close();
+  if (!marker) {
+    spdlog::error("cannot write the fault marker {}: not injecting (it would fire in every generation)", f.marker);
+    return;
+  }
   spdlog::warn("FAULT INJECTED: {} on rank {} at step {}", f.kind, rank, next_step);
   if (f.kind == "crash") std::abort();
   // A hang in compute: busy, never entering the next collective.
@@ -341,7 +350,11 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
     if (main_rank) {
       nlohmann::json line = {{"step", m->step},           {"loss", m->loss},         {"lr", m->lr},
                              {"grad_norm", m->grad_norm}, {"tokens_per_s", m->tokens_per_s},
-                             {"step_ms", m->step_ms},     {"comm_wait_ms", m->comm_wait_ms}};
+                             {"step_ms", m->step_ms},     {"comm_wait_ms", m->comm_wait_ms},
+                             {"time_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count()},
+                             {"generation", EnvInt(kEnvGeneration, 0)}};
       metrics << line.dump() << "\n";
       metrics.flush();
       if (m->step % cfg.train.log_every == 0 || m->step == cfg.train.steps) {
