@@ -1,0 +1,71 @@
+#include "daemon/job_config.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace holdfast {
+namespace {
+
+std::string Write(const std::string& text) {
+  static int n = 0;
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("hf_job_" + std::to_string(getpid()) + "_" + std::to_string(n++) + ".toml"))
+                               .string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(JobConfigTest, ReadsEverySection) {
+  auto cfg = LoadJobConfig(Write("[job]\nname = \"x\"\ncommand = [\"/bin/true\", \"-v\"]\nnproc = 4\n"
+                                 "env = { A = \"1\" }\ncheckpoint_dir = \"ck\"\n"
+                                 "[supervise]\nhang_min_s = 2\nrestart_budget = 5\nhealth_prelaunch = false\n"
+                                 "[lineage]\njournal_mode = \"delete\"\n"
+                                 "[health]\ncheckpoint_min_free_gb = 1\n"));
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->command, (std::vector<std::string>{"/bin/true", "-v"}));
+  EXPECT_EQ(cfg->nproc, 4);
+  EXPECT_EQ(cfg->env.at("A"), "1");
+  EXPECT_DOUBLE_EQ(cfg->supervise.hang_min_s, 2.0);
+  EXPECT_EQ(cfg->supervise.restart_budget, 5);
+  EXPECT_FALSE(cfg->supervise.health_prelaunch);
+  EXPECT_EQ(cfg->journal_mode, "delete");
+  EXPECT_NE(cfg->text.find("[health]"), std::string::npos);  // recorded in lineage, read by health/
+}
+
+TEST(JobConfigTest, BadInputNamesFileLineAndKey) {
+  auto unknown = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\nhang_minimum = 3\n"));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find(".toml:4: unknown key 'supervise.hang_minimum'"), std::string::npos)
+      << unknown.status().message();
+  EXPECT_NE(unknown.status().message().find("hang_min_s"), std::string::npos);  // lists the known keys
+
+  auto typed = LoadJobConfig(Write("[job]\ncommand = \"/bin/true\"\n"));
+  ASSERT_FALSE(typed.ok());
+  EXPECT_NE(typed.status().message().find(":2: key 'job.command' must be an array of strings"), std::string::npos)
+      << typed.status().message();
+
+  auto ranged = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\nnproc = 0\n"));
+  EXPECT_NE(ranged.status().message().find("key 'job.nproc' must be between 1 and 4096"), std::string::npos)
+      << ranged.status().message();
+
+  auto missing = LoadJobConfig(Write("[job]\nname = \"x\"\n"));
+  EXPECT_NE(missing.status().message().find("job.command is required"), std::string::npos)
+      << missing.status().message();
+
+  auto section = LoadJobConfig(Write("[jobs]\n"));
+  EXPECT_NE(section.status().message().find("unknown section 'jobs'"), std::string::npos)
+      << section.status().message();
+
+  auto syntax = LoadJobConfig(Write("[job\n"));
+  EXPECT_NE(syntax.status().message().find("TOML syntax error"), std::string::npos) << syntax.status().message();
+
+  EXPECT_EQ(LoadJobConfig("/nonexistent/job.toml").status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace holdfast
