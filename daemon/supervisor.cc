@@ -18,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "checkpoint/checkpoint_loader.h"
+#include "common/launch_contract.h"
 #include "common/progress_record.h"
 #include "common/tcp_store_server.h"
 #include "daemon/control_protocol.h"
@@ -39,9 +40,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Exit codes of a rank that change what the supervisor does (trainer/exit_codes.h).
-constexpr int kRankExitUsage = 2;
-constexpr int kRankExitPreempted = 75;
 
 int64_t UnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -164,7 +162,8 @@ class Supervisor::Impl : public std::enable_shared_from_this<Supervisor::Impl> {
   }
   std::vector<RankView> Views() const;
   int64_t NewestCommittedStep() const;
-  void RecordCheckpointsSeen();
+  // A checkpoint counts as committed for the run once every rank has seen its commit.
+  void RecordCheckpointsSeen(const std::vector<RankView>& views);
 
   // ---- control socket ----
   Status StartControl();
@@ -618,15 +617,15 @@ Status Supervisor::Impl::LaunchLocalRanks(int world, const std::string& store_ad
     s.log_path = opts_.run_dir + "/logs/a" + std::to_string(attempt_) + "-g" + std::to_string(generation_) + "-rank" +
                  std::to_string(r) + ".log";
     s.progress_path = job_.supervise.progress_dir + "/holdfast-" + tag + "-r" + std::to_string(r) + ".rec";
-    s.env["HOLDFAST_RANK"] = std::to_string(r);
-    s.env["HOLDFAST_LOCAL_RANK"] = std::to_string(i);
-    s.env["HOLDFAST_WORLD_SIZE"] = std::to_string(world);
-    s.env["HOLDFAST_STORE_ADDR"] = store_addr;
-    s.env["HOLDFAST_GENERATION"] = std::to_string(generation_);
-    s.env["HOLDFAST_PROGRESS_PATH"] = s.progress_path;
-    s.env["HOLDFAST_RUN_ID"] = run_id_;
-    s.env["HOLDFAST_NODE"] = std::to_string(opts_.node_id);
-    if (resume_step >= 0) s.env["HOLDFAST_RESUME_FROM_STEP"] = std::to_string(resume_step);
+    s.env[kEnvRank] = std::to_string(r);
+    s.env[kEnvLocalRank] = std::to_string(i);
+    s.env[kEnvWorldSize] = std::to_string(world);
+    s.env[kEnvStoreAddr] = store_addr;
+    s.env[kEnvGeneration] = std::to_string(generation_);
+    s.env[kEnvProgressPath] = s.progress_path;
+    s.env[kEnvRunId] = run_id_;
+    s.env[kEnvNode] = std::to_string(opts_.node_id);
+    if (resume_step >= 0) s.env[kEnvResumeFromStep] = std::to_string(resume_step);
     // torchrun's contract, for PyTorch jobs.
     s.env["RANK"] = std::to_string(r);
     s.env["LOCAL_RANK"] = std::to_string(i);
@@ -668,10 +667,8 @@ std::vector<RankView> Supervisor::Impl::Views() const {
   return views;
 }
 
-void Supervisor::Impl::RecordCheckpointsSeen() {
-  // A checkpoint is committed for the run when every rank has seen its commit.
+void Supervisor::Impl::RecordCheckpointsSeen(const std::vector<RankView>& views) {
   int64_t committed = INT64_MAX;
-  const std::vector<RankView> views = Views();
   for (const RankView& v : views) {
     committed = std::min<int64_t>(committed, v.progress.valid ? v.progress.record.checkpoint_step : -1);
   }
@@ -710,7 +707,7 @@ void Supervisor::Impl::Tick() {
   if (state_ != State::kRunning) return;
   const int64_t now = MonotonicNowNs();
   std::vector<RankView> views = Views();
-  RecordCheckpointsSeen();
+  RecordCheckpointsSeen(views);
   if (!views.empty() && views[0].progress.valid) {
     const int64_t step = views[0].progress.record.step;
     if (step != last_recorded_step_ && Clock::now() - last_step_update_ > std::chrono::seconds(5)) {
@@ -793,18 +790,19 @@ void Supervisor::Impl::OnAnyRankExit(int rank, int ws, const std::vector<std::st
     return;
   }
   if (state_ != State::kRunning) return;
-  const bool clean = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+  const bool clean = WIFEXITED(ws) && WEXITSTATUS(ws) == kRankExitOk;
   const bool preempted = WIFEXITED(ws) && WEXITSTATUS(ws) == kRankExitPreempted;
   if (clean || preempted) {
     if (!all_exited) return;  // the others follow; a straggler that does not is a hang
     bool all_clean = true, all_preempted = true;
     for (const auto& [r, s] : exits_) {
       all_clean = all_clean && WIFEXITED(s) && WEXITSTATUS(s) == 0;
-      all_preempted = all_preempted && WIFEXITED(s) && (WEXITSTATUS(s) == kRankExitPreempted || WEXITSTATUS(s) == 0);
+      all_preempted = all_preempted && WIFEXITED(s) && (WEXITSTATUS(s) == kRankExitPreempted || WEXITSTATUS(s) == kRankExitOk);
     }
-    RecordCheckpointsSeen();
+    const std::vector<RankView> views = Views();
+    RecordCheckpointsSeen(views);
     int64_t last_step = -1;
-    for (const RankView& v : Views()) {
+    for (const RankView& v : views) {
       if (v.progress.valid) last_step = std::max(last_step, v.progress.record.step);
     }
     if (last_step >= 0) (void)db_->UpdateGenerationStep(run_id_, attempt_, generation_, last_step);
@@ -905,9 +903,9 @@ void Supervisor::Impl::AfterAllStopped() {
   if (user_stop_) {
     bool all_preempted = !exits_.empty();
     for (const auto& [r, s] : exits_) {
-      all_preempted = all_preempted && WIFEXITED(s) && (WEXITSTATUS(s) == kRankExitPreempted || WEXITSTATUS(s) == 0);
+      all_preempted = all_preempted && WIFEXITED(s) && (WEXITSTATUS(s) == kRankExitPreempted || WEXITSTATUS(s) == kRankExitOk);
     }
-    RecordCheckpointsSeen();
+    RecordCheckpointsSeen(Views());
     const RunState st = all_preempted ? RunState::kPreempted : RunState::kStopped;
     const std::string cause = all_preempted ? "stopped on request after committing step " +
                                                   std::to_string(last_committed_step_)

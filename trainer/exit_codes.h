@@ -1,16 +1,14 @@
-// Exit codes of holdfast-train: what the supervisor (and a person) acts on.
-// Documented in README.md ("Exit codes").
+// Exit codes of holdfast-train: the launch contract's (common/launch_contract.h),
+// under the trainer's names. Documented in README.md ("Exit codes").
 #pragma once
+
+#include "common/launch_contract.h"
 
 namespace holdfast {
 
-inline constexpr int kExitOk = 0;
-// A runtime failure: a peer died or timed out, a checkpoint could not be read.
-inline constexpr int kExitFailed = 1;
-// Bad input: config, flag or data file; the message says what to fix. Retrying will not help.
-inline constexpr int kExitUsage = 2;
-// Stopped on SIGTERM/SIGUSR1 after committing a checkpoint of the last completed
-// step (EX_TEMPFAIL): rerun the same command to resume.
-inline constexpr int kExitPreempted = 75;
+inline constexpr int kExitOk = kRankExitOk;
+inline constexpr int kExitFailed = kRankExitFailed;
+inline constexpr int kExitUsage = kRankExitUsage;
+inline constexpr int kExitPreempted = kRankExitPreempted;
 
 }  // namespace holdfast

@@ -11,18 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "common/launch_contract.h"  // the kEnv* names it sets
 #include "common/status.h"
 
 namespace holdfast {
 
-// Environment variable names of the launch contract.
-inline constexpr const char* kEnvRank = "HOLDFAST_RANK";
-inline constexpr const char* kEnvLocalRank = "HOLDFAST_LOCAL_RANK";
-inline constexpr const char* kEnvWorldSize = "HOLDFAST_WORLD_SIZE";
-inline constexpr const char* kEnvStoreAddr = "HOLDFAST_STORE_ADDR";
-inline constexpr const char* kEnvGeneration = "HOLDFAST_GENERATION";
-// Path of this rank's shared-memory progress record (set by the supervisor).
-inline constexpr const char* kEnvProgressPath = "HOLDFAST_PROGRESS_PATH";
 
 struct LaunchOptions {
   int nproc = 1;

@@ -451,7 +451,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", cfg.status().message().c_str());
     return kExitUsage;
   }
-  if (const char* env = std::getenv("HOLDFAST_RESUME_FROM_STEP"); env != nullptr && flags.resume_from_step < 0) {
+  if (const char* env = std::getenv(kEnvResumeFromStep); env != nullptr && flags.resume_from_step < 0) {
     flags.resume_from_step = std::atoll(env);  // set by holdfastd for `runctl resume --from-step`
   }
   if (flags.resume_from_step >= 0 && cfg->checkpoint.dir.empty()) {

@@ -36,8 +36,9 @@ double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// The BLAS library LibTorch actually loaded, as the kernel mapped it.
-std::string LoadedBlas() {
+// The BLAS library LibTorch actually loaded, as the kernel mapped it. Read
+// once: the mapping cannot change, and checkpoints ask for it every save.
+std::string ReadLoadedBlas() {
   std::ifstream maps("/proc/self/maps");
   std::string line;
   while (std::getline(maps, line)) {
@@ -48,6 +49,11 @@ std::string LoadedBlas() {
     if (base.find("blas") != std::string::npos || base.find("mkl_core") != std::string::npos) return path;
   }
   return "unknown";
+}
+
+const std::string& LoadedBlas() {
+  static const std::string blas = ReadLoadedBlas();
+  return blas;
 }
 
 std::string Hex(uint64_t v) {

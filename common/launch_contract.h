@@ -1,0 +1,31 @@
+// The launch contract between a supervisor (holdfastd, or holdfast-train's
+// local launcher) and the ranks it starts: environment variable names and the
+// exit codes the supervisor acts on. One definition for both sides;
+// documented for any job in docs/progress-record.md.
+#pragma once
+
+namespace holdfast {
+
+inline constexpr const char* kEnvRank = "HOLDFAST_RANK";
+inline constexpr const char* kEnvLocalRank = "HOLDFAST_LOCAL_RANK";
+inline constexpr const char* kEnvWorldSize = "HOLDFAST_WORLD_SIZE";
+inline constexpr const char* kEnvStoreAddr = "HOLDFAST_STORE_ADDR";
+inline constexpr const char* kEnvGeneration = "HOLDFAST_GENERATION";
+// Path of this rank's shared-memory progress record (common/progress_record.h).
+inline constexpr const char* kEnvProgressPath = "HOLDFAST_PROGRESS_PATH";
+inline constexpr const char* kEnvRunId = "HOLDFAST_RUN_ID";
+inline constexpr const char* kEnvNode = "HOLDFAST_NODE";
+// Set only for `runctl resume --from-step N`: the checkpoint step to resume from.
+inline constexpr const char* kEnvResumeFromStep = "HOLDFAST_RESUME_FROM_STEP";
+
+// Exit codes of a rank.
+inline constexpr int kRankExitOk = 0;
+// A runtime failure: a peer died or timed out, a checkpoint could not be read.
+inline constexpr int kRankExitFailed = 1;
+// Bad input (config, flag, data): the same input fails again, so no restart.
+inline constexpr int kRankExitUsage = 2;
+// Stopped on SIGTERM/SIGUSR1 after committing a checkpoint of the last
+// completed step (EX_TEMPFAIL): run again to resume.
+inline constexpr int kRankExitPreempted = 75;
+
+}  // namespace holdfast
