@@ -12,7 +12,85 @@ torch::nn::LayerNorm MakeLayerNorm(const ModelConfig& cfg) {
   return torch::nn::LayerNorm(
       torch::nn::LayerNormOptions({cfg.n_embd}).eps(1e-5).elementwise_affine(true));
 }
+
+// Causal attention on the packed c_attn output, as one autograd node.
+//
+// LibTorch's eager path (and nanoGPT's) copies q, k and v into [B*nh, T, hs],
+// materialises the full [T, T] scores with the mask added, and copies y back
+// from [B, nh, T, hs] — and the same again backward. Here each head's q, k, v
+// are read in place as strided [B, T, hs] views of qkv (BLAS takes the row
+// stride 3C directly), y is written in place into [B, T, C], and queries go in
+// blocks of kAttentionBlock rows: block [i0, i1) needs keys [0, i1) only, so
+// the fully masked area right of the diagonal block is never computed, forward
+// or backward (T = 256: 37.5% of the score GEMMs and softmax). Per row the math
+// is the same as softmax(scale q k^T + mask) v: masked scores are exp(-inf) = 0.
+class CausalAttentionFunction : public torch::autograd::Function<CausalAttentionFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& qkv, int64_t n_head,
+                               const torch::Tensor& mask, int64_t block) {
+    const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, hs = C / n_head;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+    auto y = torch::empty({B, T, C}, qkv.options());
+    std::vector<torch::Tensor> saved{qkv};
+    for (int64_t h = 0; h < n_head; ++h) {
+      auto q = qkv.narrow(2, h * hs, hs);
+      auto k = qkv.narrow(2, C + h * hs, hs);
+      auto v = qkv.narrow(2, 2 * C + h * hs, hs);
+      auto yh = y.narrow(2, h * hs, hs);
+      for (int64_t i0 = 0; i0 < T; i0 += block) {
+        const int64_t n = std::min(block, T - i0), keys = i0 + n;
+        auto s = torch::baddbmm(mask.narrow(0, i0, n).narrow(1, 0, keys), q.narrow(1, i0, n),
+                                k.narrow(1, 0, keys).transpose(1, 2), /*beta=*/1.0, scale);
+        auto p = torch::softmax(s, -1);
+        auto yb = yh.narrow(1, i0, n);
+        torch::bmm_out(yb, p, v.narrow(1, 0, keys));
+        saved.push_back(p);
+      }
+    }
+    ctx->save_for_backward(saved);
+    ctx->saved_data["n_head"] = n_head;
+    ctx->saved_data["block"] = block;
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& qkv = saved[0];
+    const int64_t n_head = ctx->saved_data["n_head"].toInt();
+    const int64_t block = ctx->saved_data["block"].toInt();
+    const int64_t T = qkv.size(1), C = qkv.size(2) / 3, hs = C / n_head;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+    auto dy = grads[0].contiguous();
+    auto dqkv = torch::zeros_like(qkv);
+    size_t next = 1;
+    for (int64_t h = 0; h < n_head; ++h) {
+      auto q = qkv.narrow(2, h * hs, hs);
+      auto k = qkv.narrow(2, C + h * hs, hs);
+      auto v = qkv.narrow(2, 2 * C + h * hs, hs);
+      auto dq = dqkv.narrow(2, h * hs, hs);
+      auto dk = dqkv.narrow(2, C + h * hs, hs);
+      auto dv = dqkv.narrow(2, 2 * C + h * hs, hs);
+      auto dyh = dy.narrow(2, h * hs, hs);
+      for (int64_t i0 = 0; i0 < T; i0 += block) {
+        const int64_t n = std::min(block, T - i0), keys = i0 + n;
+        const torch::Tensor& p = saved[next++];
+        auto dyb = dyh.narrow(1, i0, n);
+        dv.narrow(1, 0, keys).baddbmm_(p.transpose(1, 2), dyb);
+        auto ds = torch::_softmax_backward_data(torch::bmm(dyb, v.narrow(1, 0, keys).transpose(1, 2)), p, -1,
+                                                p.scalar_type());
+        dq.narrow(1, i0, n).baddbmm_(ds, k.narrow(1, 0, keys), /*beta=*/1.0, scale);
+        dk.narrow(1, 0, keys).baddbmm_(ds.transpose(1, 2), q.narrow(1, i0, n), /*beta=*/1.0, scale);
+      }
+    }
+    return {dqkv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
 }  // namespace
+
+torch::Tensor CausalAttention(const torch::Tensor& qkv, int64_t n_head, const torch::Tensor& mask, int64_t block) {
+  return CausalAttentionFunction::apply(qkv.contiguous(), n_head, mask, block);
+}
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& cfg)
     : n_head_(cfg.n_head), n_embd_(cfg.n_embd), dropout_(cfg.dropout) {
@@ -23,43 +101,24 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& cfg)
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  const int64_t hs = C / n_head_;
-  auto qkv = c_attn_(x).split(n_embd_, 2);
-  auto q = qkv[0].view({B, T, n_head_, hs}).transpose(1, 2);
-  auto k = qkv[1].view({B, T, n_head_, hs}).transpose(1, 2);
-  auto v = qkv[2].view({B, T, n_head_, hs}).transpose(1, 2);
-  // scale * q k^T + mask in one batched GEMM (baddbmm) instead of matmul, a
-  // scaling pass and a masked_fill pass: the same math, two fewer passes over
-  // the [B*nh, T, T] scores forward and backward (bench/: about 5% of a step).
-  auto q3 = q.reshape({B * n_head_, T, hs});
-  auto k3 = k.reshape({B * n_head_, T, hs});
-  auto v3 = v.reshape({B * n_head_, T, hs});
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
-  // Causal attention in two query blocks: the first half of the queries sees
-  // only the first half of the keys, so its fully masked upper-right block is
-  // never computed (a quarter of the scores). Per row the math is unchanged:
-  // masked scores are exp(-inf) = 0 either way.
-  if (T >= 64 && !(dropout_ > 0 && is_training())) {
-    const int64_t h = T / 2;
-    auto att_a = torch::softmax(torch::baddbmm(mask_.slice(0, 0, h).slice(1, 0, h), q3.slice(1, 0, h),
-                                               k3.slice(1, 0, h).transpose(1, 2), 1.0, scale),
-                                -1);
-    auto att_b = torch::softmax(torch::baddbmm(mask_.slice(0, h, T).slice(1, 0, T), q3.slice(1, h, T),
-                                               k3.transpose(1, 2), 1.0, scale),
-                                -1);
-    auto y = torch::cat({torch::bmm(att_a, v3.slice(1, 0, h)), torch::bmm(att_b, v3)}, 1)
-            .view({B, n_head_, T, hs})
-            .transpose(1, 2)
-            .contiguous()
-            .view({B, T, C});
-    y = c_proj_(y);
-    if (dropout_ > 0 && is_training()) y = F::dropout(y, F::DropoutFuncOptions().p(dropout_).training(true));
-    return y;
+  auto qkv = c_attn_(x);  // [B, T, 3C]: q | k | v, each head a slice of hs columns
+  torch::Tensor y;
+  if (!(dropout_ > 0 && is_training())) {
+    y = CausalAttention(qkv, n_head_, mask_);
+  } else {
+    // Attention dropout needs the whole probability matrix: the plain path.
+    const int64_t hs = C / n_head_;
+    auto parts = qkv.split(n_embd_, 2);
+    auto q = parts[0].view({B, T, n_head_, hs}).transpose(1, 2);
+    auto k = parts[1].view({B, T, n_head_, hs}).transpose(1, 2);
+    auto v = parts[2].view({B, T, n_head_, hs}).transpose(1, 2);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+    auto att = torch::baddbmm(mask_.slice(0, 0, T).slice(1, 0, T), q.reshape({B * n_head_, T, hs}),
+                              k.reshape({B * n_head_, T, hs}).transpose(1, 2), /*beta=*/1.0, scale);
+    att = torch::softmax(att, -1).view({B, n_head_, T, T});
+    att = F::dropout(att, F::DropoutFuncOptions().p(dropout_).training(true));
+    y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
   }
-  auto att = torch::baddbmm(mask_.slice(0, 0, T).slice(1, 0, T), q3, k3.transpose(1, 2), /*beta=*/1.0, scale);
-  att = torch::softmax(att, -1).view({B, n_head_, T, T});
-  if (dropout_ > 0 && is_training()) att = F::dropout(att, F::DropoutFuncOptions().p(dropout_).training(true));
-  auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
   y = c_proj_(y);
   if (dropout_ > 0 && is_training()) y = F::dropout(y, F::DropoutFuncOptions().p(dropout_).training(true));
   return y;

@@ -12,6 +12,18 @@
 
 namespace holdfast {
 
+// Rows of queries per block in CausalAttention: big enough for BLAS to run at
+// speed, small enough that the skipped masked area matters (bench/: T = 256).
+inline constexpr int64_t kAttentionBlock = 64;
+
+// softmax(q k^T / sqrt(hs) + mask) v for every head, from the packed c_attn
+// output qkv [B, T, 3C] (q | k | v, head h in columns [h*hs, (h+1)*hs) of each);
+// mask is the additive causal mask [>=T, >=T]. Returns y [B, T, C] with head h
+// in columns [h*hs, (h+1)*hs). One autograd node; no copies of q, k, v or y,
+// and the masked area right of each block's diagonal is never computed.
+torch::Tensor CausalAttention(const torch::Tensor& qkv, int64_t n_head, const torch::Tensor& mask,
+                              int64_t block = kAttentionBlock);
+
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   explicit CausalSelfAttentionImpl(const ModelConfig& cfg);
