@@ -21,6 +21,7 @@
 #include <torch/torch.h>
 
 #include "common/progress_record.h"
+#include "trainer/adamw.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/data/dataset.h"
 #include "trainer/model.h"
@@ -135,7 +136,7 @@ struct Trainer::Impl {
   TrainerConfig cfg;
   std::unique_ptr<Communicator> comm;
   ProgressWriter* progress = nullptr;  // not owned
-  std::function<void()> before_update;  // SetBeforeUpdateHook; runs right before ApplyAdamW
+  std::function<void()> before_update;  // SetBeforeUpdateHook; runs right before Update (AdamW)
   std::unique_ptr<Dataset> data;
   Gpt model{nullptr};
 
@@ -143,7 +144,6 @@ struct Trainer::Impl {
   torch::Tensor flat_grads;   // all gradients; .grad of each parameter is a view into it
   torch::Tensor exp_avg;
   torch::Tensor exp_avg_sq;
-  torch::Tensor denom;        // AdamW scratch, reused every step
   std::vector<Slot> slots;    // flat order (reverse of registration: backward order)
   std::vector<std::pair<int64_t, int64_t>> decay_runs;  // contiguous [offset, numel) with weight decay
   std::vector<Bucket> buckets;
@@ -186,7 +186,6 @@ struct Trainer::Impl {
     flat_grads = torch::zeros({total}, torch::kFloat32);
     exp_avg = torch::zeros({total}, torch::kFloat32);
     exp_avg_sq = torch::zeros({total}, torch::kFloat32);
-    denom = torch::empty({total}, torch::kFloat32);
     for (Slot& s : slots) {
       auto pview = flat_params.slice(0, s.offset, s.offset + s.numel).view(s.shape);
       pview.copy_(s.param.detach());
@@ -256,23 +255,18 @@ struct Trainer::Impl {
     return first.WithContext("gradient allreduce");
   }
 
-  void ApplyAdamW(double lr) {
-    torch::NoGradGuard no_grad;
+  void Update(double lr, double grad_scale) {
     const OptimConfig& o = cfg.optim;
-    // Same arithmetic, in the same order, as torch.optim.AdamW (single-tensor path),
-    // applied to the whole flat buffer at once instead of once per parameter.
-    for (auto [off, n] : decay_runs) flat_params.slice(0, off, off + n).mul_(1 - lr * o.weight_decay);
-    exp_avg.mul_(o.beta1).add_(flat_grads, 1 - o.beta1);
-    exp_avg_sq.mul_(o.beta2).addcmul_(flat_grads, flat_grads, 1 - o.beta2);
-    const double s = static_cast<double>(step + 1);
-    const double bias_correction1 = 1 - std::pow(o.beta1, s);
-    const double bias_correction2 = 1 - std::pow(o.beta2, s);
-    const double step_size = lr / bias_correction1;
-    const double bias_correction2_sqrt = std::sqrt(bias_correction2);
-    // denom is a preallocated buffer: no 13 MB temporaries per step.
-    torch::sqrt_out(denom, exp_avg_sq);
-    denom.div_(bias_correction2_sqrt).add_(o.eps);
-    flat_params.addcdiv_(exp_avg, denom, -step_size);
+    AdamWStep a;
+    a.lr = lr;
+    a.beta1 = o.beta1;
+    a.beta2 = o.beta2;
+    a.eps = o.eps;
+    a.weight_decay = o.weight_decay;
+    a.step = step + 1;
+    a.grad_scale = grad_scale;
+    ApplyAdamW(a, decay_runs, flat_params.numel(), flat_grads.data_ptr<float>(), flat_params.data_ptr<float>(),
+               exp_avg.data_ptr<float>(), exp_avg_sq.data_ptr<float>());
   }
 
   Result<StepMetrics> Step(StepRequests requests) {
@@ -322,19 +316,17 @@ struct Trainer::Impl {
       m.checkpoint = requests.checkpoint;
     }
     if (progress != nullptr) progress->SetPhase(Phase::kOptimizer);
+    double grad_scale = 1.0;
     {
       torch::NoGradGuard no_grad;
-      auto total_norm = flat_grads.norm(2);
-      m.grad_norm = total_norm.item<double>();
-      if (cfg.optim.grad_clip > 0) {
-        // clip_grad_norm_'s arithmetic: max_norm / (norm + 1e-6), clamped to 1.
-        auto coef = (total_norm + 1e-6).reciprocal() * cfg.optim.grad_clip;
-        flat_grads.mul_(coef.clamp_max(1.0));
-      }
+      m.grad_norm = flat_grads.norm(2).item<double>();
+      // clip_grad_norm_'s coefficient, max_norm / (norm + 1e-6) clamped to 1,
+      // applied by the update as it reads each gradient (no extra pass).
+      if (cfg.optim.grad_clip > 0) grad_scale = std::min(1.0, cfg.optim.grad_clip / (m.grad_norm + 1e-6));
     }
     const double lr = LearningRateAt(cfg.optim, cfg.train.steps, step);
     if (before_update) before_update();
-    ApplyAdamW(lr);
+    Update(lr, grad_scale);
     cursor += static_cast<uint64_t>(B) * accum * world();
     step += 1;
     if (progress != nullptr) progress->EndStep(step);
