@@ -371,7 +371,9 @@ int PrintRecordedStatus(const CliContext& c, const std::string& spec, const std:
                              (gen->last_step_ms ? " at " + FormatTime(*gen->last_step_ms) : "")});
   }
   t.Add({"world size", std::to_string(run.world_size) +
-                           (run.nodes.empty() ? "" : " on " + Join(run.nodes, ","))});
+                           (run.nodes.empty() ? ""
+                                              : (run.nodes.size() == 1 ? " on node " : " on nodes ") +
+                                                    Join(run.nodes, ","))});
   t.Add({"checkpoint", *ckpt ? "step " + std::to_string((*ckpt)->step) + ", committed " +
                                    FormatTime((*ckpt)->committed_ms)
                              : "none committed"});

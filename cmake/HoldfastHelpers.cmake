@@ -28,3 +28,19 @@ function(holdfast_test name)
   set_tests_properties(${name} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
     ENVIRONMENT "HOLDFAST_BUILD_DIR=${PROJECT_BINARY_DIR};HOLDFAST_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
+
+# holdfast_use_torch(TARGET): compile TARGET's sources against LibTorch.
+# - LibTorch's headers are third-party: SYSTEM, so their warnings stay out of ours.
+# - Current LibTorch 2.x releases require C++20 (Debian's 1.13 builds either way),
+#   so the few LibTorch translation units are C++20; the rest of the tree is C++17.
+# - A LibTorch from a PyTorch wheel ships its own fmt headers in its include root,
+#   which is searched before /usr/include; spdlog, built against Debian's fmt, does
+#   not compile against them. HOLDFAST_FMT_FIRST_DIR (set in the top CMakeLists)
+#   puts Debian's fmt ahead for these targets.
+function(holdfast_use_torch target)
+  target_include_directories(${target} SYSTEM PRIVATE ${TORCH_INCLUDE_DIRS})
+  set_target_properties(${target} PROPERTIES CXX_STANDARD 20)
+  if(HOLDFAST_FMT_FIRST_DIR)
+    target_include_directories(${target} SYSTEM BEFORE PRIVATE ${HOLDFAST_FMT_FIRST_DIR})
+  endif()
+endfunction()

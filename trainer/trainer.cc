@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
@@ -148,7 +149,10 @@ struct Trainer::Impl {
   std::vector<std::pair<int64_t, int64_t>> decay_runs;  // contiguous [offset, numel) with weight decay
   std::vector<Bucket> buckets;
   int64_t bucket_bytes = 0;
-  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators;
+  // Keeps each parameter's AccumulateGrad node (and its hook) alive. LibTorch
+  // 1.x returns a shared_ptr, 2.x an intrusive_ptr: take whatever it returns.
+  std::vector<decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::Tensor&>()))>
+      grad_accumulators;
 
   // Per-step state, touched only by the training thread (autograd runs CPU
   // backward on the calling thread, so hooks run here too).
