@@ -103,25 +103,20 @@ Result<Manifest> CheckpointLoader::Verify(int64_t step, const LoadOptions& optio
   return m;
 }
 
-Result<LoadedShard> CheckpointLoader::Load(int64_t step, int rank, const LoadOptions& options) const {
-  LoadedShard out;
-  out.dir = StepDir(step);
-  HF_ASSIGN_OR_RETURN(out.manifest, ReadManifest(step));
-  const Manifest& m = out.manifest;
+Result<Manifest> CheckpointLoader::ReadManifestFor(int64_t step, const LoadOptions& options) const {
+  HF_ASSIGN_OR_RETURN(Manifest m, ReadManifest(step));
   if (options.expected_world_size > 0 && m.world_size != options.expected_world_size) {
-    return FailedPreconditionError(out.dir + " was saved by " + std::to_string(m.world_size) +
+    return FailedPreconditionError(StepDir(step) + " was saved by " + std::to_string(m.world_size) +
                                    " ranks, this run has " + std::to_string(options.expected_world_size));
   }
-  if (rank < 0 || rank >= m.world_size) {
-    return FailedPreconditionError(out.dir + " has no shard for rank " + std::to_string(rank) + " (world size " +
-                                   std::to_string(m.world_size) + ")");
-  }
-  if (options.verify_all_shards) {
-    for (const ManifestShard& shard : m.shards) {
-      if (shard.rank == rank) continue;
-      HF_RETURN_IF_ERROR(ReadAndCheck(out.dir + "/" + shard.file, shard, options, nullptr));
-    }
-  }
+  return m;
+}
+
+Result<LoadedShard> CheckpointLoader::ReadShard(int64_t step, const Manifest& m, int rank,
+                                                const LoadOptions& options) const {
+  LoadedShard out;
+  out.dir = StepDir(step);
+  out.manifest = m;
   const ManifestShard& mine = m.shards[rank];
   const std::string path = out.dir + "/" + mine.file;
   out.bytes.reset(new uint8_t[mine.size]);
@@ -138,8 +133,38 @@ Result<LoadedShard> CheckpointLoader::Load(int64_t step, int rank, const LoadOpt
   return out;
 }
 
-Result<LoadedShard> CheckpointLoader::LoadNewest(int rank, const LoadOptions& options,
-                                                 std::vector<SkippedCheckpoint>* skipped) const {
+Result<LoadedShard> CheckpointLoader::Load(int64_t step, int rank, const LoadOptions& options) const {
+  HF_ASSIGN_OR_RETURN(Manifest m, ReadManifestFor(step, options));
+  if (rank < 0 || rank >= m.world_size) {
+    return FailedPreconditionError(StepDir(step) + " has no shard for rank " + std::to_string(rank) +
+                                   " (world size " + std::to_string(m.world_size) + ")");
+  }
+  if (options.verify_all_shards) {
+    for (const ManifestShard& shard : m.shards) {
+      if (shard.rank == rank) continue;
+      HF_RETURN_IF_ERROR(ReadAndCheck(StepDir(step) + "/" + shard.file, shard, options, nullptr));
+    }
+  }
+  return ReadShard(step, m, rank, options);
+}
+
+Result<LoadedCheckpoint> CheckpointLoader::LoadAll(int64_t step, const LoadOptions& options,
+                                                   const CheckpointValidator& validate) const {
+  LoadedCheckpoint out;
+  out.dir = StepDir(step);
+  HF_ASSIGN_OR_RETURN(out.manifest, ReadManifestFor(step, options));
+  out.shards.reserve(out.manifest.shards.size());
+  for (int rank = 0; rank < out.manifest.world_size; ++rank) {
+    HF_ASSIGN_OR_RETURN(LoadedShard shard, ReadShard(step, out.manifest, rank, options));
+    out.shards.push_back(std::move(shard));
+  }
+  if (validate) HF_RETURN_IF_ERROR(validate(out).WithContext(out.dir));
+  return out;
+}
+
+template <typename T>
+Result<T> CheckpointLoader::Newest(const std::function<Result<T>(int64_t)>& try_load,
+                                   std::vector<SkippedCheckpoint>* skipped) const {
   Result<std::vector<int64_t>> steps = ListSteps();
   if (!steps.ok()) {
     if (steps.status().code() == StatusCode::kNotFound) {
@@ -148,13 +173,24 @@ Result<LoadedShard> CheckpointLoader::LoadNewest(int rank, const LoadOptions& op
     return steps.status();
   }
   for (int64_t step : *steps) {
-    Result<LoadedShard> loaded = Load(step, rank, options);
+    Result<T> loaded = try_load(step);
     if (loaded.ok()) return loaded;
     spdlog::warn("checkpoint: skipping step {}: {}", step, loaded.status().ToString());
     if (skipped != nullptr) skipped->push_back({step, StepDir(step), loaded.status()});
   }
   return NotFoundError("no checkpoint under " + root_ + " verifies (" + std::to_string(steps->size()) +
                        " step folders tried)");
+}
+
+Result<LoadedShard> CheckpointLoader::LoadNewest(int rank, const LoadOptions& options,
+                                                 std::vector<SkippedCheckpoint>* skipped) const {
+  return Newest<LoadedShard>([&](int64_t step) { return Load(step, rank, options); }, skipped);
+}
+
+Result<LoadedCheckpoint> CheckpointLoader::LoadNewestAll(const LoadOptions& options,
+                                                         std::vector<SkippedCheckpoint>* skipped,
+                                                         const CheckpointValidator& validate) const {
+  return Newest<LoadedCheckpoint>([&](int64_t step) { return LoadAll(step, options, validate); }, skipped);
 }
 
 }  // namespace holdfast

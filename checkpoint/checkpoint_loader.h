@@ -1,5 +1,6 @@
 // CheckpointLoader: finds the newest checkpoint that verifies and returns one
-// rank's buffers from it.
+// rank's buffers from it (Load, LoadNewest), or every rank's (LoadAll,
+// LoadNewestAll).
 //
 // Step folders are tried newest first. A folder counts only when its manifest
 // parses and its own checksum holds, its world size is the one expected, and
@@ -9,11 +10,21 @@
 // (SkippedCheckpoint) and logged; a damaged checkpoint therefore costs one
 // step back, never a crash loop.
 //
+// LoadAll / LoadNewestAll are for state that the ranks split between them
+// (holdfast-train saves each replicated parameter/moment byte once, a slice per
+// rank; docs/checkpoint-format.md): every shard is read and checksummed exactly
+// once, into memory that the result keeps, so the caller can assemble the
+// whole from all slices. A caller-supplied CheckpointValidator looks at the
+// verified contents (slices that do not fit together, say); a checkpoint it
+// rejects is skipped like a corrupt one. The library itself still does not
+// interpret buffers.
+//
 // Thread-safety: a CheckpointLoader has no mutable state; it may be used from
 // several threads at once if its Storage may.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +70,18 @@ struct LoadedShard {
   std::vector<ConstBufferView> Buffers() const;
 };
 
+// Every rank's shard of one verified checkpoint. Owns the bytes; move-only.
+struct LoadedCheckpoint {
+  Manifest manifest;
+  std::string dir;
+  std::vector<LoadedShard> shards;  // index = rank, world_size of them
+};
+
+// A check of a verified checkpoint's contents, supplied by whoever knows what
+// the buffers mean. Non-OK = do not use this checkpoint; the message says why
+// (name the shard, say what to do) and is reported like any corruption.
+using CheckpointValidator = std::function<Status(const LoadedCheckpoint&)>;
+
 class CheckpointLoader {
  public:
   // `storage` is not owned; nullptr = PosixStorage::Default().
@@ -79,9 +102,30 @@ class CheckpointLoader {
   Result<LoadedShard> LoadNewest(int rank, const LoadOptions& options = {},
                                  std::vector<SkippedCheckpoint>* skipped = nullptr) const;
 
+  // Verifies step and returns every rank's shard, each read (and
+  // checksummed) once; holds the whole checkpoint in memory. `validate` (may
+  // be empty) runs last; its error is returned with the folder as context.
+  // options.verify_all_shards is implied.
+  Result<LoadedCheckpoint> LoadAll(int64_t step, const LoadOptions& options = {},
+                                   const CheckpointValidator& validate = nullptr) const;
+  // The newest checkpoint that verifies and passes `validate`, with every
+  // rank's shard. `skipped` as for LoadNewest. kNotFound when none does.
+  Result<LoadedCheckpoint> LoadNewestAll(const LoadOptions& options = {},
+                                         std::vector<SkippedCheckpoint>* skipped = nullptr,
+                                         const CheckpointValidator& validate = nullptr) const;
+
   std::string StepDir(int64_t step) const;
 
  private:
+  // The manifest of step, checked against options.expected_world_size.
+  Result<Manifest> ReadManifestFor(int64_t step, const LoadOptions& options) const;
+  // Reads and checks rank's shard of a verified manifest into memory.
+  Result<LoadedShard> ReadShard(int64_t step, const Manifest& m, int rank, const LoadOptions& options) const;
+  // Tries step folders newest first with try_load; logs and reports the ones passed over.
+  template <typename T>
+  Result<T> Newest(const std::function<Result<T>(int64_t)>& try_load,
+                   std::vector<SkippedCheckpoint>* skipped) const;
+
   // Reads path fully, checks size and checksum against the manifest entry;
   // into dst (not owned) if given, else through a scratch buffer.
   Status ReadAndCheck(const std::string& path, const ManifestShard& want, const LoadOptions& options,

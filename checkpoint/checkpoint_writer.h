@@ -30,6 +30,11 @@
 // is written. A killed process leaves at most a folder without a manifest,
 // which loaders ignore and a later commit prunes.
 //
+// Each rank saves its own buffers; the writer does not know they may be slices.
+// holdfast-train saves replicated state (parameters, AdamW moments) once per
+// checkpoint, a slice per rank, and CheckpointLoader::LoadNewestAll hands a
+// resume every rank's shard to assemble it (docs/checkpoint-format.md).
+//
 // A step is saved at most once per Store namespace (generation): the keys of a
 // failed step are not reused. A step that already has a manifest is refused.
 //

@@ -136,11 +136,11 @@ Result<std::unique_ptr<Communicator>> MakeCommunicator(const TrainerConfig& cfg,
   return MakeGlooCommunicator(opts);
 }
 
-// The parameters and AdamW moments live in the trainer's flat tensors and
-// change only in the optimizer update, which the before-update hook fences
-// (WaitStaged), so the writer copies them while the next step's forward and
-// backward run. "meta" and "rng.cpu" are scratch the trainer rewrites at the
-// next StateViews(): copied inside Save.
+// The parameters and AdamW moments (this rank's slice of them: StateViews)
+// live in the trainer's flat tensors and change only in the optimizer update,
+// which the before-update hook fences (WaitStaged), so the writer copies them
+// while the next step's forward and backward run. "meta" and "rng.cpu" are
+// scratch the trainer rewrites at the next StateViews(): copied inside Save.
 std::vector<BufferView> ToBufferViews(const std::vector<StateView>& views) {
   std::vector<BufferView> out;
   for (const StateView& v : views) {
@@ -152,35 +152,46 @@ std::vector<BufferView> ToBufferViews(const std::vector<StateView>& views) {
 }
 
 // Finds and restores the checkpoint to resume from. Returns the step restored,
-// or -1 when starting fresh.
+// or -1 when starting fresh. Each rank saved only its slice of the parameters
+// and moments, so every rank reads all shards (the loader checksums them all
+// anyway, so that all ranks pick the same step) and assembles the whole; a
+// checkpoint whose slices do not fit together is skipped like a corrupt one.
 Result<int64_t> ResumeFromCheckpoint(const Flags& flags, const std::string& root, Trainer* trainer) {
   if (flags.resume == "never" && flags.resume_from_step < 0) return int64_t{-1};
   CheckpointLoader loader(root);
   LoadOptions lo;
   lo.expected_world_size = trainer->world_size();
+  auto saved_shards = [](const LoadedCheckpoint& c) {
+    std::vector<SavedShard> out;
+    for (const LoadedShard& shard : c.shards) {
+      SavedShard s{shard.dir + "/" + c.manifest.shards[shard.header.rank].file, {}};
+      for (const ConstBufferView& b : shard.Buffers()) s.views.push_back({b.name, b.data, b.size});
+      out.push_back(std::move(s));
+    }
+    return out;
+  };
+  auto validate = [&](const LoadedCheckpoint& c) { return Trainer::CheckShards(saved_shards(c)); };
   std::vector<SkippedCheckpoint> skipped;
-  Result<LoadedShard> shard = flags.resume_from_step >= 0 ? loader.Load(flags.resume_from_step, trainer->rank(), lo)
-                                                         : loader.LoadNewest(trainer->rank(), lo, &skipped);
+  Result<LoadedCheckpoint> ckpt = flags.resume_from_step >= 0 ? loader.LoadAll(flags.resume_from_step, lo, validate)
+                                                             : loader.LoadNewestAll(lo, &skipped, validate);
   for (const SkippedCheckpoint& s : skipped) {
     spdlog::warn("skipping checkpoint of step {} ({}): {}", s.step, s.dir, s.reason.ToString());
   }
-  if (!shard.ok()) {
-    if (flags.resume_from_step < 0 && shard.status().code() == StatusCode::kNotFound) {
+  if (!ckpt.ok()) {
+    if (flags.resume_from_step < 0 && ckpt.status().code() == StatusCode::kNotFound) {
       spdlog::info("no checkpoint to resume from in {}: starting at step 0", root);
       return int64_t{-1};
     }
-    return shard.status().WithContext("resume from " + root);
+    return ckpt.status().WithContext("resume from " + root);
   }
-  std::vector<StateView> views;
-  for (const ConstBufferView& b : shard->Buffers()) views.push_back({b.name, b.data, b.size});
   std::vector<std::string> warnings;
-  HF_RETURN_IF_ERROR(trainer->RestoreState(views, flags.strict_determinism, &warnings)
-                         .WithContext("restore checkpoint " + shard->dir));
+  HF_RETURN_IF_ERROR(trainer->RestoreShards(saved_shards(*ckpt), flags.strict_determinism, &warnings)
+                         .WithContext("restore checkpoint " + ckpt->dir));
   for (const std::string& w : warnings) {
     spdlog::error("DETERMINISM BROKEN on resume: {} -- this run will not reproduce the uninterrupted run bit for bit",
                   w);
   }
-  spdlog::info("resumed from checkpoint {} (step {})", shard->dir, trainer->step());
+  spdlog::info("resumed from checkpoint {} (step {})", ckpt->dir, trainer->step());
   return trainer->step();
 }
 

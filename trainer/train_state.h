@@ -4,9 +4,12 @@
 // checkpoint layer (which knows bytes). Buffers:
 //   "meta"             JSON: format, step, data cursor, config hash, world
 //                      layout, optimiser step, determinism fingerprint
-//   "params"           float32, the flat parameter buffer (layout in meta)
-//   "optim.exp_avg"    float32, AdamW first moment, same layout
-//   "optim.exp_avg_sq" float32, AdamW second moment, same layout
+//   "params"           float32, the flat parameter buffer (layout in meta) —
+//                      in a checkpoint shard, only this rank's slice of it
+//                      (meta "slice": offset, count, total; see
+//                      Trainer::StateViews and docs/checkpoint-format.md)
+//   "optim.exp_avg"    float32, AdamW first moment, same layout and slice
+//   "optim.exp_avg_sq" float32, AdamW second moment, same layout and slice
 //   "rng.cpu"          LibTorch's default CPU generator state
 // Plain data: copyable, no LibTorch, no threads.
 #pragma once

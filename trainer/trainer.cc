@@ -5,11 +5,14 @@
 #include <malloc.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <utility>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -31,7 +34,10 @@ namespace holdfast {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr const char* kStateFormat = "holdfast-train-state-v1";
+// v2: each rank's "params"/"optim.*" are its slice of the flat buffers, the
+// slice recorded in meta. v1 (before slicing): every rank a full replica.
+constexpr const char* kStateFormat = "holdfast-train-state-v2";
+constexpr const char* kStateFormatV1 = "holdfast-train-state-v1";
 constexpr const char* kParamsFormat = "holdfast-params-v1";
 
 double MsSince(Clock::time_point t0) {
@@ -438,7 +444,139 @@ Status CopyInto(const StateView* v, const torch::Tensor& t, const char* name) {
 std::string Trainer::Layout() const { return "dp=" + std::to_string(impl_->world()); }
 std::string Trainer::ConfigHashHex() const { return Hex(ConfigHash(impl_->cfg)); }
 
+namespace {
+// The replicated buffers each rank saves a slice of (float32, one layout).
+constexpr const char* kSlicedBuffers[] = {"params", "optim.exp_avg", "optim.exp_avg_sq"};
+constexpr int64_t kSlicedElementSize = 4;
+
+// Elements [offset, offset + count) of the flat buffers, which hold total.
+struct StateSlice {
+  int64_t offset = 0;
+  int64_t count = 0;
+  int64_t total = 0;
+};
+
+constexpr const char* kWhatToDo =
+    "; the checkpoint cannot be assembled: resume from another one (an earlier step, --resume-from-step) or "
+    "move this step folder away";
+
+Result<nlohmann::json> ParseMeta(const SavedShard& shard) {
+  const StateView* meta_buf = FindView(shard.views, "meta");
+  if (meta_buf == nullptr) return CorruptionError(shard.source + ": state has no 'meta' buffer");
+  nlohmann::json meta = nlohmann::json::parse(meta_buf->data, meta_buf->data + meta_buf->size, nullptr, false);
+  if (meta.is_discarded() || !meta.is_object()) {
+    return CorruptionError(shard.source + ": state 'meta' is not valid JSON");
+  }
+  return meta;
+}
+
+// The shard's slice, or nullopt for a v1 state (a full replica, no slice).
+Result<std::optional<StateSlice>> ReadSlice(const SavedShard& shard) {
+  HF_ASSIGN_OR_RETURN(nlohmann::json meta, ParseMeta(shard));
+  const std::string format = meta.value("format", "");
+  if (format == kStateFormatV1) return std::optional<StateSlice>();
+  if (format != kStateFormat) {
+    return CorruptionError(shard.source + ": state format is '" + format + "', expected " + kStateFormat + " or " +
+                           kStateFormatV1);
+  }
+  StateSlice slice;
+  try {
+    const auto& j = meta.at("slice");
+    slice.offset = j.at("offset").get<int64_t>();
+    slice.count = j.at("count").get<int64_t>();
+    slice.total = j.at("total").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return CorruptionError(shard.source + ": state 'meta' has no valid 'slice' {offset, count, total}: " + e.what());
+  }
+  if (slice.offset < 0 || slice.count < 0 || slice.total < 0 ||
+      slice.total > std::numeric_limits<int64_t>::max() / kSlicedElementSize || slice.offset > slice.total ||
+      slice.count > slice.total - slice.offset) {
+    return CorruptionError(shard.source + ": slice offset " + std::to_string(slice.offset) + " count " +
+                           std::to_string(slice.count) + " does not fit in total " + std::to_string(slice.total) +
+                           kWhatToDo);
+  }
+  for (const char* name : kSlicedBuffers) {
+    const StateView* v = FindView(shard.views, name);
+    if (v == nullptr) return CorruptionError(shard.source + ": state has no '" + name + "' buffer");
+    if (v->size != static_cast<size_t>(slice.count * kSlicedElementSize)) {
+      return CorruptionError(shard.source + ": buffer '" + name + "' has " + std::to_string(v->size) +
+                             " bytes, its slice of " + std::to_string(slice.count) + " floats needs " +
+                             std::to_string(slice.count * kSlicedElementSize) + kWhatToDo);
+    }
+  }
+  return std::optional<StateSlice>(slice);
+}
+
+std::string Range(int64_t begin, int64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
+// Every shard's slice (all present), or all nullopt for a v1 checkpoint.
+Result<std::vector<std::optional<StateSlice>>> CheckedSlices(const std::vector<SavedShard>& shards) {
+  if (shards.empty()) return InvalidArgumentError("no saved state to restore from");
+  std::vector<std::optional<StateSlice>> slices;
+  for (const SavedShard& s : shards) {
+    HF_ASSIGN_OR_RETURN(std::optional<StateSlice> slice, ReadSlice(s));
+    slices.push_back(slice);
+  }
+  size_t first_v1 = shards.size(), first_sliced = shards.size();
+  for (size_t i = 0; i < slices.size(); ++i) {
+    size_t& first = slices[i] ? first_sliced : first_v1;
+    first = std::min(first, i);
+  }
+  if (first_sliced == shards.size()) return slices;  // v1: every shard a full replica
+  if (first_v1 < shards.size()) {
+    return CorruptionError(shards[first_v1].source + " holds a full replica (state " + kStateFormatV1 + ") but " +
+                           shards[first_sliced].source + " holds a slice (" + kStateFormat + ")" + kWhatToDo);
+  }
+  const int64_t total = slices[0]->total;
+  for (size_t i = 1; i < slices.size(); ++i) {
+    if (slices[i]->total != total) {
+      return CorruptionError(shards[i].source + " says the flat buffers hold " + std::to_string(slices[i]->total) +
+                             " elements, " + shards[0].source + " says " + std::to_string(total) + kWhatToDo);
+    }
+  }
+  std::vector<size_t> order(slices.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return slices[a]->offset < slices[b]->offset; });
+  int64_t covered = 0;  // [0, covered) is held by exactly one shard so far
+  size_t prev = shards.size();
+  for (size_t i : order) {
+    const StateSlice& s = *slices[i];
+    if (s.count == 0) continue;
+    if (s.offset > covered) {
+      return CorruptionError("no shard holds elements " + Range(covered, s.offset) + " of " + std::to_string(total) +
+                             " (" + shards[i].source + " starts at " + std::to_string(s.offset) + ")" + kWhatToDo);
+    }
+    if (s.offset < covered) {
+      return CorruptionError(shards[i].source + " holds elements " + Range(s.offset, s.offset + s.count) +
+                             ", which overlap " + Range(slices[prev]->offset, covered) + " held by " +
+                             shards[prev].source + kWhatToDo);
+    }
+    covered = s.offset + s.count;
+    prev = i;
+  }
+  if (covered != total) {
+    return CorruptionError("no shard holds elements " + Range(covered, total) + " of " + std::to_string(total) +
+                           kWhatToDo);
+  }
+  return slices;
+}
+
+StateView SliceOf(const char* name, const torch::Tensor& t, int64_t begin, int64_t end) {
+  return {name, static_cast<const uint8_t*>(t.data_ptr()) + begin * t.element_size(),
+          static_cast<size_t>((end - begin) * t.element_size())};
+}
+}  // namespace
+
 Result<std::vector<StateView>> Trainer::StateViews() {
+  const int64_t n = impl_->flat_params.numel();
+  const int64_t r = impl_->rank(), w = impl_->world();
+  return ViewsOfSlice(n * r / w, n * (r + 1) / w);
+}
+
+Result<std::vector<StateView>> Trainer::ViewsOfSlice(int64_t begin, int64_t end) {
   Impl& d = *impl_;
   const DeterminismFingerprint f = d.Fingerprint();
   nlohmann::json meta = {
@@ -450,6 +588,7 @@ Result<std::vector<StateView>> Trainer::StateViews() {
       {"world_size", d.world()},
       {"optim", {{"kind", "adamw"}, {"step", d.step}}},
       {"layout", d.Layout()},
+      {"slice", {{"offset", begin}, {"count", end - begin}, {"total", d.flat_params.numel()}}},
       {"determinism",
        {{"torch_version", f.torch_version}, {"blas", f.blas}, {"threads", f.threads},
         {"world_size", f.world_size}, {"grad_accum", f.grad_accum}, {"bucket_bytes", f.bucket_bytes},
@@ -459,9 +598,9 @@ Result<std::vector<StateView>> Trainer::StateViews() {
   std::vector<StateView> views;
   views.push_back({"meta", reinterpret_cast<const uint8_t*>(d.meta_text.data()), d.meta_text.size()});
   try {
-    views.push_back(ViewOf("params", d.flat_params));
-    views.push_back(ViewOf("optim.exp_avg", d.exp_avg));
-    views.push_back(ViewOf("optim.exp_avg_sq", d.exp_avg_sq));
+    views.push_back(SliceOf("params", d.flat_params, begin, end));
+    views.push_back(SliceOf("optim.exp_avg", d.exp_avg, begin, end));
+    views.push_back(SliceOf("optim.exp_avg_sq", d.exp_avg_sq, begin, end));
     auto gen = at::detail::getDefaultCPUGenerator();
     {
       std::lock_guard<std::mutex> lock(gen.mutex());
@@ -475,22 +614,37 @@ Result<std::vector<StateView>> Trainer::StateViews() {
 }
 
 Result<TrainState> Trainer::CaptureState() {
-  HF_ASSIGN_OR_RETURN(std::vector<StateView> views, StateViews());
+  HF_ASSIGN_OR_RETURN(std::vector<StateView> views, ViewsOfSlice(0, impl_->flat_params.numel()));
   TrainState state;
   for (const StateView& v : views) state.buffers.push_back({v.name, std::vector<uint8_t>(v.data, v.data + v.size)});
   return state;
 }
 
+Status Trainer::CheckShards(const std::vector<SavedShard>& shards) { return CheckedSlices(shards).status(); }
+
 Status Trainer::RestoreState(const std::vector<StateView>& state, bool strict_determinism,
                              std::vector<std::string>* warnings) {
+  SavedShard shard{"state", state};
+  return Restore(shard, {shard}, strict_determinism, warnings);
+}
+
+Status Trainer::RestoreShards(const std::vector<SavedShard>& shards, bool strict_determinism,
+                              std::vector<std::string>* warnings) {
+  if (shards.size() != static_cast<size_t>(impl_->world())) {
+    return FailedPreconditionError("the checkpoint was saved by " + std::to_string(shards.size()) +
+                                   " ranks, this run has " + std::to_string(impl_->world()));
+  }
+  return Restore(shards[impl_->rank()], shards, strict_determinism, warnings);
+}
+
+Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& all, bool strict_determinism,
+                        std::vector<std::string>* warnings) {
   Impl& d = *impl_;
-  const StateView* meta_buf = FindView(state, "meta");
-  if (meta_buf == nullptr) return CorruptionError("state has no 'meta' buffer");
-  nlohmann::json meta = nlohmann::json::parse(meta_buf->data, meta_buf->data + meta_buf->size, nullptr, false);
-  if (meta.is_discarded() || !meta.is_object()) return CorruptionError("state 'meta' is not valid JSON");
+  HF_ASSIGN_OR_RETURN(nlohmann::json meta, ParseMeta(own));
   try {
-    if (meta.value("format", "") != kStateFormat) {
-      return CorruptionError("state format is '" + meta.value("format", "") + "', expected " + kStateFormat);
+    const std::string format = meta.value("format", "");
+    if (format != kStateFormat && format != kStateFormatV1) {
+      return CorruptionError("state format is '" + format + "', expected " + kStateFormat);
     }
     const std::string want_hash = Hex(ConfigHash(d.cfg));
     const std::string have_hash = meta.at("config_hash").get<std::string>();
@@ -513,18 +667,38 @@ Status Trainer::RestoreState(const std::vector<StateView>& state, bool strict_de
     saved.backend = det.at("backend").get<std::string>();
     std::vector<std::string> diffs = saved.Diff(d.Fingerprint());
     if (!diffs.empty()) {
-      std::string all;
-      for (const auto& s : diffs) all += (all.empty() ? "" : "; ") + s;
+      std::string all_diffs;
+      for (const auto& s : diffs) all_diffs += (all_diffs.empty() ? "" : "; ") + s;
       if (strict_determinism) {
-        return FailedPreconditionError("resuming would break bit-exact determinism (" + all +
+        return FailedPreconditionError("resuming would break bit-exact determinism (" + all_diffs +
                                        "); rerun with the same settings, or drop --strict-determinism");
       }
       if (warnings != nullptr) *warnings = diffs;
     }
-    HF_RETURN_IF_ERROR(CopyInto(FindView(state, "params"), d.flat_params, "params"));
-    HF_RETURN_IF_ERROR(CopyInto(FindView(state, "optim.exp_avg"), d.exp_avg, "optim.exp_avg"));
-    HF_RETURN_IF_ERROR(CopyInto(FindView(state, "optim.exp_avg_sq"), d.exp_avg_sq, "optim.exp_avg_sq"));
-    const StateView* rng = FindView(state, "rng.cpu");
+    HF_ASSIGN_OR_RETURN(std::vector<std::optional<StateSlice>> slices, CheckedSlices(all));
+    const torch::Tensor* targets[] = {&d.flat_params, &d.exp_avg, &d.exp_avg_sq};
+    if (!slices[0]) {
+      // v1: this rank's shard is a full replica.
+      for (size_t b = 0; b < 3; ++b) {
+        HF_RETURN_IF_ERROR(CopyInto(FindView(own.views, kSlicedBuffers[b]), *targets[b], kSlicedBuffers[b]));
+      }
+    } else {
+      const int64_t n = d.flat_params.numel();
+      if (slices[0]->total != n) {
+        return FailedPreconditionError("the checkpoint's flat buffers hold " + std::to_string(slices[0]->total) +
+                                       " parameters, this model has " + std::to_string(n) +
+                                       "; resume with the model config it was saved with");
+      }
+      for (size_t i = 0; i < all.size(); ++i) {
+        const StateSlice& s = *slices[i];
+        for (size_t b = 0; b < 3; ++b) {
+          const StateView* v = FindView(all[i].views, kSlicedBuffers[b]);  // present and sized: CheckedSlices
+          std::memcpy(static_cast<uint8_t*>(targets[b]->data_ptr()) + s.offset * kSlicedElementSize, v->data,
+                      v->size);
+        }
+      }
+    }
+    const StateView* rng = FindView(own.views, "rng.cpu");
     if (rng == nullptr) return CorruptionError("state has no 'rng.cpu' buffer");
     auto rng_tensor = torch::empty({static_cast<int64_t>(rng->size)}, torch::kUInt8);
     std::memcpy(rng_tensor.data_ptr(), rng->data, rng->size);

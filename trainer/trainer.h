@@ -37,6 +37,13 @@ struct StepMetrics {
   bool checkpoint = false;  // some rank asked for a checkpoint of this step (all ranks agree)
 };
 
+// One rank's saved state, and where it came from (a shard file's path) for
+// error messages. The views are not owned.
+struct SavedShard {
+  std::string source;
+  std::vector<StateView> views;
+};
+
 // What a rank asks of every rank at the end of a step (signals it received).
 struct StepRequests {
   bool stop = false;
@@ -72,18 +79,35 @@ class Trainer {
   int world_size() const;
   const TrainerConfig& config() const;
 
-  // Complete state as views into the trainer's own memory (no copy): valid
-  // until the next Step or RestoreState; "params" and "optim.*" keep their
-  // bytes until the next Step's before-update hook returns. What the
-  // checkpoint writer stages.
+  // What the checkpoint writer stages, as views into the trainer's own memory
+  // (no copy): valid until the next Step or RestoreState; "params" and
+  // "optim.*" keep their bytes until the next Step's before-update hook
+  // returns. The parameters and moments are the same on every rank, so each
+  // rank saves only its slice of them, [rank*N/W, (rank+1)*N/W) of the N
+  // flat elements (the last rank takes the remainder), recorded in "meta" as
+  // "slice": {offset, count, total}; "meta" and "rng.cpu" are this rank's own.
+  // With one rank the slice is everything.
   Result<std::vector<StateView>> StateViews();
-  // Complete state, copied into host buffers.
+  // Complete state (slice = everything), copied into host buffers.
   Result<TrainState> CaptureState();
-  // Restores a captured state. A state from another config fails; a state
-  // whose determinism fingerprint differs is restored with a loud warning
-  // (returned in *warnings) unless strict, in which case it fails.
+  // Restores one complete state (a CaptureState, or a one-rank checkpoint
+  // shard). A state from another config fails; a state whose determinism
+  // fingerprint differs is restored with a loud warning (returned in
+  // *warnings) unless strict, in which case it fails.
   Status RestoreState(const std::vector<StateView>& state, bool strict_determinism,
                       std::vector<std::string>* warnings);
+  // Restores from every rank's saved state (shards[r] = rank r's): "meta" and
+  // "rng.cpu" from shards[rank()], the parameters and moments assembled from
+  // all shards' slices. Also accepts checkpoints written before slicing
+  // (every shard a full replica, state format v1): this rank's shard is used.
+  Status RestoreShards(const std::vector<SavedShard>& shards, bool strict_determinism,
+                       std::vector<std::string>* warnings);
+  // Checks that shards' slices fit together (tile [0, total) with no gap or
+  // overlap, agree on total and on their buffer sizes) without touching the
+  // trainer; the error names the shard and says what to do. Does not compare
+  // with this model (RestoreShards does, after the config check), so a
+  // checkpoint of another config still fails loudly instead of being skipped.
+  static Status CheckShards(const std::vector<SavedShard>& shards);
 
   // The world layout recorded with checkpoints ("dp=2").
   std::string Layout() const;
@@ -102,6 +126,11 @@ class Trainer {
  private:
   struct Impl;
   explicit Trainer(std::unique_ptr<Impl> impl);
+  // State views with the flat buffers cut to elements [begin, end).
+  Result<std::vector<StateView>> ViewsOfSlice(int64_t begin, int64_t end);
+  // Restores own's rank-local state and the flat buffers from all's slices.
+  Status Restore(const SavedShard& own, const std::vector<SavedShard>& all, bool strict_determinism,
+                 std::vector<std::string>* warnings);
   std::unique_ptr<Impl> impl_;
 };
 

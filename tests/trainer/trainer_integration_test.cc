@@ -3,12 +3,18 @@
 #include <signal.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint_loader.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "common/memory_store.h"
 #include "tests/support/subprocess.h"
 
 namespace holdfast {
@@ -215,6 +221,206 @@ TEST_F(TrainerTest, SigtermLosesNoCompletedStepSingleProcess) {
 
 TEST_F(TrainerTest, SigtermLosesNoCompletedStepDataParallel) {
   ExpectSigtermLosesNoCompletedStep({"--nproc", "2"}, dir_, WriteConfig("run.toml"));
+}
+
+// Data-parallel checkpoints hold the replicated parameters and AdamW moments
+// once: each rank saves its slice, and a resume assembles the whole.
+
+uint64_t FileSize(const std::string& path) { return std::filesystem::file_size(path); }
+
+uint64_t ShardBytes(const std::string& step_dir) {
+  uint64_t sum = 0;
+  for (const auto& e : std::filesystem::directory_iterator(step_dir)) {
+    if (e.path().filename().string().rfind("shard-", 0) == 0) sum += e.file_size();
+  }
+  return sum;
+}
+
+// Two ranks: an uninterrupted 20-step run (dir/full) and one that checkpoints
+// steps 4 and 8 into dir/ckpt and stops after step 9.
+void RunDataParallelReferenceAndCheckpoints(const TempDir& dir, const std::string& cfg) {
+  const std::string bin = BuildPath("trainer/holdfast-train");
+  ProcessResult full = RunProcess({bin, "--config", cfg, "--nproc", "2", "--dump-final", dir / "full", "--metrics",
+                                   dir / "full.jsonl"});
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  ProcessResult first = RunProcess({bin, "--config", cfg, "--nproc", "2", "--set", "checkpoint.dir=" + (dir / "ckpt"),
+                                    "--set", "checkpoint.every_steps=4", "--stop-after", "9", "--metrics",
+                                    dir / "first.jsonl"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_NE(first.output.find("checkpoint step 8 committed"), std::string::npos) << first.output;
+}
+
+TEST_F(TrainerTest, DataParallelCheckpointHoldsParametersOnceAndResumesBitExact) {
+  const std::string cfg = WriteConfig("drop.toml", 0.1);
+  // One rank's checkpoint: everything in one shard, the size of one replica.
+  ProcessResult one = Train({"--config", cfg, "--set", "checkpoint.dir=" + (dir_ / "ck1"), "--set",
+                             "checkpoint.every_steps=4", "--stop-after", "4", "--metrics", dir_ / "m1.jsonl"});
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const uint64_t replica = FileSize(dir_ / "ck1/step-000000000004/shard-00000-of-00001.bin");
+
+  RunDataParallelReferenceAndCheckpoints(dir_, cfg);
+  if (HasFatalFailure()) return;
+  const std::string step8 = dir_ / "ckpt/step-000000000008";
+  const uint64_t s0 = FileSize(step8 + "/shard-00000-of-00002.bin");
+  const uint64_t s1 = FileSize(step8 + "/shard-00001-of-00002.bin");
+  // Each rank holds half the parameters and moments plus its own small state
+  // (meta, RNG, header): together one replica and one more small state, not two replicas.
+  EXPECT_LT(s0, replica * 6 / 10) << s0 << " vs replica " << replica;
+  EXPECT_LT(s1, replica * 6 / 10) << s1 << " vs replica " << replica;
+  EXPECT_LT(s0 + s1, replica + (64u << 10)) << "a DP=2 checkpoint should hold the parameters once";
+  EXPECT_GT(s0 + s1, replica);
+
+  ProcessResult resumed = Train({"--config", cfg, "--nproc", "2", "--set", "checkpoint.dir=" + (dir_ / "ckpt"),
+                                 "--dump-final", dir_ / "resumed", "--metrics", dir_ / "resumed.jsonl"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("(step 8)"), std::string::npos) << resumed.output;
+  EXPECT_TRUE(ReadFile(dir_ / "full/params.bin") == ReadFile(dir_ / "resumed/params.bin"))
+      << "resumed parameters differ from the uninterrupted run";
+}
+
+using NamedBytes = std::vector<std::pair<std::string, std::string>>;
+
+// Every rank's buffers of one committed checkpoint.
+std::vector<NamedBytes> ReadShards(const std::string& root, int64_t step, Manifest* manifest) {
+  Result<LoadedCheckpoint> c = CheckpointLoader(root).LoadAll(step);
+  HF_CHECK_MSG(c.ok(), c.status().ToString());
+  *manifest = c->manifest;
+  std::vector<NamedBytes> out;
+  for (const LoadedShard& shard : c->shards) {
+    NamedBytes named;
+    for (const ConstBufferView& b : shard.Buffers()) {
+      named.push_back({b.name, std::string(reinterpret_cast<const char*>(b.data), b.size)});
+    }
+    out.push_back(std::move(named));
+  }
+  return out;
+}
+
+std::string& Buffer(NamedBytes& named, const std::string& name) {
+  for (auto& [n, bytes] : named) {
+    if (n == name) return bytes;
+  }
+  HF_CHECK_MSG(false, "no buffer " + name);
+  return named.front().second;
+}
+
+// Writes checkpoints through the writer API, as another build of the trainer would have.
+class CheckpointForger {
+ public:
+  CheckpointForger(const std::string& root, const Manifest& like) {
+    auto store = std::make_shared<InMemoryStore>();
+    for (int r = 0; r < like.world_size; ++r) {
+      CheckpointWriterOptions o;
+      o.root = root;
+      o.rank = r;
+      o.world_size = like.world_size;
+      o.layout = like.layout;
+      o.config_hash = like.config_hash;
+      o.store = store;
+      o.retention.keep_last = 100;
+      auto w = CheckpointWriter::Create(o);
+      HF_CHECK_MSG(w.ok(), w.status().ToString());
+      writers_.push_back(std::move(w).value());
+    }
+  }
+  void Write(int64_t step, const std::vector<NamedBytes>& ranks) {
+    for (size_t r = 0; r < writers_.size(); ++r) {
+      std::vector<BufferView> views;
+      for (const auto& [name, bytes] : ranks[r]) views.push_back({name, bytes.data(), bytes.size()});
+      HF_CHECK(writers_[r]->Save(step, views).ok());
+    }
+    for (auto& w : writers_) HF_CHECK_MSG(w->Flush().ok(), w->Flush().ToString());
+  }
+
+ private:
+  std::vector<std::unique_ptr<CheckpointWriter>> writers_;
+};
+
+nlohmann::json Meta(NamedBytes& rank) { return nlohmann::json::parse(Buffer(rank, "meta")); }
+void SetMeta(NamedBytes& rank, const nlohmann::json& meta) { Buffer(rank, "meta") = meta.dump(1); }
+
+const char* const kSliced[] = {"params", "optim.exp_avg", "optim.exp_avg_sq"};
+
+// A checkpoint written before the parameters were sliced (every rank a full
+// replica, state format v1, no slice in meta) still resumes bit-exactly.
+TEST_F(TrainerTest, DataParallelResumesFromAFullReplicaCheckpointOfTheOldFormat) {
+  const std::string cfg = WriteConfig("drop.toml", 0.1);
+  RunDataParallelReferenceAndCheckpoints(dir_, cfg);
+  if (HasFatalFailure()) return;
+  Manifest manifest;
+  std::vector<NamedBytes> ranks = ReadShards(dir_ / "ckpt", 8, &manifest);
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const char* name : kSliced) {
+    const std::string whole = Buffer(ranks[0], name) + Buffer(ranks[1], name);
+    for (NamedBytes& r : ranks) Buffer(r, name) = whole;
+  }
+  for (NamedBytes& r : ranks) {
+    nlohmann::json meta = Meta(r);
+    meta["format"] = "holdfast-train-state-v1";
+    meta.erase("slice");
+    SetMeta(r, meta);
+  }
+  CheckpointForger(dir_ / "legacy", manifest).Write(8, ranks);
+  EXPECT_GT(ShardBytes(dir_ / "legacy/step-000000000008"), 2 * ShardBytes(dir_ / "ckpt/step-000000000008") * 9 / 10);
+
+  ProcessResult r = Train({"--config", cfg, "--nproc", "2", "--set", "checkpoint.dir=" + (dir_ / "legacy"),
+                           "--dump-final", dir_ / "from_legacy", "--metrics", dir_ / "legacy.jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("(step 8)"), std::string::npos) << r.output;
+  EXPECT_TRUE(ReadFile(dir_ / "full/params.bin") == ReadFile(dir_ / "from_legacy/params.bin"));
+}
+
+// Slices that do not fit together (an overlap, a gap, totals that disagree)
+// make the loader pass the checkpoint over with a reason naming the shard, and
+// the run resumes bit-exactly from the newest one that fits.
+TEST_F(TrainerTest, InconsistentSlicesAreSkippedLikeACorruptCheckpoint) {
+  const std::string cfg = WriteConfig("drop.toml", 0.1);
+  RunDataParallelReferenceAndCheckpoints(dir_, cfg);
+  if (HasFatalFailure()) return;
+  Manifest manifest;
+  std::vector<NamedBytes> good4 = ReadShards(dir_ / "ckpt", 4, &manifest);
+  std::vector<NamedBytes> good8 = ReadShards(dir_ / "ckpt", 8, &manifest);
+  const int64_t half = Meta(good8[1])["slice"]["offset"].get<int64_t>();
+  ASSERT_GT(half, 8);
+
+  std::vector<NamedBytes> overlap = good8;  // rank 1 starts 8 floats early
+  nlohmann::json m = Meta(overlap[1]);
+  m["slice"]["offset"] = half - 8;
+  SetMeta(overlap[1], m);
+
+  std::vector<NamedBytes> gap = good8;  // rank 1 lacks its first 8 floats
+  m = Meta(gap[1]);
+  m["slice"]["offset"] = half + 8;
+  m["slice"]["count"] = m["slice"]["count"].get<int64_t>() - 8;
+  SetMeta(gap[1], m);
+  for (const char* name : kSliced) Buffer(gap[1], name).erase(0, 8 * sizeof(float));
+
+  std::vector<NamedBytes> total = good8;  // the ranks disagree on the total
+  m = Meta(total[1]);
+  m["slice"]["total"] = m["slice"]["total"].get<int64_t>() + 5;
+  SetMeta(total[1], m);
+
+  CheckpointForger forge(dir_ / "bad", manifest);
+  forge.Write(4, good4);
+  forge.Write(8, overlap);
+  forge.Write(12, gap);
+  forge.Write(16, total);
+
+  ProcessResult r = Train({"--config", cfg, "--nproc", "2", "--set", "checkpoint.dir=" + (dir_ / "bad"),
+                           "--dump-final", dir_ / "from_bad", "--metrics", dir_ / "bad.jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("skipping checkpoint of step 16"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("shard-00001-of-00002.bin says the flat buffers hold"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("skipping checkpoint of step 12"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no shard holds elements [" + std::to_string(half) + ", " + std::to_string(half + 8) + ")"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("skipping checkpoint of step 8"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("shard-00001-of-00002.bin holds elements"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("which overlap"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resume from another one"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(step 4)"), std::string::npos) << r.output;
+  EXPECT_TRUE(ReadFile(dir_ / "full/params.bin") == ReadFile(dir_ / "from_bad/params.bin"));
 }
 
 TEST_F(TrainerTest, ResumeWithOtherThreadsSaysDeterminismIsBroken) {
