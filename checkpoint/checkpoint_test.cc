@@ -192,6 +192,34 @@ TEST(CheckpointTest, AFailedRankMeansNoManifestAndEveryRankHearsOfIt) {
   EXPECT_EQ(FilesIn(tmp.path() + "/" + StepDirName(8)), (std::vector<std::string>{"shard-00000-of-00002.bin"}));
 }
 
+// A peer SIGKILLed before it published its shard never will: a rank exiting
+// for that reason gives up the commit at once instead of joining a writer that
+// waits out commit_timeout (it took the supervisor's SIGKILL to end it).
+TEST(CheckpointTest, DestroyingAWriterAbandonsACommitWaitingForADeadPeer) {
+  for (int rank : {0, 1}) {
+    TempDir tmp;
+    auto store = std::make_shared<InMemoryStore>();
+    std::promise<SaveOutcome> outcome;
+    CheckpointWriterOptions o;
+    o.root = tmp.path();
+    o.rank = rank;
+    o.world_size = 2;
+    o.store = store;
+    o.commit_timeout = std::chrono::minutes(10);  // long enough that a test waiting it out fails by timing out
+    auto w = std::move(CheckpointWriter::Create(o, [&](const SaveOutcome& out) { outcome.set_value(out); })).value();
+    State s(5, rank);
+    ASSERT_TRUE(w->Save(5, s.Views()).ok());
+    // Published: the writer has gone on to wait for the other rank, which never saves.
+    ASSERT_TRUE(store->Get("ckpt/5/shard/" + std::to_string(rank), std::chrono::seconds(30)).ok());
+    w.reset();
+    SaveOutcome got = outcome.get_future().get();
+    EXPECT_EQ(got.status.code(), StatusCode::kFailedPrecondition) << got.status.ToString();
+    EXPECT_NE(got.status.message().find(rank == 0 ? "rank 1's shard" : "rank 0 to commit"), std::string::npos)
+        << got.status.ToString();
+    EXPECT_EQ(FilesIn(tmp.path() + "/" + StepDirName(5)), (std::vector<std::string>{ShardFileName(rank, 2)}));
+  }
+}
+
 TEST(CheckpointTest, FlippingAnyByteFallsBackToThePreviousCheckpoint) {
   TempDir tmp;
   auto w = MakeWriter(tmp.path());

@@ -18,6 +18,11 @@ using Clock = std::chrono::steady_clock;
 // it is still in the cache the copy just filled.
 constexpr uint64_t kStageChunkBytes = 2u << 20;
 
+// A commit waits for other ranks in Store Gets of at most this long, looking
+// between them whether the writer is being destroyed (AwaitPeerKey): short
+// next to the 0.5 s a restart takes, long next to a Store round trip.
+constexpr std::chrono::milliseconds kPeerWaitSlice{100};
+
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -215,8 +220,13 @@ void CheckpointWriter::ThreadMain() {
                    outcome.write_seconds, outcome.shard_bytes / 1e6 / std::max(outcome.write_seconds, 1e-9),
                    outcome.stall_seconds * 1e3, outcome.fence_seconds * 1e3);
     } else {
-      spdlog::error("checkpoint: rank {} step {} NOT saved, training continues: {}", options_.rank, outcome.step,
-                    outcome.status.ToString());
+      bool exiting;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        exiting = stop_;
+      }
+      spdlog::error("checkpoint: rank {} step {} NOT saved{}: {}", options_.rank, outcome.step,
+                    exiting ? "" : ", training continues", outcome.status.ToString());
     }
     if (callback_) callback_(outcome);
     {
@@ -336,7 +346,7 @@ Status CheckpointWriter::WriteShard(const Job& job, const std::string& dir) {
 Status CheckpointWriter::Commit(const Job& job, const std::string& dir, uint64_t shard_xxh3) {
   const std::string where = "checkpoint step " + std::to_string(job.step);
   if (options_.rank != 0) {
-    Result<std::vector<uint8_t>> outcome = options_.store->Get(OutcomeKey(job.step), options_.commit_timeout);
+    Result<std::vector<uint8_t>> outcome = AwaitPeerKey(OutcomeKey(job.step));
     if (!outcome.ok()) return outcome.status().WithContext(where + ": waiting for rank 0 to commit");
     std::string text = Text(*outcome);
     if (text == "committed") return Status::Ok();
@@ -363,7 +373,7 @@ Status CheckpointWriter::Commit(const Job& job, const std::string& dir, uint64_t
       shard.xxh3 = shard_xxh3;
       continue;
     }
-    Result<std::vector<uint8_t>> got = options_.store->Get(ShardKey(job.step, r), options_.commit_timeout);
+    Result<std::vector<uint8_t>> got = AwaitPeerKey(ShardKey(job.step, r));
     if (!got.ok()) {
       s = got.status().WithContext(where + ": waiting for rank " + std::to_string(r) + "'s shard");
       break;
@@ -385,6 +395,30 @@ Status CheckpointWriter::Commit(const Job& job, const std::string& dir, uint64_t
     if (!told.ok()) spdlog::warn("checkpoint: could not publish the outcome of step {}: {}", job.step, told.ToString());
   }
   return s;
+}
+
+// A Get parked on the Store server cannot be interrupted, so the wait goes in
+// slices. Without this, a rank whose peer was SIGKILLed between saving a step
+// and publishing its shard sat in ~CheckpointWriter (joining this thread) for
+// commit_timeout, until the supervisor's SIGKILL: 3 s more per restart.
+Result<std::vector<uint8_t>> CheckpointWriter::AwaitPeerKey(const std::string& key) {
+  const Clock::time_point deadline = Clock::now() + options_.commit_timeout;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stop_) {
+        return FailedPreconditionError("abandoned waiting for store key '" + key +
+                                       "': this process is exiting (the checkpoint writer was destroyed)");
+      }
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      return TimeoutError("store key '" + key + "' was not set within " +
+                          std::to_string(options_.commit_timeout.count()) + " ms");
+    }
+    Result<std::vector<uint8_t>> got = options_.store->Get(key, std::min(left, kPeerWaitSlice));
+    if (got.ok() || got.status().code() != StatusCode::kTimeout) return got;
+  }
 }
 
 Status CheckpointWriter::WriteManifest(const std::string& dir, const Manifest& manifest) {

@@ -42,8 +42,11 @@
 // be called from any thread (normally the training loop's); so may
 // WaitStaged(). The callback runs on the writer's background thread and must
 // not call Save, Flush or WaitStaged. newest_committed_step(), TakeOutcomes()
-// and skipped_saves() are safe from any thread. The destructor waits for the
-// save in flight to finish.
+// and skipped_saves() are safe from any thread. The destructor lets the save
+// in flight finish this rank's part (stage, write and publish its shard) but
+// abandons a commit still waiting for another rank, which then fails: a rank
+// exits because a peer died, and that peer will never publish. Flush() first
+// to keep a commit (the trainer does, on every exit that is not a failure).
 #pragma once
 
 #include <atomic>
@@ -194,6 +197,9 @@ class CheckpointWriter {
   // Writes this rank's staged shard.
   Status WriteShard(const Job& job, const std::string& dir);
   Status Commit(const Job& job, const std::string& dir, uint64_t shard_xxh3);
+  // Store Get of another rank's key for up to commit_timeout; fails at once
+  // when the destructor has begun (see the thread-safety note above).
+  Result<std::vector<uint8_t>> AwaitPeerKey(const std::string& key);
   Status WriteManifest(const std::string& dir, const Manifest& manifest);
   void Prune(int64_t newest);
   Status RemoveCheckpointDir(const std::string& dir);
