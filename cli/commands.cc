@@ -90,6 +90,13 @@ std::string FormatBytes(int64_t b) {
   return buf;
 }
 
+// holdfastd names nodes by their index ("0", "1"): print those as "node 0";
+// a name that says what it is (a hostname, "node0") stays as it is.
+std::string NodeLabel(const std::string& node) {
+  const bool index = !node.empty() && node.find_first_not_of("0123456789") == std::string::npos;
+  return index ? "node " + node : node;
+}
+
 std::string Join(const std::vector<std::string>& v, const char* sep) {
   std::string out;
   for (const std::string& s : v) out += (out.empty() ? "" : sep) + s;
@@ -536,7 +543,7 @@ int CmdLineage(const CliContext& c, const std::string& spec, int max_events) {
   for (const EventRecord& e : *events) {
     std::string who;
     if (e.rank) who += "rank " + std::to_string(*e.rank);
-    if (!e.node.empty()) who += (who.empty() ? "node " : " on ") + e.node;
+    if (!e.node.empty()) who += (who.empty() ? "" : " on ") + NodeLabel(e.node);
     std::string text = (e.incident ? "[" + e.kind + "] " : e.kind + ": ") +
                        (who.empty() ? "" : who + ": ") + e.summary;
     if (!e.action.empty()) text += " -> " + e.action;
@@ -709,6 +716,15 @@ int CmdTriage(const CliContext& c, const std::string& spec) {
       exit = "exited with code " + std::to_string(code);
     }
     if (!exit.empty()) os << "exit      " << exit << "\n";
+    // checkpoint_failed: what each rank's save reported.
+    if (ev.value("reports", json()).is_array()) {
+      for (const json& r : ev["reports"]) {
+        if (!r.is_object() || !r.value("error", json()).is_string()) continue;
+        const bool ranked = r.value("rank", json()).is_number_integer();
+        os << "error     " << (ranked ? "rank " + std::to_string(r["rank"].get<int>()) + ": " : "")
+           << r["error"].get<std::string>() << "\n";
+      }
+    }
     if (ev.value("stalled_s", json()).is_number()) {
       os << "stalled   no step for " << FormatDuration(ev["stalled_s"].get<double>());
       if (ev.value("timeout_s", json()).is_number()) {

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -54,6 +55,7 @@ Result<void*> MapFile(const std::string& path, bool writable, bool create, int r
       rec->size = kSize;
       rec->rank = rank;
       rec->checkpoint_step = -1;
+      rec->checkpoint_failed_step = -1;
       rec->heartbeat_ns = MonotonicNowNs();
       StoreRelease(&rec->magic, kProgressMagic);
     }
@@ -207,6 +209,21 @@ void ProgressWriter::CollectiveDone(uint64_t seq) {
 void ProgressWriter::SetCheckpointStep(int64_t step) {
   Begin();
   rec_->checkpoint_step = step;
+  End();
+}
+
+void ProgressWriter::RecordCheckpointFailure(int64_t step, const std::string& message) {
+  // Cut at a UTF-8 character boundary so that the text stays valid where the
+  // daemon puts it into JSON (paths in messages may be UTF-8).
+  size_t n = std::min(message.size(), static_cast<size_t>(kProgressErrorSize - 1));
+  if (n < message.size()) {
+    while (n > 0 && (static_cast<unsigned char>(message[n]) & 0xC0) == 0x80) --n;
+  }
+  Begin();
+  rec_->checkpoint_failures += 1;
+  rec_->checkpoint_failed_step = step;
+  std::memcpy(rec_->checkpoint_error, message.data(), n);
+  std::memset(rec_->checkpoint_error + n, 0, kProgressErrorSize - n);
   End();
 }
 

@@ -46,8 +46,12 @@ enum class CollectiveKind : uint32_t { kNone = 0, kAllreduce = 1, kBroadcast = 2
 const char* CollectiveKindName(CollectiveKind kind);
 
 inline constexpr uint64_t kProgressMagic = 0x31474F5250464C48ULL;  // "HLFPROG1"
-inline constexpr uint32_t kProgressVersion = 1;
+// Version 2 appended the checkpoint-failure fields (offset 760 on); the
+// offsets of version 1 are unchanged.
+inline constexpr uint32_t kProgressVersion = 2;
 inline constexpr int kProgressRingSize = 16;
+// Bytes of checkpoint_error, its terminating NUL included.
+inline constexpr int kProgressErrorSize = 160;
 
 // One collective in the ring of recent ones.
 struct CollectiveEntry {
@@ -81,10 +85,19 @@ struct ProgressRecordLayout {
   int64_t checkpoint_step;      // 104: newest checkpoint this rank saw committed (-1 none)
   uint64_t ring_head;           // 112: entries written so far (ring index = (head-1) % size)
   CollectiveEntry ring[kProgressRingSize];  // 120
+  // Checkpoint saves that failed (training went on without them). The daemon
+  // records one lineage event each time the count rises; only the newest
+  // failure's step and text are kept.
+  uint64_t checkpoint_failures;  // 760: failed saves so far (this process)
+  int64_t checkpoint_failed_step;  // 768: step of the newest failed save (-1 none)
+  char checkpoint_error[kProgressErrorSize];  // 776: its error, NUL-terminated, truncated to fit
 };
 static_assert(offsetof(ProgressRecordLayout, seq) == 24);
 static_assert(offsetof(ProgressRecordLayout, ring) == 120);
-static_assert(sizeof(ProgressRecordLayout) == 120 + 40 * kProgressRingSize);
+static_assert(offsetof(ProgressRecordLayout, checkpoint_failures) == 760);
+static_assert(offsetof(ProgressRecordLayout, checkpoint_failed_step) == 768);
+static_assert(offsetof(ProgressRecordLayout, checkpoint_error) == 776);
+static_assert(sizeof(ProgressRecordLayout) == 776 + kProgressErrorSize);
 
 // A consistent copy of a record, as a reader sees it.
 struct ProgressSnapshot {
@@ -129,6 +142,10 @@ class ProgressWriter {
   void WaitCollective(uint64_t seq, CollectiveKind kind);
   void CollectiveDone(uint64_t seq);
   void SetCheckpointStep(int64_t step);
+  // A checkpoint save of `step` failed with `message` (e.g. the Status text):
+  // counts it and keeps the step and the message's first
+  // kProgressErrorSize - 1 bytes for the supervisor.
+  void RecordCheckpointFailure(int64_t step, const std::string& message);
 
  private:
   explicit ProgressWriter(void* map) : rec_(static_cast<ProgressRecordLayout*>(map)) {}

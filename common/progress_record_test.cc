@@ -84,6 +84,49 @@ TEST(ProgressRecordTest, WriterFrozenMidUpdateIsReportedTorn) {
   std::remove(path.c_str());
 }
 
+TEST(ProgressRecordTest, CheckpointFailuresReachTheReaderWithTheirText) {
+  const std::string path = TempPath("ckfail");
+  ASSERT_TRUE(CreateProgressFile(path, 1).ok());
+  auto reader = ProgressReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  ProgressSnapshot fresh = (*reader)->Read();
+  ASSERT_TRUE(fresh.valid);
+  EXPECT_EQ(fresh.record.version, 2u);
+  EXPECT_EQ(fresh.record.size, sizeof(ProgressRecordLayout));
+  EXPECT_EQ(fresh.record.checkpoint_failures, 0u);
+  EXPECT_EQ(fresh.record.checkpoint_failed_step, -1);
+  EXPECT_EQ(fresh.record.checkpoint_error[0], '\0');
+
+  // A long message whose cut point falls inside a two-byte UTF-8 character.
+  std::string long_message = "open /ck/step-000000000020/shard.tmp: No space left on device; ";
+  while (long_message.size() < kProgressErrorSize - 2) long_message += 'x';
+  long_message += "\xC3\xA9 and more that does not fit";  // U+00E9 straddles byte 159
+  pid_t child = fork();
+  if (child == 0) {
+    auto w = ProgressWriter::Open(path, 1);
+    if (!w.ok()) _exit(1);
+    (*w)->RecordCheckpointFailure(10, "mkdir /ck/step-000000000010: Not a directory");
+    (*w)->SetCheckpointStep(15);
+    (*w)->RecordCheckpointFailure(20, long_message);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  ProgressSnapshot s = (*reader)->Read();
+  ASSERT_TRUE(s.valid);
+  EXPECT_FALSE(s.torn);
+  EXPECT_EQ(s.record.checkpoint_failures, 2u);
+  EXPECT_EQ(s.record.checkpoint_failed_step, 20);
+  EXPECT_EQ(s.record.checkpoint_step, 15);
+  const size_t len = strnlen(s.record.checkpoint_error, kProgressErrorSize);
+  ASSERT_LT(len, static_cast<size_t>(kProgressErrorSize)) << "the text must be NUL-terminated";
+  const std::string text(s.record.checkpoint_error, len);
+  // Cut before the split character, never through it; nothing of the earlier, shorter text remains.
+  EXPECT_EQ(text, long_message.substr(0, kProgressErrorSize - 2));
+  std::remove(path.c_str());
+}
+
 TEST(ProgressRecordTest, MissingOrForeignFileIsAnError) {
   EXPECT_EQ(ProgressReader::Open(TempPath("missing")).status().code(), StatusCode::kNotFound);
   const std::string path = TempPath("small");

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include <boost/asio.hpp>
@@ -58,6 +60,14 @@ uint16_t PickFreePort(asio::io_context& io, const std::string& host) {
   return a.local_endpoint(ec).port();
 }
 
+// The record's checkpoint error text, bounded by its field and made valid
+// UTF-8: any job may write the record, and the text goes into JSON.
+std::string CheckpointErrorText(const ProgressRecordLayout& p) {
+  const std::string raw(p.checkpoint_error, strnlen(p.checkpoint_error, sizeof(p.checkpoint_error)));
+  const std::string quoted = nlohmann::json(raw).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return nlohmann::json::parse(quoted).get<std::string>();
+}
+
 // A rank's view travels between daemons as JSON; clock readings become ages
 // (CLOCK_MONOTONIC is per machine) and are turned back into local times.
 nlohmann::json ViewToJson(const RankView& v, int64_t now) {
@@ -74,7 +84,9 @@ nlohmann::json ViewToJson(const RankView& v, int64_t now) {
           {"step", p.step}, {"phase", p.phase}, {"kind", p.collective_kind}, {"issued", p.collectives_issued},
           {"done", p.collectives_done}, {"waiting_on", p.waiting_on}, {"phase_age", age(p.phase_started_ns)},
           {"step_age", age(p.step_started_ns)}, {"heartbeat_age", age(p.heartbeat_ns)},
-          {"last_step_ns", p.last_step_ns}, {"checkpoint_step", p.checkpoint_step}, {"ring", ring}};
+          {"last_step_ns", p.last_step_ns}, {"checkpoint_step", p.checkpoint_step},
+          {"checkpoint_failures", p.checkpoint_failures}, {"checkpoint_failed_step", p.checkpoint_failed_step},
+          {"checkpoint_error", CheckpointErrorText(p)}, {"ring", ring}};
 }
 
 RankView ViewFromJson(const nlohmann::json& j, int64_t now) {
@@ -102,6 +114,13 @@ RankView ViewFromJson(const nlohmann::json& j, int64_t now) {
   p.heartbeat_ns = back(at("heartbeat_age"));
   p.last_step_ns = at("last_step_ns");
   p.checkpoint_step = at("checkpoint_step");
+  // value(): a follower built before these fields existed reports no failures.
+  p.checkpoint_failures = j.value("checkpoint_failures", uint64_t{0});
+  p.checkpoint_failed_step = j.value("checkpoint_failed_step", int64_t{-1});
+  const std::string error = j.value("checkpoint_error", std::string());
+  const size_t n = std::min(error.size(), sizeof(p.checkpoint_error) - 1);
+  std::memcpy(p.checkpoint_error, error.data(), n);
+  p.checkpoint_error[n] = '\0';
   const auto& ring = j.at("ring");
   for (size_t i = 0; i < ring.size() && i < static_cast<size_t>(kProgressRingSize); ++i) {
     CollectiveEntry& e = p.ring[i];
@@ -164,6 +183,9 @@ class Supervisor::Impl : public std::enable_shared_from_this<Supervisor::Impl> {
   int64_t NewestCommittedStep() const;
   // A checkpoint counts as committed for the run once every rank has seen its commit.
   void RecordCheckpointsSeen(const std::vector<RankView>& views);
+  // Records a checkpoint_failed event for each failed save the ranks report
+  // that is not recorded yet, and logs it. Not a crash: the run goes on.
+  void RecordCheckpointFailures(const std::vector<RankView>& views);
 
   // ---- control socket ----
   Status StartControl();
@@ -231,6 +253,10 @@ class Supervisor::Impl : public std::enable_shared_from_this<Supervisor::Impl> {
   int64_t resume_step_env_ = -1;  // HOLDFAST_RESUME_FROM_STEP for the attempt's first generation
   int64_t last_committed_step_ = -1;
   int64_t last_recorded_step_ = -1;
+  // Checkpoint failures already handled; records start at zero each generation.
+  int failures_generation_ = -1;             // the generation the two below are about
+  std::map<int, uint64_t> failures_seen_;    // global rank -> its checkpoint_failures handled
+  std::set<int64_t> failed_steps_recorded_;  // steps with a checkpoint_failed event
   Clock::time_point last_step_update_;
   Clock::time_point started_;
   std::vector<std::unique_ptr<RankProcess>> ranks_;
@@ -693,6 +719,63 @@ void Supervisor::Impl::RecordCheckpointsSeen(const std::vector<RankView>& views)
   if (!s.ok()) spdlog::warn("lineage: {}", s.ToString());
 }
 
+void Supervisor::Impl::RecordCheckpointFailures(const std::vector<RankView>& views) {
+  if (failures_generation_ != generation_) {
+    failures_generation_ = generation_;
+    failures_seen_.clear();
+    failed_steps_recorded_.clear();
+  }
+  // Every rank reports the outcome of the same save (checkpoint/checkpoint_writer.h),
+  // so one event per failed step, carrying each reporting rank's text.
+  struct Report {
+    int rank;
+    int node;
+    uint64_t missed;  // earlier failures of this rank not seen one by one
+    std::string error;
+  };
+  std::map<int64_t, std::vector<Report>> by_step;
+  for (const RankView& v : views) {  // sorted by rank
+    if (!v.progress.valid || v.progress.torn) continue;  // read again on the next tick
+    const ProgressRecordLayout& p = v.progress.record;
+    uint64_t& seen = failures_seen_[v.rank];
+    if (p.checkpoint_failures <= seen) continue;
+    by_step[p.checkpoint_failed_step].push_back(
+        {v.rank, v.node, p.checkpoint_failures - seen - 1, CheckpointErrorText(p)});
+    seen = p.checkpoint_failures;
+  }
+  for (const auto& [step, reports] : by_step) {
+    for (const Report& r : reports) {
+      spdlog::warn("CHECKPOINT FAILED: step {} on rank {} (training goes on): {}", step, r.rank, r.error);
+    }
+    if (!failed_steps_recorded_.insert(step).second) continue;  // a rank reporting it late
+    const Report& first = reports.front();
+    nlohmann::json list = nlohmann::json::array();
+    uint64_t missed = 0;
+    for (const Report& r : reports) {
+      list.push_back({{"rank", r.rank}, {"node", r.node}, {"error", r.error}, {"missed_failures", r.missed}});
+      missed = std::max(missed, r.missed);
+    }
+    const std::string newest = last_committed_step_ >= 0 ? std::to_string(last_committed_step_) : "none";
+    EventRecord ev = NewEvent(event_kind::kCheckpointFailed, std::to_string(first.node));
+    ev.rank = first.rank;
+    ev.summary = "checkpoint step " + std::to_string(step) + " failed on rank " + std::to_string(first.rank) +
+                 (reports.size() > 1 ? " and " + std::to_string(reports.size() - 1) + " other(s)" : "") + ": " +
+                 first.error;
+    if (missed > 0) ev.summary += " (" + std::to_string(missed) + " earlier failure(s) not seen one by one)";
+    ev.evidence_json = nlohmann::json{{"step", step},
+                                      {"rank", first.rank},
+                                      {"newest_committed_step", last_committed_step_},
+                                      {"reports", list}}
+                           .dump();
+    ev.action =
+        "training continues; step " + std::to_string(step) + " not committed (newest committed: " + newest + ")";
+    ev.runbook = "runbooks/checkpoint-failed.md";
+    auto id = db_->RecordEvent(ev);
+    if (!id.ok()) spdlog::warn("lineage: {}", id.status().ToString());
+    last_incident_ = IncidentSummary{ev.kind, ev.summary, UnixMs(), ev.action, ev.runbook};
+  }
+}
+
 void Supervisor::Impl::Tick() {
   ReapChildren();  // a SIGCHLD can coalesce; reaping here too costs one syscall
   if (!leader()) {
@@ -708,6 +791,7 @@ void Supervisor::Impl::Tick() {
   const int64_t now = MonotonicNowNs();
   std::vector<RankView> views = Views();
   RecordCheckpointsSeen(views);
+  RecordCheckpointFailures(views);
   if (!views.empty() && views[0].progress.valid) {
     const int64_t step = views[0].progress.record.step;
     if (step != last_recorded_step_ && Clock::now() - last_step_update_ > std::chrono::seconds(5)) {
@@ -784,6 +868,8 @@ void Supervisor::Impl::OnRankExit(RankProcess* rank) {
 
 void Supervisor::Impl::OnAnyRankExit(int rank, int ws, const std::vector<std::string>& log_tail) {
   exits_[rank] = ws;
+  // A save that failed just before the exit is recorded before what follows it.
+  if (state_ == State::kRunning || state_ == State::kStopping) RecordCheckpointFailures(Views());
   const bool all_exited = static_cast<int>(exits_.size()) >= world();
   if (state_ == State::kStopping) {
     if (all_exited) AfterAllStopped();

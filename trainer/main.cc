@@ -206,6 +206,8 @@ void LogOutcomes(CheckpointWriter* writer, ProgressWriter* progress) {
     } else {
       spdlog::error("checkpoint step {} FAILED (training goes on; the previous checkpoint stays the newest): {}",
                     o.step, o.status.ToString());
+      // The supervisor records it in lineage.db, where on-call looks first.
+      if (progress != nullptr) progress->RecordCheckpointFailure(o.step, o.status.ToString());
     }
   }
 }

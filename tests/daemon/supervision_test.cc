@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -336,6 +337,73 @@ TEST_F(SupervisionTest, ASpentRestartBudgetStopsWithACauseAPersonCanRead) {
   ASSERT_TRUE(inc.ok() && inc->has_value());
   EXPECT_EQ((*inc)->kind, "budget_exhausted");
   EXPECT_EQ((*inc)->runbook, "runbooks/restart-budget.md");
+}
+
+// A checkpoint save fails for a real filesystem reason (a regular file sits
+// where the step folder goes: ENOTDIR) while the saves before and after it
+// succeed. The run is not interrupted, and lineage.db, `runctl lineage` and
+// `runctl triage` tell on-call which step failed and why.
+TEST_F(SupervisionTest, AFailedCheckpointSaveIsRecordedAndTheRunGoesOn) {
+  WriteJob();
+  std::filesystem::create_directories(dir_ / "ck");
+  WriteFile(dir_ / "ck/step-000000000010", "not a folder\n");  // every_steps = 5: saves 5, 10, ..., 30
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  ExpectFinishedBitExact(daemon);  // no restart, same parameters as the fault-free run
+  auto db = Lineage();
+  ASSERT_NE(db, nullptr);
+  auto run = db->LatestRun();
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->state, RunState::kSucceeded);
+  auto gens = db->Generations(run->run_id);
+  ASSERT_TRUE(gens.ok());
+  EXPECT_EQ(gens->size(), 1u) << "a failed save must not be treated as a crash";
+
+  auto events = db->Events(run->run_id, 100);
+  ASSERT_TRUE(events.ok());
+  std::vector<EventRecord> failed;
+  for (const auto& e : *events) {
+    if (e.kind == "checkpoint_failed") failed.push_back(e);
+    EXPECT_NE(e.kind, "crash") << e.summary;
+  }
+  // Both ranks report the failed save of step 10; it is one event.
+  ASSERT_EQ(failed.size(), 1u) << ReadFile(dir_ / "daemon.log");
+  const EventRecord& ev = failed.front();
+  EXPECT_TRUE(ev.incident);
+  EXPECT_TRUE(ev.rank.has_value());
+  EXPECT_NE(ev.summary.find("checkpoint step 10 failed on rank"), std::string::npos) << ev.summary;
+  EXPECT_NE(ev.summary.find("step-000000000010"), std::string::npos) << ev.summary;
+  EXPECT_NE(ev.summary.find("Not a directory"), std::string::npos) << ev.summary;
+  EXPECT_NE(ev.action.find("training continues; step 10 not committed (newest committed: 5)"), std::string::npos)
+      << ev.action;
+  EXPECT_EQ(ev.runbook, "runbooks/checkpoint-failed.md");
+  auto evidence = nlohmann::json::parse(ev.evidence_json);
+  EXPECT_EQ(evidence["step"], 10);
+  ASSERT_TRUE(evidence["reports"].is_array());
+  ASSERT_FALSE(evidence["reports"].empty());
+  EXPECT_NE(evidence["reports"][0]["error"].get<std::string>().find("Not a directory"), std::string::npos)
+      << ev.evidence_json;
+
+  auto ckpts = db->Checkpoints(run->run_id);
+  ASSERT_TRUE(ckpts.ok());
+  std::set<int64_t> committed;
+  for (const auto& k : *ckpts) {
+    if (k.state == CheckpointState::kCommitted) committed.insert(k.step);
+  }
+  EXPECT_EQ(committed.count(10), 0u);
+  EXPECT_EQ(committed.count(15), 1u) << "the next save after the failed one commits";
+  EXPECT_EQ(committed.count(30), 1u);
+
+  ProcessResult lineage = RunProcess({BuildPath("cli/runctl"), "--run-dir", dir_ / "run", "lineage", "latest"});
+  EXPECT_EQ(lineage.exit_code, 0) << lineage.output;
+  EXPECT_NE(lineage.output.find("[checkpoint_failed]"), std::string::npos) << lineage.output;
+  EXPECT_NE(lineage.output.find("checkpoint step 10 failed"), std::string::npos) << lineage.output;
+  EXPECT_NE(lineage.output.find("runbooks/checkpoint-failed.md"), std::string::npos) << lineage.output;
+  EXPECT_NE(lineage.output.find("checkpoint step 15 committed"), std::string::npos) << lineage.output;
+  ProcessResult triage = RunProcess({BuildPath("cli/runctl"), "--run-dir", dir_ / "run", "triage", "latest"});
+  EXPECT_EQ(triage.exit_code, 0) << triage.output;
+  EXPECT_NE(triage.output.find("incident  checkpoint_failed"), std::string::npos) << triage.output;
+  EXPECT_NE(triage.output.find("Not a directory"), std::string::npos) << triage.output;
+  EXPECT_NE(triage.output.find("checkpoint-failed.md"), std::string::npos) << triage.output;
 }
 
 }  // namespace
