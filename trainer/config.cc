@@ -11,6 +11,8 @@
 
 #include <toml++/toml.h>
 
+#include "common/toml_reader.h"
+
 namespace holdfast {
 namespace {
 
@@ -146,12 +148,6 @@ bool SectionExists(const std::string& section) {
   return false;
 }
 
-std::string Where(const std::string& file, const toml::source_region& src) {
-  std::string where = file.empty() ? "<flags>" : file;
-  if (src.begin.line > 0) where += ":" + std::to_string(src.begin.line);
-  return where;
-}
-
 std::string FormatNumber(double v) {
   std::ostringstream os;
   os.precision(17);
@@ -162,68 +158,32 @@ std::string FormatNumber(double v) {
 // Converts a TOML node to the key's type and checks its range; `where` prefixes errors.
 Result<Value> Convert(const KeyDef& d, const toml::node& node, const std::string& where) {
   const std::string name = std::string(d.section) + "." + d.key;
-  auto type_error = [&]() {
-    return InvalidArgumentError(where + ": key '" + name + "' must be " + KindName(d.kind));
-  };
-  Value v;
   switch (d.kind) {
     case Kind::kInt: {
-      if (!node.is_integer()) return type_error();
-      int64_t x = node.as_integer()->get();
-      if (static_cast<double>(x) < d.lo || static_cast<double>(x) > d.hi) {
-        return InvalidArgumentError(where + ": key '" + name + "' must be between " + FormatNumber(d.lo) +
-                                    " and " + FormatNumber(d.hi) + ", got " + std::to_string(x));
-      }
-      v = x;
-      break;
+      HF_ASSIGN_OR_RETURN(int64_t x,
+                          ReadTomlInt(node, where, name, static_cast<int64_t>(d.lo), static_cast<int64_t>(d.hi)));
+      return Value(x);
     }
     case Kind::kFloat: {
-      double x;
-      if (node.is_floating_point()) {
-        x = node.as_floating_point()->get();
-      } else if (node.is_integer()) {
-        x = static_cast<double>(node.as_integer()->get());
-      } else {
-        return type_error();
-      }
-      if (!std::isfinite(x) && !(std::isinf(x) && x > 0 && std::isinf(d.hi))) {
-        return InvalidArgumentError(where + ": key '" + name + "' must be a finite number");
-      }
-      if (x < d.lo || x > d.hi) {
-        return InvalidArgumentError(where + ": key '" + name + "' must be between " + FormatNumber(d.lo) +
-                                    " and " + FormatNumber(d.hi) + ", got " + FormatNumber(x));
-      }
-      v = x;
-      break;
+      HF_ASSIGN_OR_RETURN(double x, ReadTomlDouble(node, where, name, d.lo, d.hi));
+      return Value(x);
     }
-    case Kind::kBool:
-      if (!node.is_boolean()) return type_error();
-      v = node.as_boolean()->get();
-      break;
+    case Kind::kBool: {
+      HF_ASSIGN_OR_RETURN(bool x, ReadTomlBool(node, where, name));
+      return Value(x);
+    }
     case Kind::kString: {
-      if (!node.is_string()) return type_error();
-      std::string s = node.as_string()->get();
-      if (d.choices != nullptr) {
-        bool found = false;
-        std::stringstream ss(d.choices);
-        std::string choice;
-        while (std::getline(ss, choice, '|')) found = found || choice == s;
-        if (!found) {
-          return InvalidArgumentError(where + ": key '" + name + "' must be one of " + d.choices + ", got '" + s +
-                                      "'");
-        }
-      }
-      v = s;
-      break;
+      HF_ASSIGN_OR_RETURN(std::string x, ReadTomlString(node, where, name, d.choices));
+      return Value(std::move(x));
     }
   }
-  return v;
+  return InvalidArgumentError(where + ": key '" + name + "' has no type");  // unreachable: every Kind is handled
 }
 
 Status ApplyTable(const toml::table& root, const std::string& file, TrainerConfig* config) {
   for (auto&& [section_key, section_node] : root) {
     const std::string section(section_key.str());
-    const std::string where = Where(file, section_key.source());
+    const std::string where = TomlWhere(file, section_key.source());
     if (!SectionExists(section)) {
       return InvalidArgumentError(where + ": unknown section '" + section + "' (known sections: " + KnownSections() +
                                   ")");
@@ -234,7 +194,7 @@ Status ApplyTable(const toml::table& root, const std::string& file, TrainerConfi
     }
     for (auto&& [key, node] : *table) {
       const std::string k(key.str());
-      const std::string key_where = Where(file, key.source());
+      const std::string key_where = TomlWhere(file, key.source());
       const KeyDef* d = FindKey(section, k);
       if (d == nullptr) {
         return InvalidArgumentError(key_where + ": unknown key '" + section + "." + k + "' (known keys in [" +
@@ -322,7 +282,7 @@ Result<TrainerConfig> LoadTrainerConfig(const std::string& path, const std::vect
     try {
       root = toml::parse_file(path);
     } catch (const toml::parse_error& e) {
-      return InvalidArgumentError(Where(path, e.source()) + ": TOML syntax error: " + std::string(e.description()));
+      return InvalidArgumentError(TomlWhere(path, e.source()) + ": TOML syntax error: " + std::string(e.description()));
     }
     HF_RETURN_IF_ERROR(ApplyTable(root, path, &config));
   }
