@@ -14,23 +14,15 @@
 #include "checkpoint/checkpoint_loader.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "common/memory_store.h"
+#include "tests/support/subprocess.h"
 
 namespace holdfast {
 namespace {
 
-class TempDir {
+// One temporary folder per test, removed after it (HOLDFAST_KEEP_TEST_DIRS keeps it).
+class TempDir : public testing::TempDir {
  public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base ? base : "/tmp") + "/hf_ckpt_loader_test_XXXXXX";
-    HF_CHECK(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : testing::TempDir("ckpt_loader_test") {}
 };
 
 // Passes everything to PosixStorage and counts the bytes read from each file.

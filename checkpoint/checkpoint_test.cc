@@ -14,24 +14,16 @@
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/failing_storage.h"
 #include "common/memory_store.h"
+#include "tests/support/subprocess.h"
 #include "spdlog/spdlog.h"
 
 namespace holdfast {
 namespace {
 
-class TempDir {
+// One temporary folder per test, removed after it (HOLDFAST_KEEP_TEST_DIRS keeps it).
+class TempDir : public testing::TempDir {
  public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base ? base : "/tmp") + "/hf_ckpt_test_XXXXXX";
-    HF_CHECK(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : testing::TempDir("ckpt_test") {}
 };
 
 // A rank's state whose bytes depend on (step, rank), so a test can tell which

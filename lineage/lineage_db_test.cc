@@ -11,22 +11,15 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "tests/support/subprocess.h"
+
 namespace holdfast {
 namespace {
 
-class TempDir {
+// One temporary folder per test, removed after it (HOLDFAST_KEEP_TEST_DIRS keeps it).
+class TempDir : public testing::TempDir {
  public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base ? base : "/tmp") + "/hf_lineage_test_XXXXXX";
-    HF_CHECK(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : testing::TempDir("lineage_test") {}
 };
 
 bool Exists(const std::string& path) {
