@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 namespace holdfast {
@@ -18,6 +21,32 @@ Status MustBe(const std::string& where, const std::string& name, const std::stri
 std::string TomlWhere(const std::string& file, const toml::source_region& region) {
   if (region.begin.line == 0) return file;
   return file + ":" + std::to_string(region.begin.line);
+}
+
+Result<toml::table> ParseToml(const std::string& text, const std::string& source) {
+  try {
+    return toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    return InvalidArgumentError(TomlWhere(source, e.source()) + ": TOML syntax error: " + std::string(e.description()));
+  }
+}
+
+Result<toml::table> ParseTomlFile(const std::string& path, std::string* text) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    return NotFoundError("config file " + path + " does not exist (pass --config with a TOML file, see examples/)");
+  }
+  if (std::filesystem::is_directory(path, ec)) {
+    return InvalidArgumentError("config file " + path + " is a directory; pass a TOML file");
+  }
+  std::ifstream in(path);
+  std::stringstream content;
+  content << in.rdbuf();
+  if (!in) return IoError("config file " + path + " cannot be read; check its permissions");
+  std::string read = content.str();
+  HF_ASSIGN_OR_RETURN(toml::table root, ParseToml(read, path));
+  if (text != nullptr) *text = std::move(read);
+  return root;
 }
 
 std::string FormatTomlNumber(double value) {

@@ -29,6 +29,13 @@ namespace holdfast {
 // "file:line" for a source region; just "file" when toml++ has no line for it.
 std::string TomlWhere(const std::string& file, const toml::source_region& region);
 
+// Parses TOML text; a syntax error reads "source:line: TOML syntax error: ...".
+Result<toml::table> ParseToml(const std::string& text, const std::string& source);
+// Reads and parses a config file. A missing file, a folder or an unreadable
+// file gets a message that says what to pass instead. `text` (may be null)
+// receives the file's content.
+Result<toml::table> ParseTomlFile(const std::string& path, std::string* text = nullptr);
+
 // Numbers for messages: the shortest text that reads back as the same double
 // ("0.999", "1e+12", "inf").
 std::string FormatTomlNumber(double value);

@@ -1,6 +1,10 @@
 #include "common/toml_reader.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include <gtest/gtest.h>
@@ -203,6 +207,33 @@ TEST(TomlWhereTest, OmitsAMissingLine) {
   EXPECT_EQ(FormatTomlNumber(1e15), "1e+15");
   EXPECT_EQ(FormatTomlNumber(0.999999), "0.999999");
   EXPECT_EQ(FormatTomlNumber(1.0 / 3), "0.3333333333333333");
+}
+
+TEST(ParseTomlFileTest, SaysWhatIsWrongWithTheFile) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("hf_toml_file_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string good = (dir / "good.toml").string(), bad = (dir / "bad.toml").string();
+  std::ofstream(good) << "[job]\nname = \"x\"\n";
+  std::ofstream(bad) << "[job]\nname = \n";
+
+  std::string text;
+  auto root = ParseTomlFile(good, &text);
+  ASSERT_TRUE(root.ok()) << root.status().ToString();
+  EXPECT_EQ((*root)["job"]["name"].value_or(std::string()), "x");
+  EXPECT_EQ(text, "[job]\nname = \"x\"\n");
+
+  auto syntax = ParseTomlFile(bad);
+  ASSERT_FALSE(syntax.ok());
+  EXPECT_EQ(syntax.status().message().rfind(bad + ":2: TOML syntax error", 0), 0u) << syntax.status().message();
+
+  auto missing = ParseTomlFile((dir / "none.toml").string());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("pass --config with a TOML file"), std::string::npos);
+
+  auto folder = ParseTomlFile(dir.string());
+  EXPECT_NE(folder.status().message().find("is a directory; pass a TOML file"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

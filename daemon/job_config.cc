@@ -1,9 +1,5 @@
 #include "daemon/job_config.h"
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
 #include <toml++/toml.h>
 
 #include "common/toml_reader.h"
@@ -13,17 +9,7 @@ namespace holdfast {
 Result<JobConfig> LoadJobConfig(const std::string& path) {
   JobConfig cfg;
   cfg.source = path;
-  std::ifstream in(path);
-  if (!in) return NotFoundError("job config " + path + " cannot be read (pass --config with a TOML file, see examples/)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  cfg.text = ss.str();
-  toml::table root;
-  try {
-    root = toml::parse(cfg.text, path);
-  } catch (const toml::parse_error& e) {
-    return InvalidArgumentError(TomlWhere(path, e.source()) + ": TOML syntax error: " + std::string(e.description()));
-  }
+  HF_ASSIGN_OR_RETURN(toml::table root, ParseTomlFile(path, &cfg.text));
   static const char* kSections = "[job], [supervise], [lineage], [health]";
   for (auto&& [k, v] : root) {
     const std::string section(k.str());

@@ -1,7 +1,5 @@
 #include "health/config.h"
 
-#include <filesystem>
-
 #include <toml++/toml.h>
 
 #include "common/toml_reader.h"
@@ -107,29 +105,12 @@ Result<HealthConfig> FromTable(const toml::table& root, const std::string& sourc
 }  // namespace
 
 Result<HealthConfig> ParseHealthConfig(const std::string& toml_text, const std::string& source) {
-  toml::table root;
-  try {
-    root = toml::parse(toml_text, source);
-  } catch (const toml::parse_error& e) {
-    return InvalidArgumentError(TomlWhere(source, e.source()) + ": TOML syntax error: " + std::string(e.description()));
-  }
+  HF_ASSIGN_OR_RETURN(toml::table root, ParseToml(toml_text, source));
   return FromTable(root, source);
 }
 
 Result<HealthConfig> LoadHealthConfig(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    return NotFoundError("config file " + path + " does not exist (pass --config with a TOML file)");
-  }
-  if (std::filesystem::is_directory(path, ec)) {
-    return InvalidArgumentError("config file " + path + " is a directory; pass a TOML file");
-  }
-  toml::table root;
-  try {
-    root = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    return InvalidArgumentError(TomlWhere(path, e.source()) + ": TOML syntax error: " + std::string(e.description()));
-  }
+  HF_ASSIGN_OR_RETURN(toml::table root, ParseTomlFile(path));
   return FromTable(root, path);
 }
 

@@ -271,19 +271,7 @@ Result<TrainerConfig> LoadTrainerConfig(const std::string& path, const std::vect
   TrainerConfig config;
   config.source = path;
   if (!path.empty()) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) {
-      return NotFoundError("config file " + path + " does not exist (pass --config with a TOML file, see examples/)");
-    }
-    if (std::filesystem::is_directory(path, ec)) {
-      return InvalidArgumentError("config file " + path + " is a directory; pass a TOML file");
-    }
-    toml::table root;
-    try {
-      root = toml::parse_file(path);
-    } catch (const toml::parse_error& e) {
-      return InvalidArgumentError(TomlWhere(path, e.source()) + ": TOML syntax error: " + std::string(e.description()));
-    }
+    HF_ASSIGN_OR_RETURN(toml::table root, ParseTomlFile(path));
     HF_RETURN_IF_ERROR(ApplyTable(root, path, &config));
   }
   for (const std::string& o : overrides) HF_RETURN_IF_ERROR(ApplyOverride(o, &config));
