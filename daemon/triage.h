@@ -25,7 +25,8 @@ namespace holdfast {
 // One rank as the supervisor sees it at one instant.
 struct RankView {
   int rank = 0;
-  int node = 0;
+  int node = 0;       // index of its node in the allocation
+  std::string host;   // its node's host name (scheduler/scheduler.h NodeInfo::host)
   pid_t pid = 0;
   bool alive = true;
   char proc_state = '?';  // /proc/<pid>/stat state: R, S, D, T (stopped), t, Z

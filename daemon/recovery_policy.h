@@ -1,0 +1,95 @@
+// The recovery policy: one pure, deterministic function from what went wrong
+// (the incident, the implicated hosts' history in this run, the health
+// policy's decision, the restart budget, what the scheduler can do) to the
+// one thing holdfastd does about it:
+//
+//   restart in place (after a backoff)   the node is fine; the budget allows
+//   requeue excluding hosts              a host is implicated again, or lost, or
+//                                        its health asks to leave the job
+//   drain and requeue                    a health check asks for a drain and
+//                                        the scheduler may drain
+//   stop, with a cause                   budget spent, bad input, an operator's
+//                                        stop, or nothing else is possible
+//
+// Every decision to restart or stop a run is taken here and nowhere else; the
+// supervisor carries it out and lineage records it with `reason`. Like
+// health/policy.h: no clock, no state, no I/O — same input, same output —
+// so the whole table is a unit test (daemon/recovery_policy_test.cc).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "health/check.h"
+#include "scheduler/scheduler.h"
+
+namespace holdfast {
+
+enum class IncidentKind {
+  kCrash,       // a rank died: a signal, or a non-zero exit that is not one below
+  kHang,        // no progress within the allowance (triage names the culprit)
+  kBadInput,    // a rank exited 2 (config, flag, data) or could not be executed: the same input fails again
+  kNodeLost,    // a node's holdfastd went away (its ranks died with it)
+  kHealth,      // a health check failed; `health_action` is what the health policy asks
+  kStopRequest, // an operator asked to stop: `runctl stop`, SIGTERM/SIGINT to holdfastd
+  kDaemonSignal,// holdfastd received another fatal signal (SIGHUP, SIGQUIT, ...)
+  kPreemption,  // the scheduler's warning signal or time limit, or ranks that checkpointed and stopped on their own
+};
+const char* IncidentKindName(IncidentKind kind);  // "crash", "hang", "bad_input", ...
+
+enum class RecoveryAction { kRestartInPlace, kRequeueExcluding, kDrainAndRequeue, kStop };
+const char* RecoveryActionName(RecoveryAction action);  // "restart", "requeue", "drain_requeue", "stop"
+
+// How a stopped run ends (lineage's run state and holdfastd's exit code).
+enum class StopOutcome {
+  kFailed,     // exit 1
+  kStopped,    // exit 3 — or kPreempted after all, when every rank committed a checkpoint before exiting
+  kPreempted,  // exit 75: resume later
+};
+
+struct RecoveryInput {
+  IncidentKind kind = IncidentKind::kCrash;
+  // Hosts the incident implicates (a culprit rank's node, the lost node, the
+  // node whose health failed). Empty: none in particular (e.g. a collective
+  // timeout seen by every rank).
+  std::vector<std::string> hosts;
+  // kHealth only: what the health policy decided (kNone never reaches here).
+  health::Action health_action = health::Action::kNone;
+  // Earlier incidents of this run (all attempts) per host, not counting this
+  // one. A host implicated again (>= repeat_threshold earlier) should leave.
+  std::map<std::string, int> host_incidents;
+  int repeat_threshold = 1;
+  // The restart budget of this attempt.
+  int restarts_used = 0;
+  int restart_budget = 3;
+  // Consecutive generations that failed before completing a step, including
+  // the one that just failed (0 when it made progress): drives the backoff.
+  int failures_without_progress = 0;
+  double backoff_initial_s = 0.25;
+  double backoff_max_s = 30;
+  SchedulerCapabilities caps;
+};
+
+struct RecoveryDecision {
+  RecoveryAction action = RecoveryAction::kStop;
+  double backoff_s = 0;                     // kRestartInPlace: wait this long first
+  bool consumes_restart = false;            // counts against the restart budget
+  std::vector<std::string> exclude_hosts;   // kRequeueExcluding, kDrainAndRequeue
+  std::vector<std::string> drain_hosts;     // kDrainAndRequeue
+  // The ranks get the checkpoint allowance to commit a checkpoint before they
+  // are killed (operator stops, preemption); otherwise the short TERM grace.
+  bool checkpoint_first = false;
+  StopOutcome outcome = StopOutcome::kFailed;  // kStop; also the attempt's end for a requeue
+  bool budget_exhausted = false;           // kStop because the budget is spent
+  // One line for lineage and the log: what is done and why, e.g.
+  // "restart in place after 0.50 s (restart 2 of 3): crash on gpu-a17"
+  // "requeue excluding gpu-a17: implicated in 2 incidents of this run"
+  std::string reason;
+};
+
+RecoveryDecision DecideRecovery(const RecoveryInput& input);
+
+}  // namespace holdfast
