@@ -13,10 +13,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
+#include "checkpoint/format.h"  // kManifestFileName only: runctl reads no checkpoint bytes
 #include "daemon/control_protocol.h"
 #include "lineage/lineage_db.h"
 
@@ -27,10 +30,12 @@ namespace holdfast {
 const char kExitCodesHelp[] =
     "Exit codes:\n"
     "  0  ok\n"
-    "  1  failure reported by the daemon, or lineage.db unreadable/corrupt\n"
+    "  1  failure reported by the daemon, a request runctl refuses (the message says why),\n"
+    "     or lineage.db unreadable/corrupt\n"
     "  2  usage error (bad flag or argument)\n"
     "  3  run or lineage.db not found (unknown or ambiguous RUN, no such checkpoint)\n"
-    "  4  holdfastd not reachable (checkpoint needs a live daemon)\n";
+    "  4  holdfastd not reachable (checkpoint and stop need a live daemon)\n"
+    "  5  stop --wait gave up: the run was still running after --timeout\n";
 
 namespace {
 
@@ -315,19 +320,36 @@ void PrintLiveStatus(const CliContext& c, const RunStatus& s) {
   os << "world size " << s.world_size << ", restarts " << s.restarts_used << "/"
      << s.restart_budget << ", last checkpoint step " << OptText(s.last_checkpoint_step)
      << ", up " << FormatDuration(s.uptime_s) << "\n\n";
-  Table t({"NODE", "RANK", "PID", "STATE", "STEP", "PHASE", "HEARTBEAT", "LAST STEP", "WAITING ON",
-           "ISSUED"});
+  // STEPS/S .. WAIT: the rank's pace over the daemon's straggler window. Every
+  // rank of a data-parallel run steps at the same rate; a straggler shows as
+  // long COMPUTE and short WAIT while the others wait for it.
+  Table t({"NODE", "RANK", "PID", "STATE", "STEP", "PHASE", "HEARTBEAT", "LAST STEP", "STEPS/S",
+           "STEP P50/P99", "COMPUTE", "WAIT", "WAITING ON", "ISSUED"});
+  auto ms = [](const std::optional<double>& v) {
+    char buf[32] = "-";
+    if (v) std::snprintf(buf, sizeof(buf), "%.0f ms", *v);
+    return std::string(buf);
+  };
   for (const NodeStatus& n : s.nodes) {
     for (const RankStatus& r : n.ranks) {
-      char last[32] = "-";
-      if (r.last_step_ms) std::snprintf(last, sizeof(last), "%.0f ms", *r.last_step_ms);
+      char rate[32] = "-";
+      if (r.steps_per_s) std::snprintf(rate, sizeof(rate), "%.2f", *r.steps_per_s);
+      char p50_p99[48] = "-";
+      if (r.step_ms_p50 && r.step_ms_p99) {
+        std::snprintf(p50_p99, sizeof(p50_p99), "%.0f/%.0f ms", *r.step_ms_p50, *r.step_ms_p99);
+      }
       t.Add({std::to_string(n.node), std::to_string(r.rank), std::to_string(r.pid), r.state,
-             std::to_string(r.step), r.phase, FormatDuration(r.heartbeat_age_s) + " ago", last,
+             std::to_string(r.step), r.phase, FormatDuration(r.heartbeat_age_s) + " ago", ms(r.last_step_ms),
+             rate, p50_p99, ms(r.compute_ms_p50), ms(r.wait_ms_p50),
              r.waiting_on && *r.waiting_on != 0 ? "#" + std::to_string(*r.waiting_on) : "-",
              std::to_string(r.collectives_issued)});
     }
   }
   t.Print(os);
+  if (s.slowest_rank) {
+    os << "\nslowest rank: "
+       << (s.slowest_rank_note ? *s.slowest_rank_note : "rank " + std::to_string(*s.slowest_rank)) << "\n";
+  }
   if (s.last_incident) {
     const IncidentSummary& i = *s.last_incident;
     os << "\nlast incident: " << i.kind << " at " << FormatTime(i.at_ms) << ": " << i.summary
@@ -491,12 +513,15 @@ int CmdLineage(const CliContext& c, const std::string& spec, int max_events) {
     return kRunctlOk;
   }
 
-  // One time-ordered list; at equal times, starts before what happens inside
-  // them before ends.
+  // One list in the order things were written (lineage's seq: a wall clock
+  // that stepped back does not reorder it); what one write recorded at once
+  // (ending a generation and its attempt) goes starts, then what happens
+  // inside them, then ends.
   struct Item {
+    int64_t seq;
     int64_t t;
     int order;
-    int64_t seq;
+    int64_t tie;
     std::string att, gen, text;
   };
   std::vector<Item> items;
@@ -509,32 +534,36 @@ int CmdLineage(const CliContext& c, const std::string& spec, int max_events) {
     if (!a.slurm_job_id.empty()) how += ", slurm job " + a.slurm_job_id;
     if (a.restart_count > 0) how += ", requeue #" + std::to_string(a.restart_count);
     if (!a.nodes.empty()) how += ", nodes " + Join(a.nodes, ",");
-    items.push_back({a.started_ms, 0, 0, std::to_string(a.attempt), "-",
+    items.push_back({a.seq, a.started_ms, 0, 0, std::to_string(a.attempt), "-",
                      "attempt " + std::to_string(a.attempt) + " started: " + how});
     if (a.ended_ms) {
-      items.push_back({*a.ended_ms, 5, 0, std::to_string(a.attempt), "-",
+      items.push_back({a.ended_seq.value_or(a.seq), *a.ended_ms, 5, 0, std::to_string(a.attempt),
+                       "-",
                        "attempt " + std::to_string(a.attempt) + " ended " +
                            StateAndCause(RunStateName(a.state), a.cause)});
     }
   }
   for (const GenerationRecord& g : *gens) {
     std::string a = std::to_string(g.attempt), n = std::to_string(g.generation);
-    items.push_back({g.started_ms, 1, 0, a, n,
+    items.push_back({g.seq, g.started_ms, 1, 0, a, n,
                      "generation " + n + " started from step " + std::to_string(g.start_step)});
     if (g.ended_ms) {
-      items.push_back({*g.ended_ms, 4, 0, a, n,
+      // Older daemons left last_step unset when no step came before the end:
+      // then it ended where it started.
+      items.push_back({g.ended_seq.value_or(g.seq), *g.ended_ms, 4, 0, a, n,
                        "generation " + n + " ended " + RunStateName(g.state) + " at step " +
-                           OptText(g.last_step) + (g.cause.empty() ? "" : ": " + g.cause)});
+                           std::to_string(g.last_step.value_or(g.start_step)) +
+                           (g.cause.empty() ? "" : ": " + g.cause)});
     }
   }
   for (const CheckpointRecord& k : *ckpts) {
-    items.push_back({k.committed_ms, 2, k.step, opt(k.attempt), opt(k.generation),
+    items.push_back({k.seq, k.committed_ms, 2, k.step, opt(k.attempt), opt(k.generation),
                      "checkpoint step " + std::to_string(k.step) + " committed (" +
                          FormatBytes(k.bytes) + ", world " + std::to_string(k.world_size) +
                          ") " + k.path});
     if (k.state != CheckpointState::kCommitted) {
-      items.push_back({k.state_ms.value_or(k.committed_ms), 2, k.step, opt(k.attempt),
-                       opt(k.generation),
+      items.push_back({k.state_seq.value_or(k.seq), k.state_ms.value_or(k.committed_ms), 2, k.step,
+                       opt(k.attempt), opt(k.generation),
                        "checkpoint step " + std::to_string(k.step) + " marked " +
                            CheckpointStateName(k.state) +
                            (k.reason.empty() ? "" : ": " + k.reason)});
@@ -551,12 +580,12 @@ int CmdLineage(const CliContext& c, const std::string& spec, int max_events) {
       std::string rb = e.runbook.empty() ? DefaultRunbook(e.kind) : e.runbook;
       if (!rb.empty()) text += " (" + rb + ")";
     }
-    items.push_back({e.time_ms, 3, e.id, opt(e.attempt), opt(e.generation), text});
+    items.push_back({e.seq, e.time_ms, 3, e.id, opt(e.attempt), opt(e.generation), text});
   }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
-    if (a.t != b.t) return a.t < b.t;
+    if (a.seq != b.seq) return a.seq < b.seq;
     if (a.order != b.order) return a.order < b.order;
-    return a.seq < b.seq;
+    return a.tie < b.tie;
   });
   std::ostream& os = *c.out;
   os << "run " << run.run_id << " (" << run.name << ")  "
@@ -762,32 +791,41 @@ int CmdTriage(const CliContext& c, const std::string& spec) {
   return kRunctlOk;
 }
 
-int CmdCheckpoint(const CliContext& c, const std::string& spec) {
-  // Name the run when lineage.db can (the daemon refuses another run's id);
-  // without a readable lineage.db the daemon alone decides.
-  std::string run_id;
-  {
-    Result<std::unique_ptr<LineageDb>> db = OpenDb(c);
-    if (db.ok()) {
-      Result<RunRecord> run = ResolveRun(db->get(), spec);
-      if (!run.ok()) return Fail(c, ExitForRunLookup(run.status()), run.status().message());
-      run_id = run->run_id;
-    } else if (db.status().code() != StatusCode::kNotFound) {
-      return Fail(c, kRunctlFailure, db.status().message());
-    } else if (!spec.empty() && spec != "latest") {
-      run_id = spec;
-    }
+namespace {
+
+// The run id to send to the daemon for RUN: lineage.db's when it can resolve
+// it (the daemon refuses another run's id); without a lineage.db, RUN as
+// given, or "" (the daemon alone decides). Returns an exit code on failure.
+int RunIdForDaemon(const CliContext& c, const std::string& spec, std::string* run_id) {
+  Result<std::unique_ptr<LineageDb>> db = OpenDb(c);
+  if (db.ok()) {
+    Result<RunRecord> run = ResolveRun(db->get(), spec);
+    if (!run.ok()) return Fail(c, ExitForRunLookup(run.status()), run.status().message());
+    *run_id = run->run_id;
+  } else if (db.status().code() != StatusCode::kNotFound) {
+    return Fail(c, kRunctlFailure, db.status().message());
+  } else if (!spec.empty() && spec != "latest") {
+    *run_id = spec;
   }
+  return kRunctlOk;
+}
+
+bool IsUnreachable(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimeout;
+}
+
+}  // namespace
+
+int CmdCheckpoint(const CliContext& c, const std::string& spec) {
+  std::string run_id;
+  if (int exit = RunIdForDaemon(c, spec, &run_id); exit != kRunctlOk) return exit;
   ControlRequest req;
   req.id = 1;
   req.op = control_op::kCheckpoint;
   req.args_json = run_id.empty() ? "{}" : json({{"run_id", run_id}}).dump();
   Result<ControlResponse> resp = CallDaemon(SocketPath(c), req, c.timeout);
   if (!resp.ok()) {
-    int code = resp.status().code() == StatusCode::kUnavailable ||
-                       resp.status().code() == StatusCode::kTimeout
-                   ? kRunctlUnreachable
-                   : kRunctlFailure;
+    int code = IsUnreachable(resp.status()) ? kRunctlUnreachable : kRunctlFailure;
     return Fail(c, code, "cannot ask holdfastd for a checkpoint: " + resp.status().message());
   }
   if (!resp->ok) {
@@ -806,6 +844,157 @@ int CmdCheckpoint(const CliContext& c, const std::string& spec) {
          << " lineage " << (run_id.empty() ? "latest" : run_id)
          << "` shows it once it is committed\n";
   return kRunctlOk;
+}
+
+namespace {
+
+// How often `stop --wait` looks again; stopping takes seconds to minutes
+// (a checkpoint is saved first), so a few looks a second cost nothing.
+constexpr std::chrono::milliseconds kStopPollInterval{250};
+// After the daemon stops answering, how long lineage.db may still say
+// "running" (the daemon's last write may land just after its socket closes)
+// before runctl calls it a daemon that died without recording an end.
+constexpr std::chrono::milliseconds kDaemonGoneGrace{2000};
+
+// The run's row as lineage.db holds it now (a fresh read-only open per look,
+// so each sees the daemon's newest commit).
+Result<RunRecord> ReadRun(const CliContext& c, const std::string& run_id) {
+  HF_ASSIGN_OR_RETURN(std::unique_ptr<LineageDb> db, OpenDb(c));
+  return db->GetRun(run_id);
+}
+
+int PrintStopped(const CliContext& c, const RunRecord& run, const json& result) {
+  std::optional<int64_t> ckpt;
+  if (Result<std::unique_ptr<LineageDb>> db = OpenDb(c); db.ok()) {
+    Result<std::optional<CheckpointRecord>> k = (*db)->NewestCommittedCheckpoint(run.run_id);
+    if (k.ok() && k->has_value()) ckpt = (*k)->step;
+  }
+  const int exit = run.state == RunState::kFailed ? kRunctlFailure : kRunctlOk;
+  if (c.json) {
+    PrintJson(c, {{"run_id", run.run_id},
+                  {"result", result},
+                  {"final", RunJson(run)},
+                  {"last_checkpoint_step", OptJson(ckpt)}});
+    return exit;
+  }
+  *c.out << "run " << run.run_id << " (" << run.name << ") ended "
+         << StateAndCause(RunStateName(run.state), run.cause) << "\n"
+         << "  last step " << OptText(run.last_step) << ", newest committed checkpoint "
+         << (ckpt ? "step " + std::to_string(*ckpt) : std::string("none")) << "\n";
+  if (run.state != RunState::kSucceeded) {
+    *c.out << "  continue it:  runctl --run-dir " << c.run_dir << " resume " << run.run_id << "\n";
+  }
+  return exit;
+}
+
+}  // namespace
+
+int CmdStop(const CliContext& c, const std::string& spec, bool wait,
+            std::chrono::milliseconds wait_timeout) {
+  std::string run_id;
+  if (spec.empty()) {
+    // No RUN: the run the live daemon supervises, which --wait needs to name.
+    ControlRequest st;
+    st.id = 1;
+    st.op = control_op::kStatus;
+    Result<ControlResponse> resp = CallDaemon(SocketPath(c), st, c.timeout);
+    if (!resp.ok()) {
+      return Fail(c, IsUnreachable(resp.status()) ? kRunctlUnreachable : kRunctlFailure,
+                  "cannot ask holdfastd to stop its run: " + resp.status().message() +
+                      " (`runctl status` shows the last recorded state)");
+    }
+    json raw = resp->ok ? json::parse(resp->result_json, nullptr, false) : json();
+    if (raw.is_object() && raw.value("run_id", json()).is_string()) {
+      run_id = raw["run_id"].get<std::string>();
+    }
+  } else if (int exit = RunIdForDaemon(c, spec, &run_id); exit != kRunctlOk) {
+    return exit;
+  }
+  const std::string which = run_id.empty() ? std::string("its run") : "run " + run_id;
+
+  ControlRequest req;
+  req.id = 1;
+  req.op = control_op::kStop;
+  req.args_json = run_id.empty() ? "{}" : json({{"run_id", run_id}}).dump();
+  Result<ControlResponse> resp = CallDaemon(SocketPath(c), req, c.timeout);
+  if (!resp.ok()) {
+    return Fail(c, IsUnreachable(resp.status()) ? kRunctlUnreachable : kRunctlFailure,
+                "cannot ask holdfastd to stop " + which + ": " + resp.status().message() +
+                    " (`runctl status` shows the last recorded state)");
+  }
+  if (!resp->ok) {
+    return Fail(c, kRunctlFailure,
+                "holdfastd refused to stop " + which + ": " + resp->error_code + ": " +
+                    resp->error.message());
+  }
+  json result = json::parse(resp->result_json, nullptr, false);
+  if (!c.json) {
+    *c.out << "asked holdfastd to stop " << which
+           << ": the ranks checkpoint and stop; `runctl --run-dir " << c.run_dir
+           << " status` to follow\n";
+  }
+  if (!wait) {
+    if (c.json) PrintJson(c, {{"run_id", run_id}, {"result", result}});
+    return kRunctlOk;
+  }
+  if (!c.json) *c.out << "waiting for " << which << " to stop...\n" << std::flush;
+
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + wait_timeout;
+  bool gone = false;             // the daemon did not answer the last ping
+  Clock::time_point gone_since;  // since when, while `gone`
+  for (;;) {
+    bool recorded = false;  // lineage.db holds the run (and says it still runs)
+    if (!run_id.empty()) {
+      Result<RunRecord> run = ReadRun(c, run_id);
+      if (run.ok() && run->state != RunState::kRunning) return PrintStopped(c, *run, result);
+      recorded = run.ok() || run.status().code() == StatusCode::kUnavailable;
+      // A busy file is a writer mid-commit: look again. Anything else is final.
+      if (!run.ok() && run.status().code() != StatusCode::kUnavailable &&
+          run.status().code() != StatusCode::kNotFound) {
+        return Fail(c, kRunctlFailure, run.status().message());
+      }
+    }
+    const Clock::time_point now = Clock::now();
+    ControlRequest ping;
+    ping.id = 2;
+    ping.op = control_op::kPing;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    Result<ControlResponse> alive = CallDaemon(
+        SocketPath(c), ping, std::min(c.timeout, std::max(left, std::chrono::milliseconds(100))));
+    if (alive.ok() || alive.status().code() == StatusCode::kTimeout) {
+      gone = false;  // answering, or too busy to: still stopping
+    } else if (!gone) {
+      gone = true;
+      gone_since = now;
+    }
+    if (gone && !recorded) {
+      // Nothing to read the outcome from: the daemon's exit is all there is.
+      if (c.json) {
+        PrintJson(c, {{"run_id", run_id}, {"result", result}, {"final", nullptr}});
+      } else {
+        *c.out << "holdfastd has exited; " << DbPath(c) << " holds no record of " << which
+               << ", so how it ended is not known here\n";
+      }
+      return kRunctlOk;
+    }
+    if (gone && now - gone_since >= kDaemonGoneGrace) {
+      return Fail(c, kRunctlFailure,
+                  "holdfastd in " + c.run_dir + " stopped answering, but " + DbPath(c) +
+                      " still records run " + run_id +
+                      " as running: the daemon ended without recording how (see " + c.run_dir +
+                      "/holdfastd.log; `runctl status " + run_id + "`)");
+    }
+    if (now >= deadline) {
+      return Fail(c, kRunctlStillRunning,
+                  which + " is still running after " +
+                      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(wait_timeout)
+                                         .count()) +
+                      "s (holdfastd is still stopping it: a large checkpoint takes a while); "
+                      "`runctl status` to follow, or wait longer with --timeout");
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(kStopPollInterval, deadline - now));
+  }
 }
 
 namespace {
@@ -852,6 +1041,28 @@ std::string FindTool(const std::string& name, const char* env, const std::string
   return "";
 }
 
+// Why the daemon could not resume from checkpoint `k`, or "" when it can:
+// lineage must still call it committed, and its folder must still hold the
+// manifest. Retention deletes folders without always telling lineage, so the
+// disk is the judge of the second half.
+std::string WhyNotResumable(const CliContext& c, const CheckpointRecord& k) {
+  if (k.state != CheckpointState::kCommitted) {
+    return std::string("it is marked ") + CheckpointStateName(k.state) +
+           (k.reason.empty() ? "" : " (" + k.reason + ")");
+  }
+  if (k.path.empty()) return "lineage.db records no folder for it";
+  const std::string dir = k.path[0] == '/' ? k.path : c.run_dir + "/" + k.path;
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return "its folder " + dir + " is gone (pruned or moved)";
+  }
+  const std::string manifest = dir + "/" + kManifestFileName;
+  if (stat(manifest.c_str(), &st) != 0) {
+    return dir + " has no " + std::string(kManifestFileName) + " (an incomplete or damaged save)";
+  }
+  return "";
+}
+
 std::vector<char*> Argv(std::vector<std::string>& args) {
   std::vector<char*> v;
   for (std::string& a : args) v.push_back(a.data());
@@ -861,25 +1072,38 @@ std::vector<char*> Argv(std::vector<std::string>& args) {
 
 }  // namespace
 
-int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_t> from_step) {
+int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_t> from_step,
+              bool force) {
   RunLookup l = LookUp(c, spec);
   if (l.exit != kRunctlOk) return l.exit;
   const RunRecord& run = l.run;
+  if (run.state == RunState::kSucceeded && !force) {
+    return Fail(c, kRunctlFailure,
+                "run " + run.run_id + " succeeded" + (run.cause.empty() ? "" : " (" + run.cause + ")") +
+                    ": there is nothing left to train, and resuming it would only add an empty "
+                    "attempt. To train it further anyway (e.g. after raising its step limit), "
+                    "add --force");
+  }
   if (from_step) {
     Result<std::vector<CheckpointRecord>> ckpts = l.db->Checkpoints(run.run_id);
     if (!ckpts.ok()) return Fail(c, kRunctlFailure, ckpts.status().message());
+    // The newest row of each step (a step can be recorded again after being
+    // marked corrupt), then which of them the daemon could really load.
+    std::map<int64_t, const CheckpointRecord*> by_step;
+    for (const CheckpointRecord& k : *ckpts) by_step[k.step] = &k;
     std::vector<std::string> good;
-    bool found = false;
-    for (const CheckpointRecord& k : *ckpts) {
-      if (k.state != CheckpointState::kCommitted) continue;
-      good.push_back(std::to_string(k.step));
-      found = found || k.step == *from_step;
+    for (const auto& [step, k] : by_step) {
+      if (WhyNotResumable(c, *k).empty()) good.push_back(std::to_string(step));
     }
-    if (!found) {
+    auto it = by_step.find(*from_step);
+    const std::string why = it == by_step.end() ? "no checkpoint of that step is recorded"
+                                                : WhyNotResumable(c, *it->second);
+    if (!why.empty()) {
       return Fail(c, kRunctlNotFound,
-                  "run " + run.run_id + " has no committed checkpoint at step " +
-                      std::to_string(*from_step) + "; committed steps: " +
-                      (good.empty() ? "none" : Join(good, ", ")));
+                  "run " + run.run_id + " cannot resume from step " + std::to_string(*from_step) +
+                      ": " + why + "; steps it can resume from: " +
+                      (good.empty() ? "none (no checkpoint is both committed and on disk)"
+                                    : Join(good, ", ")));
     }
   }
   // One daemon per run directory: refuse while one answers.

@@ -24,6 +24,7 @@ enum RunctlExit : int {
   kRunctlUsage = 2,        // bad flags or arguments
   kRunctlNotFound = 3,     // the run (unknown or ambiguous id) or lineage.db not found
   kRunctlUnreachable = 4,  // no holdfastd answers, for a command that needs one
+  kRunctlStillRunning = 5,  // `stop --wait` gave up: the run still runs after --timeout
 };
 
 // The "Exit codes" block of `runctl --help` and the README.
@@ -44,7 +45,15 @@ int CmdRuns(const CliContext& ctx, int limit);
 int CmdLineage(const CliContext& ctx, const std::string& run, int max_events);
 int CmdTriage(const CliContext& ctx, const std::string& run);
 int CmdCheckpoint(const CliContext& ctx, const std::string& run);
-int CmdResume(const CliContext& ctx, const std::string& run, std::optional<int64_t> from_step);
+// Asks holdfastd to stop RUN (empty: the run it supervises): the ranks
+// checkpoint and stop. With `wait`, polls lineage.db and the daemon until the
+// run no longer runs (at most `wait_timeout`) and prints how it ended.
+int CmdStop(const CliContext& ctx, const std::string& run, bool wait,
+            std::chrono::milliseconds wait_timeout);
+// Refuses a run that succeeded unless `force`, and a --from-step that is not
+// a committed checkpoint still on disk.
+int CmdResume(const CliContext& ctx, const std::string& run, std::optional<int64_t> from_step,
+              bool force);
 int CmdHealth(const CliContext& ctx, const std::vector<std::string>& passthrough);
 
 }  // namespace holdfast

@@ -65,12 +65,25 @@ int main(int argc, char** argv) {
   auto* checkpoint = app.add_subcommand("checkpoint", "ask holdfastd to save a checkpoint now");
   checkpoint->add_option("RUN", run)->required();
 
+  bool stop_wait = false;
+  int stop_timeout_s = 600;
+  auto* stop = app.add_subcommand(
+      "stop", "ask holdfastd to stop RUN: the ranks checkpoint and stop, the run ends stopped");
+  stop->add_option("RUN", run, "default: the run holdfastd supervises");
+  stop->add_flag("--wait", stop_wait, "wait until the run has stopped and print how it ended");
+  stop->add_option("--timeout", stop_timeout_s,
+                   "with --wait: give up after this many seconds (exit 5); default 600")
+      ->check(CLI::PositiveNumber);
+
   int64_t from_step = -1;
+  bool force = false;
   auto* resume = app.add_subcommand(
       "resume", "relaunch RUN here as a new attempt (a detached holdfastd --resume)");
   resume->add_option("RUN", run)->required();
   auto* from_step_opt = resume->add_option(
       "--from-step", from_step, "start from the committed checkpoint of step N (default: newest)");
+  resume->add_flag("--force", force,
+                   "resume even a run that succeeded (it trains on past the end it reached)");
 
   auto* health = app.add_subcommand(
       "health", "run holdfast-health on this node (arguments after -- are passed to it)");
@@ -105,6 +118,7 @@ int main(int argc, char** argv) {
     if (*lineage) return CmdLineage(ctx, run, max_events);
     if (*triage) return CmdTriage(ctx, run);
     if (*checkpoint) return CmdCheckpoint(ctx, run);
+    if (*stop) return CmdStop(ctx, run, stop_wait, std::chrono::seconds(stop_timeout_s));
     if (*resume) {
       std::optional<int64_t> step;
       if (from_step_opt->count() > 0) {
@@ -114,7 +128,7 @@ int main(int argc, char** argv) {
         }
         step = from_step;
       }
-      return CmdResume(ctx, run, step);
+      return CmdResume(ctx, run, step, force);
     }
     if (*health) return CmdHealth(ctx, health_args);
   } catch (const std::exception& e) {

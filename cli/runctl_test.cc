@@ -111,6 +111,22 @@ class RunctlTest : public ::testing::Test {
 
   std::string db_path() const { return dir_ + "/lineage.db"; }
 
+  // The folder BuildLineage records for a checkpoint of `step`, on disk.
+  std::string MakeCheckpointDir(int64_t step, bool manifest) {
+    std::string d = dir_ + "/checkpoints";
+    mkdir(d.c_str(), 0755);
+    d += "/step-" + std::to_string(step);
+    EXPECT_EQ(mkdir(d.c_str(), 0755), 0) << d;
+    if (manifest) std::ofstream(d + "/MANIFEST.json") << "{}\n";
+    return d;
+  }
+
+  std::unique_ptr<LineageDb> OpenWriter() {
+    Result<std::unique_ptr<LineageDb>> db = LineageDb::Open(db_path());
+    HF_CHECK_MSG(db.ok(), db.status().ToString());
+    return std::move(db).value();
+  }
+
   // Two runs: A crashed (rank 1, SIGSEGV), restarted, then hung in an
   // allreduce and ran out of restarts; B is running.
   void BuildLineage() {
@@ -346,12 +362,14 @@ TEST_F(RunctlTest, StatusWithoutADaemonFallsBackToLineage) {
   EXPECT_EQ(j["last_incident"]["kind"], "hang");
 }
 
-// A stand-in holdfastd: answers `connections` requests on DIR/holdfastd.sock.
+// A stand-in holdfastd: answers `connections` requests on DIR/holdfastd.sock,
+// then stops listening (later connections are refused, as after a daemon's
+// exit); connections < 0: answers every request until destroyed.
 class FakeDaemon {
  public:
   FakeDaemon(const std::string& dir, std::function<std::string(const ControlRequest&)> answer,
              int connections = 1)
-      : fd_(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+      : fd_(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)), forever_(connections < 0) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::string path = ControlSocketPath(dir);
@@ -361,8 +379,9 @@ class FakeDaemon {
     HF_CHECK(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
     HF_CHECK(listen(fd_, 4) == 0);
     thread_ = std::thread([this, answer, connections] {
-      for (int i = 0; i < connections; ++i) {
+      for (int i = 0; forever_ || i < connections; ++i) {
         int c = accept(fd_, nullptr, nullptr);
+        if (forever_ && c < 0) break;  // the destructor shut the socket down
         HF_CHECK(c >= 0);
         std::string line;
         char ch;
@@ -374,14 +393,16 @@ class FakeDaemon {
                  static_cast<ssize_t>(reply.size()));
         close(c);
       }
+      close(fd_);
     });
   }
   ~FakeDaemon() {
+    if (forever_) shutdown(fd_, SHUT_RDWR);  // wakes accept()
     thread_.join();
-    close(fd_);
   }
  private:
   int fd_;
+  const bool forever_;
   std::thread thread_;
 };
 
@@ -482,6 +503,7 @@ TEST_F(RunctlTest, CheckpointNamesTheRunToTheDaemon) {
 
 TEST_F(RunctlTest, ResumeStartsADetachedDaemonForTheRun) {
   BuildLineage();
+  MakeCheckpointDir(100, /*manifest=*/true);
   // The stand-in holdfastd writes its arguments into a FIFO that the test
   // reads, so the test awaits it without sleeping.
   std::string fifo = dir_ + "/args.fifo";
@@ -502,7 +524,8 @@ TEST_F(RunctlTest, ResumeStartsADetachedDaemonForTheRun) {
 
   o = Run({"resume", kRunA, "--from-step", "999"}, {"RUNCTL_HOLDFASTD=" + fake});
   EXPECT_EQ(o.exit, 3);
-  EXPECT_TRUE(Has(o.err, "no committed checkpoint at step 999; committed steps: 100")) << o.err;
+  EXPECT_TRUE(Has(o.err, "cannot resume from step 999: no checkpoint of that step is recorded; "
+                         "steps it can resume from: 100")) << o.err;
 
   o = Run({"resume", kRunA}, {"RUNCTL_HOLDFASTD=" + dir_ + "/nope"});
   EXPECT_EQ(o.exit, 1);
@@ -582,6 +605,302 @@ TEST_F(RunctlTest, RunDirComesFromTheEnvironment) {
   Outcome o = Run({"runs", "--json"}, {"HOLDFAST_RUN_DIR=" + dir_}, /*with_run_dir=*/false);
   ASSERT_EQ(o.exit, 0) << o.err;
   EXPECT_TRUE(Has(o.out, kRunA));
+}
+
+// ---- runctl stop ----
+
+TEST_F(RunctlTest, StopAsksTheDaemonToStopTheRunAndNeedsOne) {
+  BuildLineage();
+  Outcome o = Run({"stop", kRunB});
+  EXPECT_EQ(o.exit, 4) << o.out << o.err;
+  EXPECT_TRUE(Has(o.err, "cannot ask holdfastd to stop run r-20250101-aabb: no daemon is listening"))
+      << o.err;
+
+  std::vector<ControlRequest> seen;  // written by the daemon's thread, read after it joined
+  {
+    FakeDaemon daemon(dir_, [&seen](const ControlRequest& req) {
+      seen.push_back(req);
+      return EncodeOkResponse(req.id, R"({"stopping":true})");
+    });
+    o = Run({"stop", "r-20250101-aab"});  // a unique prefix
+    EXPECT_EQ(o.exit, 0) << o.err;
+    EXPECT_EQ(o.out, "asked holdfastd to stop run r-20250101-aabb: the ranks checkpoint and stop; "
+                     "`runctl --run-dir " + dir_ + " status` to follow\n");
+  }
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].op, "stop");
+  EXPECT_EQ(json::parse(seen[0].args_json)["run_id"], kRunB);
+
+  {
+    FakeDaemon daemon(dir_, [](const ControlRequest& req) {
+      return EncodeErrorResponse(req.id, ControlErrorCode::kFailedPrecondition,
+                                 "this daemon supervises run r-20250101-aabb, not r-20250101-aaaa");
+    });
+    o = Run({"stop", kRunA});
+    EXPECT_EQ(o.exit, 1);
+    EXPECT_TRUE(Has(o.err, "holdfastd refused to stop run r-20250101-aaaa: FailedPrecondition: "
+                           "this daemon supervises run r-20250101-aabb")) << o.err;
+  }
+}
+
+TEST_F(RunctlTest, StopWithoutARunStopsTheRunTheDaemonSupervises) {
+  BuildLineage();  // the newest run is B, but the daemon runs A
+  RunStatus s;
+  s.run_id = kRunA;
+  s.state = "running";
+  std::vector<ControlRequest> seen;
+  {
+    FakeDaemon daemon(
+        dir_,
+        [&](const ControlRequest& req) {
+          seen.push_back(req);
+          return req.op == "status" ? EncodeOkResponse(req.id, EncodeStatusResult(s))
+                                    : EncodeOkResponse(req.id, R"({"stopping":true})");
+        },
+        2);
+    Outcome o = Run({"stop"});
+    EXPECT_EQ(o.exit, 0) << o.err;
+    EXPECT_TRUE(Has(o.out, "asked holdfastd to stop run r-20250101-aaaa")) << o.out;
+  }
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1].op, "stop");
+  EXPECT_EQ(json::parse(seen[1].args_json)["run_id"], kRunA);
+}
+
+TEST_F(RunctlTest, StopWaitPrintsHowTheRunEnded) {
+  BuildLineage();
+  {
+    auto db = OpenWriter();
+    CheckpointRecord ck;
+    ck.run_id = kRunB;
+    ck.step = 300;
+    ck.path = dir_ + "/checkpoints/step-300";
+    ASSERT_TRUE(db->RecordCheckpoint(ck).ok());
+  }
+  // The stand-in records the stop in lineage.db before it answers, as the
+  // daemon would once its ranks have checkpointed and exited.
+  FakeDaemon daemon(dir_, [this](const ControlRequest& req) {
+    auto db = OpenWriter();
+    HF_CHECK(db->EndRun(kRunB, RunState::kStopped, "stopped on request (runctl stop)").ok());
+    return EncodeOkResponse(req.id, R"({"stopping":true})");
+  });
+  Outcome o = Run({"stop", kRunB, "--wait", "--timeout", "60"});
+  EXPECT_EQ(o.exit, 0) << o.err;
+  for (const char* want :
+       {"asked holdfastd to stop run r-20250101-aabb", "waiting for run r-20250101-aabb to stop",
+        "run r-20250101-aabb (llama-tiny) ended stopped: stopped on request (runctl stop)",
+        "newest committed checkpoint step 300", "continue it:  runctl --run-dir "}) {
+    EXPECT_TRUE(Has(o.out, want)) << "missing '" << want << "' in\n" << o.out;
+  }
+}
+
+TEST_F(RunctlTest, StopWaitGivesUpAfterItsTimeoutWhileTheRunStillRuns) {
+  BuildLineage();
+  FakeDaemon daemon(
+      dir_,
+      [](const ControlRequest& req) {
+        return EncodeOkResponse(req.id, req.op == "stop" ? R"({"stopping":true})" : "{}");
+      },
+      /*connections=*/-1);
+  Outcome o = Run({"stop", kRunB, "--wait", "--timeout", "1"});
+  EXPECT_EQ(o.exit, 5) << o.out << o.err;
+  EXPECT_TRUE(Has(o.err, "run r-20250101-aabb is still running after 1s")) << o.err;
+  EXPECT_TRUE(Has(o.err, "--timeout")) << o.err;
+}
+
+TEST_F(RunctlTest, StopWaitNoticesADaemonThatExitedWithoutRecordingAnEnd) {
+  BuildLineage();
+  // Answers the stop, then is gone; lineage.db keeps saying "running".
+  FakeDaemon daemon(dir_, [](const ControlRequest& req) {
+    return EncodeOkResponse(req.id, R"({"stopping":true})");
+  });
+  Outcome o = Run({"stop", kRunB, "--wait", "--timeout", "60"});
+  EXPECT_EQ(o.exit, 1) << o.out << o.err;
+  EXPECT_TRUE(Has(o.err, "stopped answering")) << o.err;
+  EXPECT_TRUE(Has(o.err, "still records run r-20250101-aabb as running")) << o.err;
+  EXPECT_TRUE(Has(o.err, "holdfastd.log")) << o.err;
+}
+
+TEST_F(RunctlTest, StopBadFlagsAreUsageErrors) {
+  EXPECT_EQ(Run({"stop", "--timeout", "0"}).exit, 2);
+  EXPECT_EQ(Run({"stop", "--timeout", "soon"}).exit, 2);
+  Outcome o = Run({"--help"}, {}, /*with_run_dir=*/false);
+  EXPECT_TRUE(Has(o.out, "stop")) << o.out;
+  EXPECT_TRUE(Has(o.out, "5  stop --wait gave up")) << o.out;
+}
+
+// ---- runctl resume: what it refuses ----
+
+// A stand-in holdfastd that reports its arguments through a FIFO, so a test
+// can await its start; `ReadFile(fifo)` blocks until it ran.
+struct FakeHoldfastd {
+  std::string path, fifo;
+};
+FakeHoldfastd MakeFakeHoldfastd(const std::string& dir) {
+  FakeHoldfastd f{dir + "/fake-holdfastd", dir + "/args.fifo"};
+  HF_CHECK(mkfifo(f.fifo.c_str(), 0600) == 0);
+  std::ofstream(f.path) << "#!/bin/sh\necho \"$@\" > " << f.fifo << "\n";
+  HF_CHECK(chmod(f.path.c_str(), 0755) == 0);
+  return f;
+}
+
+TEST_F(RunctlTest, ResumeOfASucceededRunIsRefusedUnlessForced) {
+  BuildLineage();
+  {
+    auto db = OpenWriter();
+    ASSERT_TRUE(db->EndRun(kRunB, RunState::kSucceeded, "reached max_steps").ok());
+  }
+  FakeHoldfastd fake = MakeFakeHoldfastd(dir_);
+  Outcome o = Run({"resume", kRunB}, {"RUNCTL_HOLDFASTD=" + fake.path});
+  EXPECT_EQ(o.exit, 1) << o.out << o.err;
+  EXPECT_TRUE(Has(o.err, "run r-20250101-aabb succeeded (reached max_steps)")) << o.err;
+  EXPECT_TRUE(Has(o.err, "would only add an empty attempt")) << o.err;
+  EXPECT_TRUE(Has(o.err, "--force")) << o.err;
+  EXPECT_EQ(o.out, "");
+  struct stat st;
+  EXPECT_NE(stat((dir_ + "/holdfastd.log").c_str(), &st), 0) << "a daemon was started";
+
+  o = Run({"resume", kRunB, "--force"}, {"RUNCTL_HOLDFASTD=" + fake.path});
+  EXPECT_EQ(o.exit, 0) << o.err;
+  EXPECT_TRUE(Has(o.out, "resuming run r-20250101-aabb")) << o.out;
+  EXPECT_EQ(ReadFile(fake.fifo), "--run-dir " + dir_ + " --resume r-20250101-aabb\n");
+
+  // A failed or stopped run resumes without --force.
+  o = Run({"resume", kRunA, "--from-step", "999"});
+  EXPECT_EQ(o.exit, 3) << o.err;  // refused for the step, not for its state
+}
+
+TEST_F(RunctlTest, ResumeFromAStepNeedsACommittedCheckpointThatIsStillOnDisk) {
+  BuildLineage();  // step 100 of run A, committed
+  {
+    auto db = OpenWriter();
+    for (int64_t step : {200, 300, 400, 500}) {
+      CheckpointRecord ck;
+      ck.run_id = kRunA;
+      ck.step = step;
+      ck.path = dir_ + "/checkpoints/step-" + std::to_string(step);
+      ck.world_size = 2;
+      ASSERT_TRUE(db->RecordCheckpoint(ck).ok());
+    }
+    ASSERT_TRUE(db->MarkCheckpoint(kRunA, 400, CheckpointState::kCorrupt,
+                                   "shard 1: xxh3 mismatch").ok());
+  }
+  MakeCheckpointDir(100, /*manifest=*/true);
+  // 200: pruned from disk, still "committed" in lineage.
+  MakeCheckpointDir(300, /*manifest=*/false);  // the save never finished
+  MakeCheckpointDir(400, /*manifest=*/true);
+  MakeCheckpointDir(500, /*manifest=*/true);
+  FakeHoldfastd fake = MakeFakeHoldfastd(dir_);
+  const std::vector<std::string> env = {"RUNCTL_HOLDFASTD=" + fake.path};
+
+  struct Case {
+    const char* step;
+    std::string why;
+  };
+  for (const Case& k :
+       {Case{"200", "its folder " + dir_ + "/checkpoints/step-200 is gone (pruned or moved)"},
+        Case{"300", dir_ + "/checkpoints/step-300 has no MANIFEST.json"},
+        Case{"400", "it is marked corrupt (shard 1: xxh3 mismatch)"},
+        Case{"7", "no checkpoint of that step is recorded"}}) {
+    Outcome o = Run({"resume", kRunA, "--from-step", k.step}, env);
+    EXPECT_EQ(o.exit, 3) << k.step << ": " << o.out << o.err;
+    EXPECT_TRUE(Has(o.err, std::string("run r-20250101-aaaa cannot resume from step ") + k.step +
+                               ": " + k.why))
+        << o.err;
+    EXPECT_TRUE(Has(o.err, "steps it can resume from: 100, 500\n")) << o.err;
+    EXPECT_EQ(o.out, "");
+  }
+  struct stat st;
+  EXPECT_NE(stat((dir_ + "/holdfastd.log").c_str(), &st), 0) << "a daemon was started";
+
+  Outcome o = Run({"resume", kRunA, "--from-step", "500"}, env);
+  EXPECT_EQ(o.exit, 0) << o.err;
+  EXPECT_EQ(ReadFile(fake.fifo), "--run-dir " + dir_ + " --resume r-20250101-aaaa --from-step 500\n");
+}
+
+// ---- runctl lineage: order and steps ----
+
+TEST_F(RunctlTest, LineageKeepsTheOrderThingsHappenedInWhenTheClockStepsBack) {
+  int64_t now = kT0;
+  LineageOptions options;
+  options.clock = [&now] { return now += 1000; };
+  {
+    auto db = LineageDb::Open(db_path(), options);
+    ASSERT_TRUE(db.ok());
+    LineageDb& d = **db;
+    RunRecord r;
+    r.run_id = kRunA;
+    r.name = "clocky";
+    ASSERT_TRUE(d.CreateRun(r).ok());
+    ASSERT_TRUE(d.StartAttempt(kRunA, {}).ok());
+    ASSERT_TRUE(d.StartGeneration(kRunA, 1, 0).ok());
+    ASSERT_TRUE(d.UpdateGenerationStep(kRunA, 1, 0, 50).ok());
+    EventRecord crash;
+    crash.run_id = kRunA;
+    crash.kind = event_kind::kCrash;
+    crash.summary = "rank 1 killed by signal 9";
+    ASSERT_TRUE(d.RecordEvent(crash).ok());
+    ASSERT_TRUE(d.EndGeneration(kRunA, 1, 0, RunState::kFailed, "rank 1 crashed").ok());
+    now -= 3'600'000;  // the node's clock steps back an hour
+    ASSERT_TRUE(d.StartGeneration(kRunA, 1, 0).ok());
+    CheckpointRecord ck;
+    ck.run_id = kRunA;
+    ck.step = 25;
+    ck.path = dir_ + "/checkpoints/step-25";
+    ASSERT_TRUE(d.RecordCheckpoint(ck).ok());
+    EventRecord hang = crash;
+    hang.kind = event_kind::kHang;
+    hang.summary = "rank 0 stuck in allreduce";
+    ASSERT_TRUE(d.RecordEvent(hang).ok());
+    ASSERT_TRUE(d.EndRun(kRunA, RunState::kFailed, "restart budget exhausted").ok());
+  }
+  Outcome o = Run({"lineage", kRunA});
+  ASSERT_EQ(o.exit, 0) << o.err;
+  const std::vector<std::string> in_order = {
+      "attempt 1 started", "generation 0 started", "[crash] rank 1 killed by signal 9",
+      "generation 0 ended failed at step 50", "generation 1 started",
+      "checkpoint step 25 committed", "[hang] rank 0 stuck in allreduce",
+      "generation 1 ended failed", "attempt 1 ended failed"};
+  size_t at = 0;
+  for (const std::string& want : in_order) {
+    size_t found = o.out.find(want);
+    ASSERT_NE(found, std::string::npos) << "missing '" << want << "' in\n" << o.out;
+    EXPECT_GT(found, at) << "'" << want << "' out of order in\n" << o.out;
+    at = found;
+  }
+  // The times are shown as recorded: the step back is visible, not hidden.
+  EXPECT_TRUE(Has(o.out, "2025-01-01 11:")) << o.out;
+
+  json j = RunJson({"lineage", kRunA});
+  ASSERT_EQ(j["events"].size(), 2u);
+  EXPECT_EQ(j["events"][0]["kind"], "crash");
+  EXPECT_EQ(j["events"][1]["kind"], "hang");
+  o = Run({"triage", kRunA});  // the last incident is the one that happened last
+  EXPECT_TRUE(Has(o.out, "incident  hang")) << o.out;
+}
+
+TEST_F(RunctlTest, AGenerationThatNeverSteppedEndsAtTheStepItResumedFrom) {
+  int64_t now = kT0;
+  LineageOptions options;
+  options.clock = [&now] { return now += 1000; };
+  {
+    auto db = LineageDb::Open(db_path(), options);
+    ASSERT_TRUE(db.ok());
+    RunRecord r;
+    r.run_id = kRunA;
+    r.name = "resumed";
+    ASSERT_TRUE((*db)->CreateRun(r).ok());
+    AttemptStart start;
+    start.resumed_from_step = 6000;
+    ASSERT_TRUE((*db)->StartAttempt(kRunA, start).ok());
+    ASSERT_TRUE((*db)->StartGeneration(kRunA, 1, 6000).ok());
+    ASSERT_TRUE((*db)->EndGeneration(kRunA, 1, 0, RunState::kFailed, "rank 0 crashed").ok());
+  }
+  Outcome o = Run({"lineage", kRunA});
+  ASSERT_EQ(o.exit, 0) << o.err;
+  EXPECT_TRUE(Has(o.out, "generation 0 ended failed at step 6000: rank 0 crashed")) << o.out;
+  EXPECT_FALSE(Has(o.out, "at step 0")) << o.out;
+  EXPECT_FALSE(Has(o.out, "at step -")) << o.out;
 }
 
 }  // namespace

@@ -172,6 +172,16 @@ class Fields {
     *out = v->get<std::string>();
     return Status::Ok();
   }
+  Status OptionalString(const char* key, std::optional<std::string>* out) {
+    const json* v = Find(key);
+    if (v == nullptr || v->is_null()) {
+      out->reset();
+      return Status::Ok();
+    }
+    if (!v->is_string()) return Wrong(key, "a string or null", *v);
+    *out = v->get<std::string>();
+    return Status::Ok();
+  }
   Result<const json*> Array(const char* key) {
     const json* v = Find(key);
     if (v == nullptr) return Missing(key);
@@ -211,6 +221,11 @@ Result<RankStatus> ParseRank(const json& j, const std::string& where) {
   HF_RETURN_IF_ERROR(f.OptionalDouble("last_step_ms", &r.last_step_ms));
   HF_RETURN_IF_ERROR(f.OptionalInt("waiting_on", &r.waiting_on));
   HF_RETURN_IF_ERROR(f.Int("collectives_issued", &r.collectives_issued));
+  HF_RETURN_IF_ERROR(f.OptionalDouble("steps_per_s", &r.steps_per_s));
+  HF_RETURN_IF_ERROR(f.OptionalDouble("step_ms_p50", &r.step_ms_p50));
+  HF_RETURN_IF_ERROR(f.OptionalDouble("step_ms_p99", &r.step_ms_p99));
+  HF_RETURN_IF_ERROR(f.OptionalDouble("compute_ms_p50", &r.compute_ms_p50));
+  HF_RETURN_IF_ERROR(f.OptionalDouble("wait_ms_p50", &r.wait_ms_p50));
   return r;
 }
 
@@ -530,7 +545,12 @@ std::string EncodeStatusResult(const RunStatus& s) {
                        {"heartbeat_age_s", r.heartbeat_age_s},
                        {"last_step_ms", opt_int(r.last_step_ms)},
                        {"waiting_on", opt_int(r.waiting_on)},
-                       {"collectives_issued", r.collectives_issued}});
+                       {"collectives_issued", r.collectives_issued},
+                       {"steps_per_s", opt_int(r.steps_per_s)},
+                       {"step_ms_p50", opt_int(r.step_ms_p50)},
+                       {"step_ms_p99", opt_int(r.step_ms_p99)},
+                       {"compute_ms_p50", opt_int(r.compute_ms_p50)},
+                       {"wait_ms_p50", opt_int(r.wait_ms_p50)}});
     }
     nodes.push_back({{"node", n.node}, {"ranks", std::move(ranks)}});
   }
@@ -555,7 +575,9 @@ std::string EncodeStatusResult(const RunStatus& s) {
             {"last_checkpoint_step", opt_int(s.last_checkpoint_step)},
             {"uptime_s", s.uptime_s},
             {"nodes", std::move(nodes)},
-            {"last_incident", std::move(incident)}};
+            {"last_incident", std::move(incident)},
+            {"slowest_rank", opt_int(s.slowest_rank)},
+            {"slowest_rank_note", opt_int(s.slowest_rank_note)}};
   return Dump(j);
 }
 
@@ -605,6 +627,8 @@ Result<RunStatus> ParseStatusResult(std::string_view result_json) {
     HF_RETURN_IF_ERROR(inf.String("runbook", &i.runbook));
     s.last_incident = std::move(i);
   }
+  HF_RETURN_IF_ERROR(f.OptionalInt("slowest_rank", &s.slowest_rank));
+  HF_RETURN_IF_ERROR(f.OptionalString("slowest_rank_note", &s.slowest_rank_note));
   return s;
 }
 

@@ -139,6 +139,13 @@ struct RankStatus {
   std::optional<double> last_step_ms;     // unset before the first step
   std::optional<uint64_t> waiting_on;     // seq of the collective it waits in
   uint64_t collectives_issued = 0;
+  // Its pace over the daemon's straggler window (daemon/straggler.h RankPace);
+  // unset until the daemon has enough steps of it (and from older daemons).
+  std::optional<double> steps_per_s;
+  std::optional<double> step_ms_p50;
+  std::optional<double> step_ms_p99;
+  std::optional<double> compute_ms_p50;  // per step, outside collectives
+  std::optional<double> wait_ms_p50;     // per step, blocked in collectives
 };
 
 struct NodeStatus {
@@ -168,6 +175,12 @@ struct RunStatus {
   double uptime_s = 0;
   std::vector<NodeStatus> nodes;
   std::optional<IncidentSummary> last_incident;
+  // The rank that computes longest per step against the median of the others
+  // (daemon/straggler.h SlowestRank), e.g. 2 and "rank 2 computes 3.9x the
+  // median of the others for 45 s (412 ms vs 106 ms a step)"; unset while
+  // fewer than two ranks have a pace.
+  std::optional<int> slowest_rank;
+  std::optional<std::string> slowest_rank_note;
 };
 
 std::string EncodeStatusResult(const RunStatus& status);  // a JSON object, no newline

@@ -189,15 +189,27 @@ RunStatus SampleStatus() {
   r0.last_step_ms = 812.5;
   r0.waiting_on = 9001;
   r0.collectives_issued = 9001;
+  r0.steps_per_s = 1.21;
+  r0.step_ms_p50 = 812.5;
+  r0.step_ms_p99 = 840.25;
+  r0.compute_ms_p50 = 210.5;
+  r0.wait_ms_p50 = 600.75;
   RankStatus r1 = r0;
   r1.rank = 1;
   r1.pid = 4243;
   r1.phase = "forward";
   r1.waiting_on.reset();
   r1.last_step_ms.reset();
+  r1.steps_per_s.reset();
+  r1.step_ms_p50.reset();
+  r1.step_ms_p99.reset();
+  r1.compute_ms_p50.reset();
+  r1.wait_ms_p50.reset();
   node.ranks = {r0, r1};
   s.nodes.push_back(node);
   s.last_incident = IncidentSummary{"hang", "rank 1 stuck", 1700000000000, "restarted", "runbooks/hang.md"};
+  s.slowest_rank = 1;
+  s.slowest_rank_note = "rank 1 computes 3.9x the median of the others for 45 s (812 ms vs 208 ms a step)";
   return s;
 }
 
@@ -219,6 +231,43 @@ TEST(ControlProtocolTest, StatusResultRoundTrip) {
   j = json::parse(EncodeStatusResult(s));
   EXPECT_TRUE(j["last_incident"].is_null());
   EXPECT_TRUE(j["last_checkpoint_step"].is_null());
+
+  // A rank's pace and the slowest rank travel as numbers and a string, or null.
+  j = json::parse(text);
+  EXPECT_DOUBLE_EQ(j["nodes"][0]["ranks"][0]["steps_per_s"].get<double>(), 1.21);
+  EXPECT_DOUBLE_EQ(j["nodes"][0]["ranks"][0]["compute_ms_p50"].get<double>(), 210.5);
+  for (const char* key : {"steps_per_s", "step_ms_p50", "step_ms_p99", "compute_ms_p50", "wait_ms_p50"}) {
+    EXPECT_TRUE(j["nodes"][0]["ranks"][1][key].is_null()) << key;
+  }
+  EXPECT_EQ(j["slowest_rank"], 1);
+  EXPECT_EQ(j["slowest_rank_note"], "rank 1 computes 3.9x the median of the others for 45 s (812 ms vs 208 ms a step)");
+  EXPECT_EQ(back->slowest_rank, 1);
+  EXPECT_EQ(back->slowest_rank_note, s.slowest_rank_note);
+  EXPECT_DOUBLE_EQ(back->nodes[0].ranks[0].wait_ms_p50.value_or(0), 600.75);
+  EXPECT_DOUBLE_EQ(back->nodes[0].ranks[0].step_ms_p99.value_or(0), 840.25);
+  EXPECT_FALSE(back->nodes[0].ranks[1].steps_per_s.has_value());
+  s.slowest_rank.reset();
+  s.slowest_rank_note.reset();
+  json unset = json::parse(EncodeStatusResult(s));
+  EXPECT_TRUE(unset["slowest_rank"].is_null());
+  EXPECT_TRUE(unset["slowest_rank_note"].is_null());
+
+  // A daemon from before these fields: they are absent, and read as unset.
+  json old = json::parse(text);
+  old.erase("slowest_rank");
+  old.erase("slowest_rank_note");
+  old["nodes"][0]["ranks"][0].erase("steps_per_s");
+  Result<RunStatus> older = ParseStatusResult(old.dump());
+  ASSERT_TRUE(older.ok()) << older.status().ToString();
+  EXPECT_FALSE(older->slowest_rank.has_value());
+  EXPECT_FALSE(older->nodes[0].ranks[0].steps_per_s.has_value());
+
+  json wrong = json::parse(text);
+  wrong["slowest_rank_note"] = 3;
+  Result<RunStatus> bad_note = ParseStatusResult(wrong.dump());
+  ASSERT_FALSE(bad_note.ok());
+  EXPECT_NE(bad_note.status().message().find("\"slowest_rank_note\" must be a string or null"), std::string::npos)
+      << bad_note.status().message();
 
   j = json::parse(text);
   j["nodes"][0]["ranks"][1].erase("pid");

@@ -46,6 +46,13 @@ Result<JobConfig> LoadJobConfig(const std::string& path) {
     HF_RETURN_IF_ERROR(r.Bool("health_prelaunch", &s.health_prelaunch));
     HF_RETURN_IF_ERROR(r.Double("health_poll_s", &s.health_poll_s, 0, 86400));
     HF_RETURN_IF_ERROR(r.String("health_sysfs_root", &s.health_sysfs_root));
+    HF_RETURN_IF_ERROR(r.Double("straggler_factor", &s.straggler_factor, 0, 1000));
+    HF_RETURN_IF_ERROR(r.Double("straggler_min_duration_s", &s.straggler_min_duration_s, 0, 86400));
+    if (s.straggler_factor > 0 && s.straggler_factor < 1.1) {  // below 1.1 every run has a straggler
+      return InvalidArgumentError(TomlWhere(path, t->get("straggler_factor")->source()) +
+                                  ": key 'supervise.straggler_factor' must be 0 (off) or between 1.1 and 1000, got " +
+                                  FormatTomlNumber(s.straggler_factor));
+    }
     HF_RETURN_IF_ERROR(r.RejectUnknown());
   }
   if (const toml::table* t = root["lineage"].as_table()) {

@@ -4,7 +4,8 @@
 //                checkpoint_dir (where the job's checkpoints go, for lineage)
 //   [supervise]  poll_ms, startup_timeout_s, hang_factor, hang_min_s,
 //                checkpoint_allowance_s, eval_allowance_s, restart_budget,
-//                backoff_initial_s, backoff_max_s, term_grace_s, progress_dir
+//                backoff_initial_s, backoff_max_s, term_grace_s, progress_dir,
+//                straggler_factor, straggler_min_duration_s
 //   [lineage]    journal_mode (wal | delete | truncate)
 //   [health], [health.policy], [health.fail_actions]: node health thresholds
 //                and policy, validated by health/ (docs/health.md)
@@ -40,6 +41,11 @@ struct SuperviseConfig {
   bool health_prelaunch = true;
   double health_poll_s = 10;
   std::string health_sysfs_root = "/sys";
+  // Straggler (daemon/straggler.h): a rank whose compute per step stays at or
+  // above straggler_factor x the median of the others' for
+  // straggler_min_duration_s is named (0 = off).
+  double straggler_factor = 2.0;
+  double straggler_min_duration_s = 30;
 };
 
 struct JobConfig {

@@ -37,6 +37,37 @@ TEST(JobConfigTest, ReadsEverySection) {
   EXPECT_NE(cfg->text.find("[health]"), std::string::npos);  // recorded in lineage, read by health/
 }
 
+TEST(JobConfigTest, StragglerKeysDefaultOnAndCanBeTurnedOff) {
+  auto defaults = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n"));
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_DOUBLE_EQ(defaults->supervise.straggler_factor, 2.0);
+  EXPECT_DOUBLE_EQ(defaults->supervise.straggler_min_duration_s, 30.0);
+
+  auto set = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n"
+                                 "[supervise]\nstraggler_factor = 3.5\nstraggler_min_duration_s = 120\n"));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_DOUBLE_EQ(set->supervise.straggler_factor, 3.5);
+  EXPECT_DOUBLE_EQ(set->supervise.straggler_min_duration_s, 120.0);
+
+  auto off = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\nstraggler_factor = 0\n"));
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_DOUBLE_EQ(off->supervise.straggler_factor, 0.0);
+
+  // A factor near 1 would name a straggler in every run.
+  auto low = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\nstraggler_factor = 0.5\n"));
+  ASSERT_FALSE(low.ok());
+  EXPECT_NE(low.status().message().find(".toml:4: key 'supervise.straggler_factor' must be 0 (off) or between 1.1"),
+            std::string::npos)
+      << low.status().message();
+
+  auto negative =
+      LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\nstraggler_min_duration_s = -1\n"));
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("key 'supervise.straggler_min_duration_s' must be between 0 and 86400"),
+            std::string::npos)
+      << negative.status().message();
+}
+
 TEST(JobConfigTest, BadInputNamesFileLineAndKey) {
   auto unknown = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\nhang_minimum = 3\n"));
   ASSERT_FALSE(unknown.ok());

@@ -5,7 +5,18 @@
 // that watches it, so a restarted daemon never meets a stale rank. stdout and
 // stderr go to the rank's log file, whose tail is evidence in triage.
 //
-// Thread-safety: none; owned by the daemon's event-loop thread.
+// Start returns only once the command has been exec'd: a command that cannot
+// be executed, a workdir that cannot be entered or a log that cannot be opened
+// is an error Status naming what to fix (the failed child already reaped),
+// never a rank that "crashes" with exit 127 and spends the restart budget.
+// The child inherits only fds 0, 1 and 2: every other descriptor of the daemon
+// (its listening sockets, the run lock, sqlite) is closed on exec, whether or
+// not its owner asked for close-on-exec.
+//
+// Thread-safety: none; owned by the daemon's event-loop thread. Start forks:
+// call it from a single-threaded daemon (the child between fork and exec
+// makes only async-signal-safe calls, but other threads' fds may be inherited
+// until exec).
 #pragma once
 
 #include <sys/types.h>
@@ -22,7 +33,7 @@ namespace holdfast {
 
 struct RankSpawn {
   int rank = 0;
-  std::vector<std::string> argv;
+  std::vector<std::string> argv;           // argv[0] is a path (relative to workdir), not searched in PATH
   std::map<std::string, std::string> env;  // added to (and overriding) the daemon's environment
   std::string workdir;                     // "" = the daemon's
   std::string log_path;
@@ -31,6 +42,15 @@ struct RankSpawn {
 
 class RankProcess {
  public:
+  // Forks and execs the rank, waiting only until the exec has happened.
+  // Errors (the rank did not start; no child is left behind):
+  //   kInvalidArgument  argv is empty, argv[0] cannot be executed, or the
+  //                     workdir cannot be entered: a job.toml fault, e.g.
+  //                     "holdfastd cannot execute '/x/y': No such file or
+  //                     directory — fix [job] command in job.toml"; the same
+  //                     line is appended to the rank log;
+  //   errno-derived     the rank log cannot be opened (message names the path);
+  //   whatever CreateProgressFile returns.
   static Result<std::unique_ptr<RankProcess>> Start(const RankSpawn& spawn);
   ~RankProcess() = default;
 
@@ -61,4 +81,27 @@ class RankProcess {
   std::unique_ptr<ProgressReader> progress_;
 };
 
+// Whether a rank's waitpid status means "its command could not be executed"
+// the way a shell reports it: exit 126 (found, not executable) or 127 (not
+// found). RankProcess::Start reports its own exec failures as a Status, so
+// this catches wrapper commands (`sh -c`, `env`, `srun`) whose inner exec
+// failed: a restart cannot help them either.
+bool IsExecFailureStatus(int wstatus);
+
+// Exposed for tests: the fd sweep the forked child runs before exec.
+namespace rank_process_internal {
+
+enum class FdSweep {
+  kAuto,        // close_range(CLOSE_RANGE_CLOEXEC) (Linux >= 5.11), else the fallbacks below
+  kProcSelfFd,  // mark each fd listed in /proc/self/fd, else kEveryFd
+  kEveryFd,     // mark every fd number below fd_limit
+};
+
+// Marks every open fd >= lowest_fd close-on-exec (they close at exec, so the
+// exec-error pipe, itself close-on-exec, stays usable until then).
+// Async-signal-safe: raw syscalls and a stack buffer, no allocation.
+// fd_limit (RLIMIT_NOFILE, read before fork) bounds the last-resort sweep.
+void MarkCloseOnExecFrom(int lowest_fd, int fd_limit, FdSweep how);
+
+}  // namespace rank_process_internal
 }  // namespace holdfast

@@ -16,6 +16,46 @@
 // health/policy.h: no clock, no state, no I/O — same input, same output —
 // so the whole table is a unit test (daemon/recovery_policy_test.cc).
 //
+// The rules, by incident ("ex" = caps.requeue && caps.exclude_hosts):
+//
+//   bad_input             stop, failed — the same input would fail again
+//   stop_request,         stop after a checkpoint, stopped
+//   daemon_signal
+//   preemption            requeue (no exclusions) after a checkpoint, preempted;
+//                         without caps.requeue: stop after a checkpoint, preempted
+//   crash, hang,          a repeated host (earlier incidents >= repeat_threshold)
+//   health/restart        and ex: requeue excluding the repeated hosts only;
+//                         else restart in place while restarts_used <
+//                         restart_budget (the reason says when a repeated host
+//                         could not be kept out); else stop, failed,
+//                         budget_exhausted
+//   node_lost             ex: requeue excluding the lost hosts; caps.requeue:
+//                         requeue without exclusions; else stop, failed
+//   health/exclude_node   ex: requeue excluding the hosts; else stop, failed
+//   health/drain_node     drain + ex: drain and requeue excluding the hosts;
+//                         ex: requeue excluding (could not be drained); else
+//                         stop, failed
+//
+// Where the brief left it open:
+// - Only a restart in place consumes a restart, so the budget bounds restarts
+//   in place only: a requeue (repeated host, lost node, health) is chosen even
+//   with the budget spent. restarts_used >= restart_budget means spent.
+// - A restart waits 0 s when failures_without_progress <= 0, else
+//   min(backoff_max_s, backoff_initial_s * 2^(n-1)), never below 0.
+// - repeat_threshold <= 0 makes every implicated host leave at its first
+//   incident. Hosts are taken in input order, without repeats or empty names.
+// - A requeue ends the attempt as kFailed, except after a preemption
+//   (kPreempted). checkpoint_first only for operator stops, daemon signals and
+//   preemptions: after a crash, hang, lost node or failed health check the
+//   newest committed checkpoint is the one to resume from.
+// - kHealth with health_action kNone is treated as kRestart. kHealth asking to
+//   exclude or drain with no host named: requeue without exclusions where
+//   caps.requeue, else stop, failed.
+// - Drained hosts are always excluded too (drain_hosts == exclude_hosts).
+// - `reason` starts with what is done ("restart in place", "requeue",
+//   "drain", "stop"), names every implicated host, and counts the budget:
+//   "(restart 2 of 3)" for a restart, "(1 of 3 restarts used)" otherwise.
+//
 // Thread-safety: pure functions.
 #pragma once
 

@@ -130,8 +130,58 @@ std::string SchemaV2() {
          "CREATE INDEX event_incident ON event(run_id, incident, time_ms);\n";
 }
 
+// Version 3: write order. One counter per file (`lineage_seq`, one row) numbers
+// every start, end and marking of an attempt, generation, checkpoint and event,
+// so that readers order by what happened first rather than by a wall clock that
+// may have stepped. Rows of an older file are numbered in the order the
+// timeline showed them: by time, at equal times starts before checkpoints
+// before events before ends, then by rowid.
+constexpr const char kSchemaV3[] = R"sql(
+ALTER TABLE attempt ADD COLUMN seq INTEGER;
+ALTER TABLE attempt ADD COLUMN ended_seq INTEGER;
+ALTER TABLE generation ADD COLUMN seq INTEGER;
+ALTER TABLE generation ADD COLUMN ended_seq INTEGER;
+ALTER TABLE checkpoint ADD COLUMN seq INTEGER;
+ALTER TABLE checkpoint ADD COLUMN state_seq INTEGER;
+ALTER TABLE event ADD COLUMN seq INTEGER;
+CREATE TABLE lineage_seq (
+  one  INTEGER PRIMARY KEY CHECK (one = 1),
+  last INTEGER NOT NULL
+);
+CREATE TEMP TABLE v3_moment AS
+  SELECT what, rid, row_number() OVER (ORDER BY t, ord, rid) AS n FROM (
+    SELECT 'a' AS what, rowid AS rid, started_ms AS t, 0 AS ord FROM attempt
+    UNION ALL SELECT 'g', rowid, started_ms, 1 FROM generation
+    UNION ALL SELECT 'c', rowid, committed_ms, 2 FROM checkpoint
+    UNION ALL SELECT 'cm', rowid, coalesce(state_ms, committed_ms), 2 FROM checkpoint
+      WHERE state <> 'committed'
+    UNION ALL SELECT 'e', rowid, time_ms, 3 FROM event
+    UNION ALL SELECT 'ge', rowid, ended_ms, 4 FROM generation WHERE ended_ms IS NOT NULL
+    UNION ALL SELECT 'ae', rowid, ended_ms, 5 FROM attempt WHERE ended_ms IS NOT NULL);
+CREATE INDEX temp.v3_moment_by_row ON v3_moment(what, rid);
+UPDATE attempt SET
+  seq = (SELECT n FROM v3_moment WHERE what = 'a' AND rid = attempt.rowid),
+  ended_seq = (SELECT n FROM v3_moment WHERE what = 'ae' AND rid = attempt.rowid);
+UPDATE generation SET
+  seq = (SELECT n FROM v3_moment WHERE what = 'g' AND rid = generation.rowid),
+  ended_seq = (SELECT n FROM v3_moment WHERE what = 'ge' AND rid = generation.rowid);
+UPDATE checkpoint SET
+  seq = (SELECT n FROM v3_moment WHERE what = 'c' AND rid = checkpoint.rowid),
+  state_seq = (SELECT n FROM v3_moment WHERE what = 'cm' AND rid = checkpoint.rowid);
+UPDATE event SET seq = (SELECT n FROM v3_moment WHERE what = 'e' AND rid = event.rowid);
+INSERT INTO lineage_seq (one, last) VALUES (1, (SELECT coalesce(max(n), 0) FROM v3_moment));
+DROP TABLE temp.v3_moment;
+CREATE INDEX event_by_seq ON event(run_id, seq);
+)sql";
+
 // The migration that takes a file from version `from` to `from + 1`.
-std::string Migration(int from) { return from == 0 ? std::string(kSchemaV1) : SchemaV2(); }
+std::string Migration(int from) {
+  switch (from) {
+    case 0: return kSchemaV1;
+    case 1: return SchemaV2();
+    default: return kSchemaV3;
+  }
+}
 
 std::string JoinNodes(const std::vector<std::string>& nodes) {
   std::string out;
@@ -543,6 +593,24 @@ Status LineageDb::CheckWritable() const {
 
 int64_t LineageDb::Now() const { return options_.clock ? options_.clock() : SystemNowMs(); }
 
+Result<int64_t> LineageDb::NextSeq() {
+  {
+    HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "UPDATE lineage_seq SET last = last + 1"));
+    HF_ASSIGN_OR_RETURN(int n, st.Run("advance the write-order counter"));
+    HF_CHECK(n == 1);  // the migration to version 3 inserts its one row
+  }
+  HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "SELECT last FROM lineage_seq"));
+  HF_ASSIGN_OR_RETURN(bool row, st.Step("read the write-order counter"));
+  HF_CHECK(row);
+  return st.Int(0);
+}
+
+namespace {
+// Ending a generation: one that never reported a step ended where it started.
+constexpr const char kEndGenerationSet[] =
+    "ended_ms=?, ended_seq=?, state=?, cause=?, last_step=coalesce(last_step, start_step)";
+}  // namespace
+
 // ---- writes ----------------------------------------------------------------
 
 Result<std::string> LineageDb::CreateRun(RunRecord run) {
@@ -567,10 +635,15 @@ Status LineageDb::EndRun(const std::string& run_id, RunState state, const std::s
   HF_RETURN_IF_ERROR(tx.Begin());
   const int64_t now = Now();
   for (const char* table : {"generation", "attempt"}) {
-    HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, std::string("UPDATE ") + table +
-                                                      " SET ended_ms=?, state=?, cause=? WHERE "
-                                                      "run_id=? AND state='running'"));
-    HF_RETURN_IF_ERROR(st.Bind(now, RunStateName(state), cause, run_id).Run("end run").status());
+    const bool gen = std::string_view(table) == "generation";
+    HF_ASSIGN_OR_RETURN(int64_t seq, NextSeq());
+    HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, std::string("UPDATE ") + table + " SET " +
+                                                      (gen ? kEndGenerationSet
+                                                           : "ended_ms=?, ended_seq=?, state=?, "
+                                                             "cause=?") +
+                                                      " WHERE run_id=? AND state='running'"));
+    HF_RETURN_IF_ERROR(
+        st.Bind(now, seq, RunStateName(state), cause, run_id).Run("end run").status());
   }
   HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "UPDATE run SET ended_ms=?, state=?, cause=? "
                                                 "WHERE run_id=?"));
@@ -605,18 +678,24 @@ Result<int> LineageDb::StartAttempt(const std::string& run_id, const AttemptStar
   const std::string stale =
       "no end was recorded (its daemon died?); superseded by attempt " + std::to_string(n);
   for (const char* table : {"generation", "attempt"}) {
-    HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, std::string("UPDATE ") + table +
-                                                      " SET ended_ms=?, state='failed', cause=? "
-                                                      "WHERE run_id=? AND state='running'"));
-    HF_RETURN_IF_ERROR(st.Bind(now, stale, run_id).Run("close stale attempt").status());
+    const bool gen = std::string_view(table) == "generation";
+    HF_ASSIGN_OR_RETURN(int64_t seq, NextSeq());
+    HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, std::string("UPDATE ") + table + " SET " +
+                                                      (gen ? kEndGenerationSet
+                                                           : "ended_ms=?, ended_seq=?, state=?, "
+                                                             "cause=?") +
+                                                      " WHERE run_id=? AND state='running'"));
+    HF_RETURN_IF_ERROR(
+        st.Bind(now, seq, "failed", stale, run_id).Run("close stale attempt").status());
   }
   {
+    HF_ASSIGN_OR_RETURN(int64_t seq, NextSeq());
     HF_ASSIGN_OR_RETURN(
         Stmt st, Stmt::Make(this, "INSERT INTO attempt (run_id, attempt, parent_attempt, "
                                   "slurm_job_id, restart_count, nodes, started_ms, state, "
-                                  "resumed_from_step) VALUES (?,?,?,?,?,?,?,'running',?)"));
+                                  "resumed_from_step, seq) VALUES (?,?,?,?,?,?,?,'running',?,?)"));
     st.Bind(run_id, n, parent, start.slurm_job_id, start.restart_count, JoinNodes(start.nodes),
-            now, start.resumed_from_step);
+            now, start.resumed_from_step, seq);
     HF_RETURN_IF_ERROR(st.Run("start attempt " + std::to_string(n)).status());
   }
   {
@@ -639,15 +718,18 @@ Status LineageDb::EndAttempt(const std::string& run_id, int attempt, RunState st
   HF_RETURN_IF_ERROR(tx.Begin());
   const int64_t now = Now();
   {
-    HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "UPDATE generation SET ended_ms=?, state=?, "
-                                                  "cause=? WHERE run_id=? AND attempt=? AND "
-                                                  "state='running'"));
-    st.Bind(now, RunStateName(state), cause, run_id, attempt);
+    HF_ASSIGN_OR_RETURN(int64_t seq, NextSeq());
+    HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, std::string("UPDATE generation SET ") +
+                                                      kEndGenerationSet +
+                                                      " WHERE run_id=? AND attempt=? AND "
+                                                      "state='running'"));
+    st.Bind(now, seq, RunStateName(state), cause, run_id, attempt);
     HF_RETURN_IF_ERROR(st.Run("end attempt").status());
   }
-  HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "UPDATE attempt SET ended_ms=?, state=?, cause=? "
-                                                "WHERE run_id=? AND attempt=?"));
-  HF_ASSIGN_OR_RETURN(int n, st.Bind(now, RunStateName(state), cause, run_id, attempt)
+  HF_ASSIGN_OR_RETURN(int64_t seq, NextSeq());
+  HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "UPDATE attempt SET ended_ms=?, ended_seq=?, "
+                                                "state=?, cause=? WHERE run_id=? AND attempt=?"));
+  HF_ASSIGN_OR_RETURN(int n, st.Bind(now, seq, RunStateName(state), cause, run_id, attempt)
                                  .Run("end attempt"));
   if (n == 0) {
     return NotFoundError(path_ + ": run " + run_id + " has no attempt " + std::to_string(attempt));
@@ -684,10 +766,11 @@ Result<int> LineageDb::StartGeneration(const std::string& run_id, int attempt, i
     }
   }
   {
+    HF_ASSIGN_OR_RETURN(int64_t seq, NextSeq());
     HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "INSERT INTO generation (run_id, attempt, "
-                                                  "generation, started_ms, start_step, state) "
-                                                  "VALUES (?,?,?,?,?,'running')"));
-    st.Bind(run_id, attempt, n, Now(), start_step);
+                                                  "generation, started_ms, start_step, state, "
+                                                  "seq) VALUES (?,?,?,?,?,'running',?)"));
+    st.Bind(run_id, attempt, n, Now(), start_step, seq);
     HF_RETURN_IF_ERROR(st.Run("start generation").status());
   }
   HF_RETURN_IF_ERROR(tx.Commit());
@@ -712,18 +795,21 @@ Status LineageDb::UpdateGenerationStep(const std::string& run_id, int attempt, i
 
 Status LineageDb::EndGeneration(const std::string& run_id, int attempt, int generation,
                                 RunState state, const std::string& cause) {
-  HF_RETURN_IF_ERROR(CheckWritable());
   if (state == RunState::kRunning) return InvalidArgumentError("EndGeneration needs a final state");
-  HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "UPDATE generation SET ended_ms=?, state=?, "
-                                                "cause=? WHERE run_id=? AND attempt=? AND "
-                                                "generation=?"));
-  HF_ASSIGN_OR_RETURN(int n, st.Bind(Now(), RunStateName(state), cause, run_id, attempt,
+  Tx tx(this);
+  HF_RETURN_IF_ERROR(tx.Begin());
+  HF_ASSIGN_OR_RETURN(int64_t seq, NextSeq());
+  HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, std::string("UPDATE generation SET ") +
+                                                    kEndGenerationSet +
+                                                    " WHERE run_id=? AND attempt=? AND "
+                                                    "generation=?"));
+  HF_ASSIGN_OR_RETURN(int n, st.Bind(Now(), seq, RunStateName(state), cause, run_id, attempt,
                                      generation).Run("end generation"));
   if (n == 0) {
     return NotFoundError(path_ + ": no generation " + std::to_string(generation) + " of attempt " +
                          std::to_string(attempt) + " of run " + run_id);
   }
-  return Status::Ok();
+  return tx.Commit();
 }
 
 Status LineageDb::RecordCheckpoint(const CheckpointRecord& c) {
@@ -735,12 +821,13 @@ Status LineageDb::RecordCheckpoint(const CheckpointRecord& c) {
     HF_ASSIGN_OR_RETURN(bool dup, st.Bind(c.run_id, c.step).Step("record checkpoint"));
     if (dup) return Status::Ok();  // a re-reported commit (e.g. after a daemon restart)
   }
+  HF_ASSIGN_OR_RETURN(int64_t seq, NextSeq());
   HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "INSERT INTO checkpoint (run_id, step, path, "
                                                 "bytes, world_size, attempt, generation, "
-                                                "committed_ms, state) VALUES "
-                                                "(?,?,?,?,?,?,?,?,'committed')"));
+                                                "committed_ms, state, seq) VALUES "
+                                                "(?,?,?,?,?,?,?,?,'committed',?)"));
   st.Bind(c.run_id, c.step, c.path, c.bytes, c.world_size, c.attempt, c.generation,
-          c.committed_ms != 0 ? c.committed_ms : Now());
+          c.committed_ms != 0 ? c.committed_ms : Now(), seq);
   HF_RETURN_IF_ERROR(st.Run("record checkpoint at step " + std::to_string(c.step) +
                                       " of run " + c.run_id).status());
   return tx.Commit();
@@ -748,37 +835,44 @@ Status LineageDb::RecordCheckpoint(const CheckpointRecord& c) {
 
 Status LineageDb::MarkCheckpoint(const std::string& run_id, int64_t step, CheckpointState state,
                                  const std::string& reason) {
-  HF_RETURN_IF_ERROR(CheckWritable());
   if (state == CheckpointState::kCommitted) {
     return InvalidArgumentError("MarkCheckpoint marks corrupt or pruned; RecordCheckpoint commits");
   }
+  Tx tx(this);
+  HF_RETURN_IF_ERROR(tx.Begin());
+  HF_ASSIGN_OR_RETURN(int64_t seq, NextSeq());
   HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "UPDATE checkpoint SET state=?, reason=?, "
-                                                "state_ms=? WHERE id=(SELECT max(id) FROM "
-                                                "checkpoint WHERE run_id=? AND step=?)"));
-  HF_ASSIGN_OR_RETURN(int n, st.Bind(CheckpointStateName(state), reason, Now(), run_id, step)
+                                                "state_ms=?, state_seq=? WHERE id=(SELECT "
+                                                "max(id) FROM checkpoint WHERE run_id=? AND "
+                                                "step=?)"));
+  HF_ASSIGN_OR_RETURN(int n, st.Bind(CheckpointStateName(state), reason, Now(), seq, run_id, step)
                                  .Run("mark checkpoint"));
   if (n == 0) {
     return NotFoundError(path_ + ": run " + run_id + " has no checkpoint recorded at step " +
                          std::to_string(step));
   }
-  return Status::Ok();
+  return tx.Commit();
 }
 
 Result<int64_t> LineageDb::RecordEvent(const EventRecord& e) {
-  HF_RETURN_IF_ERROR(CheckWritable());
   if (e.kind.empty() || e.summary.empty()) {
     return InvalidArgumentError("an event needs a kind and a summary");
   }
+  Tx tx(this);
+  HF_RETURN_IF_ERROR(tx.Begin());
+  HF_ASSIGN_OR_RETURN(int64_t seq, NextSeq());
   HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "INSERT INTO event (run_id, time_ms, kind, "
                                                 "attempt, generation, node, rank, summary, "
-                                                "evidence, action, runbook, incident) VALUES "
-                                                "(?,?,?,?,?,?,?,?,?,?,?,?)"));
+                                                "evidence, action, runbook, incident, seq) "
+                                                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"));
   st.Bind(e.run_id, e.time_ms != 0 ? e.time_ms : Now(), e.kind, e.attempt, e.generation, e.node,
           e.rank, e.summary, e.evidence_json.empty() ? std::string("{}") : e.evidence_json,
-          e.action, e.runbook, IsIncidentKind(e.kind) ? 1 : 0);
+          e.action, e.runbook, IsIncidentKind(e.kind) ? 1 : 0, seq);
   HF_RETURN_IF_ERROR(st.Run("record " + e.kind + " event for run " + e.run_id +
                                       " (evidence must be JSON)").status());
-  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+  const auto id = static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+  HF_RETURN_IF_ERROR(tx.Commit());
+  return id;
 }
 
 Result<int64_t> LineageDb::RecordHealthResult(const HealthResultRecord& h) {
@@ -808,16 +902,16 @@ constexpr const char kRunCols[] =
     "(SELECT max(last_step) FROM generation g WHERE g.run_id = run.run_id)";
 constexpr const char kAttemptCols[] =
     "run_id, attempt, parent_attempt, slurm_job_id, restart_count, nodes, started_ms, ended_ms, "
-    "state, cause, resumed_from_step";
+    "state, cause, resumed_from_step, coalesce(seq, 0) AS seq, ended_seq";
 constexpr const char kGenerationCols[] =
     "run_id, attempt, generation, started_ms, ended_ms, start_step, last_step, last_step_ms, "
-    "state, cause";
+    "state, cause, coalesce(seq, 0) AS seq, ended_seq";
 constexpr const char kCheckpointCols[] =
     "run_id, step, path, bytes, world_size, attempt, generation, committed_ms, state, reason, "
-    "state_ms";
+    "state_ms, coalesce(seq, 0) AS seq, state_seq";
 constexpr const char kEventCols[] =
     "id, run_id, time_ms, kind, attempt, generation, node, rank, summary, evidence, action, "
-    "runbook, incident";
+    "runbook, incident, coalesce(seq, 0) AS seq";
 constexpr const char kHealthCols[] =
     "id, coalesce(run_id, ''), time_ms, node, check_name, status, value, threshold, unit, source, "
     "evidence, suggested_action";
@@ -860,6 +954,8 @@ struct LineageRows {
     a.state = s.Enum<RunState>(8, kRunStateNames);
     a.cause = s.Text(9);
     a.resumed_from_step = s.OptInt(10);
+    a.seq = s.Int(11);
+    a.ended_seq = s.OptInt(12);
     return a;
   }
   static GenerationRecord Generation(Stmt& s) {
@@ -874,6 +970,8 @@ struct LineageRows {
     g.last_step_ms = s.OptInt(7);
     g.state = s.Enum<RunState>(8, kRunStateNames);
     g.cause = s.Text(9);
+    g.seq = s.Int(10);
+    g.ended_seq = s.OptInt(11);
     return g;
   }
   static CheckpointRecord Checkpoint(Stmt& s) {
@@ -889,6 +987,8 @@ struct LineageRows {
     c.state = s.Enum<CheckpointState>(8, kCheckpointStateNames);
     c.reason = s.Text(9);
     c.state_ms = s.OptInt(10);
+    c.seq = s.Int(11);
+    c.state_seq = s.OptInt(12);
     return c;
   }
   static EventRecord Event(Stmt& s) {
@@ -906,6 +1006,7 @@ struct LineageRows {
     e.action = s.Text(10);
     e.runbook = s.Text(11);
     e.incident = s.Int(12) != 0;
+    e.seq = s.Int(13);
     return e;
   }
   static HealthResultRecord Health(Stmt& s) {
@@ -1020,8 +1121,8 @@ Result<std::optional<CheckpointRecord>> LineageDb::NewestCommittedCheckpoint(
 Result<std::vector<EventRecord>> LineageDb::Events(const std::string& run_id, int limit) {
   HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, std::string("SELECT * FROM (SELECT ") +
                                                     kEventCols +
-                                                    " FROM event WHERE run_id=? ORDER BY time_ms "
-                                                    "DESC, id DESC LIMIT ?) ORDER BY time_ms, id"));
+                                                    " FROM event WHERE run_id=? ORDER BY seq "
+                                                    "DESC, id DESC LIMIT ?) ORDER BY seq, id"));
   st.Bind(run_id, SqlLimit(limit));
   return LineageRows::All(st, &LineageRows::Event, "list events");
 }
@@ -1029,7 +1130,7 @@ Result<std::vector<EventRecord>> LineageDb::Events(const std::string& run_id, in
 Result<std::optional<EventRecord>> LineageDb::LastIncident(const std::string& run_id) {
   HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, std::string("SELECT ") + kEventCols +
                                                     " FROM event WHERE run_id=? AND incident=1 "
-                                                    "ORDER BY time_ms DESC, id DESC LIMIT 1"));
+                                                    "ORDER BY seq DESC, id DESC LIMIT 1"));
   st.Bind(run_id);
   HF_ASSIGN_OR_RETURN(auto rows, LineageRows::All(st, &LineageRows::Event, "find last incident"));
   if (rows.empty()) return std::optional<EventRecord>();

@@ -10,7 +10,11 @@
 // the file with `sqlite3`.
 //
 // Times are int64 unix milliseconds. Writers stamp them from the options'
-// clock; a record passed in with time 0 gets "now" too.
+// clock; a record passed in with time 0 gets "now" too. Wall clocks step (NTP,
+// a node with a bad RTC), so the order things happened in is kept apart from
+// them: every write that starts, ends or marks an attempt, generation,
+// checkpoint or event draws the next number of one per-file counter (`seq`),
+// and readers order by it (Events(), `runctl lineage`).
 //
 // Thread-safety: a LineageDb is a single SQLite connection and is NOT safe to
 // use from two threads at once: give each thread its own LineageDb (several
@@ -110,6 +114,9 @@ struct AttemptRecord {
   RunState state = RunState::kRunning;
   std::string cause;
   std::optional<int64_t> resumed_from_step;
+  // Read only: write order (see the file comment); ended_seq is set with ended_ms.
+  int64_t seq = 0;
+  std::optional<int64_t> ended_seq;
 };
 
 struct GenerationRecord {
@@ -119,10 +126,15 @@ struct GenerationRecord {
   int64_t started_ms = 0;
   std::optional<int64_t> ended_ms;
   int64_t start_step = 0;  // the checkpoint step it resumed from, or 0
+  // The newest step the ranks reported; a generation that ends before its
+  // first report ends with start_step here.
   std::optional<int64_t> last_step;
   std::optional<int64_t> last_step_ms;  // when last_step was reported
   RunState state = RunState::kRunning;
   std::string cause;
+  // Read only: write order (see the file comment); ended_seq is set with ended_ms.
+  int64_t seq = 0;
+  std::optional<int64_t> ended_seq;
 };
 
 struct CheckpointRecord {
@@ -137,6 +149,9 @@ struct CheckpointRecord {
   CheckpointState state = CheckpointState::kCommitted;
   std::string reason;  // why corrupt or pruned
   std::optional<int64_t> state_ms;  // when marked corrupt or pruned
+  // Read only: write order of the commit, and of the marking (with state_ms).
+  int64_t seq = 0;
+  std::optional<int64_t> state_seq;
 };
 
 struct EventRecord {
@@ -153,6 +168,7 @@ struct EventRecord {
   std::string action;         // what the daemon did about it
   std::string runbook;        // e.g. "runbooks/hang.md"
   bool incident = false;      // read only: IsIncidentKind(kind)
+  int64_t seq = 0;            // read only: write order (see the file comment)
 };
 
 struct HealthResultRecord {
@@ -199,7 +215,7 @@ struct LineageOptions {
 class LineageDb {
  public:
   // Newest schema this build reads and writes.
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   static Result<std::unique_ptr<LineageDb>> Open(const std::string& path,
                                                  const LineageOptions& options = {});
@@ -232,6 +248,7 @@ class LineageDb {
   // One cheap UPDATE; meant to be called every few seconds.
   Status UpdateGenerationStep(const std::string& run_id, int attempt, int generation,
                               int64_t step);
+  // A generation that never reported a step ends with last_step = start_step.
   Status EndGeneration(const std::string& run_id, int attempt, int generation, RunState state,
                        const std::string& cause);
   // Call when the trainer reports a commit (every shard durable, manifest
@@ -251,7 +268,8 @@ class LineageDb {
   Result<std::vector<AttemptRecord>> Attempts(const std::string& run_id);
   Result<std::vector<GenerationRecord>> Generations(const std::string& run_id);
   Result<std::vector<CheckpointRecord>> Checkpoints(const std::string& run_id);  // by step
-  // The newest `limit` events (<= 0: all), oldest first.
+  // The newest `limit` events (<= 0: all), oldest first, in write order (seq),
+  // whatever their clock times say.
   Result<std::vector<EventRecord>> Events(const std::string& run_id, int limit);
   Result<std::optional<EventRecord>> LastIncident(const std::string& run_id);
   Result<std::vector<HealthResultRecord>> HealthResults(const HealthQuery& query);
@@ -271,6 +289,9 @@ class LineageDb {
   Result<sqlite3_stmt*> Prepare(const std::string& sql);  // cached; owned by cache_
   Status CheckWritable() const;
   int64_t Now() const;
+  // Inside a write transaction: advances the file's one seq counter and
+  // returns its new value.
+  Result<int64_t> NextSeq();
   Status Error(int rc, const std::string& what) const;
 
   std::string path_;

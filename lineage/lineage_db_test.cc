@@ -450,6 +450,150 @@ TEST_F(LineageDbTest, MigratesAVersion1File) {
   EXPECT_EQ(*a2, 2);
 }
 
+// A version-2 file: version 1 plus the released version-2 migration, with
+// rows whose times are not in rowid order (and one tie).
+void WriteV2File(const std::string& path) {
+  WriteV1File(path);
+  RawSql(path, R"sql(
+    ALTER TABLE generation ADD COLUMN last_step_ms INTEGER;
+    ALTER TABLE event ADD COLUMN incident INTEGER NOT NULL DEFAULT 0;
+    UPDATE event SET incident = 1 WHERE kind IN ('crash','hang');
+    CREATE INDEX event_incident ON event(run_id, incident, time_ms);
+    UPDATE generation SET ended_ms = 2500, state = 'failed', cause = 'rank 2 crashed';
+    INSERT INTO generation VALUES ('r-20260101-0001', 1, 1, 3000, NULL, 400, NULL, 'running', '',
+      NULL);
+    INSERT INTO checkpoint (run_id, step, path, bytes, world_size, committed_ms, state) VALUES
+      ('r-20260101-0001', 400, '/runs/old/ckpt/step-400', 10, 8, 1500, 'committed');
+    INSERT INTO event (run_id, time_ms, kind, summary, incident) VALUES
+      ('r-20260101-0001', 1800, 'hang', 'written late, happened early', 1),
+      ('r-20260101-0001', 3000, 'stop', 'a tie with generation 1 and the restart', 0);
+    PRAGMA user_version = 2;
+  )sql");
+}
+
+std::vector<std::string> Summaries(const std::vector<EventRecord>& events) {
+  std::vector<std::string> out;
+  for (const EventRecord& e : events) out.push_back(e.summary);
+  return out;
+}
+
+TEST_F(LineageDbTest, MigratesAVersion2FileNumberingOldRowsInTimeOrder) {
+  WriteV2File(db_path());
+  const std::string id = "r-20260101-0001";
+  const std::vector<std::string> in_time_order = {
+      "written late, happened early", "rank 2 exited with status 1",
+      "restarted generation 1 from step 400", "a tie with generation 1 and the restart"};
+
+  // A reader of the old file works on a migrated copy and leaves the file be.
+  {
+    auto reader = OpenReader();
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    EXPECT_EQ((*reader)->file_schema_version(), 2);
+    auto events = (*reader)->Events(id, 0);
+    ASSERT_TRUE(events.ok()) << events.status().ToString();
+    EXPECT_EQ(Summaries(*events), in_time_order);
+  }
+  EXPECT_EQ(RawSql(db_path(), "PRAGMA user_version"), "2");
+
+  auto db = OpenWriter();
+  EXPECT_EQ(db->file_schema_version(), 2);
+  EXPECT_EQ(RawSql(db_path(), "PRAGMA user_version"), "3");
+  EXPECT_EQ(Summaries(*db->Events(id, 0)), in_time_order);
+  // Every old moment got its place: attempt 1 (t=1000), generation 0 (1000),
+  // checkpoint 400 (1500), hang (1800), crash (2000), generation 0's end
+  // (2500), generation 1 (3000), restart (3000, id order), stop (3000).
+  auto attempts = *db->Attempts(id);
+  auto gens = *db->Generations(id);
+  auto ckpts = *db->Checkpoints(id);
+  auto events = *db->Events(id, 0);
+  ASSERT_EQ(gens.size(), 2u);
+  EXPECT_EQ(attempts[0].seq, 1);
+  EXPECT_EQ(attempts[0].ended_seq, std::nullopt);
+  EXPECT_EQ(gens[0].seq, 2);
+  EXPECT_EQ(ckpts[0].seq, 3);
+  EXPECT_EQ(events[0].seq, 4);
+  EXPECT_EQ(events[1].seq, 5);
+  EXPECT_EQ(gens[0].ended_seq, 6);
+  EXPECT_EQ(gens[1].seq, 7);
+  EXPECT_EQ(events[2].seq, 8);
+  EXPECT_EQ(events[3].seq, 9);
+  // The incident written last is the hang, but the crash happened last.
+  EXPECT_EQ((*db->LastIncident(id))->summary, "rank 2 exited with status 1");
+
+  // New writes follow the old rows, whatever the clock says.
+  now_ms_ = 10;
+  EventRecord e;
+  e.run_id = id;
+  e.kind = event_kind::kNodeLost;
+  e.summary = "written after the migration";
+  ASSERT_TRUE(db->RecordEvent(e).ok());
+  events = *db->Events(id, 0);
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events.back().summary, "written after the migration");
+  EXPECT_EQ(events.back().seq, 10);
+  EXPECT_EQ((*db->LastIncident(id))->summary, "written after the migration");
+}
+
+TEST_F(LineageDbTest, AClockThatStepsBackDoesNotReorderTheRecord) {
+  auto db = OpenWriter();
+  const std::string id = *db->CreateRun(SampleRun("r-clock"));
+  ASSERT_TRUE(db->StartAttempt(id, {}).ok());
+  ASSERT_TRUE(db->StartGeneration(id, 1, 0).ok());
+  EventRecord crash;
+  crash.run_id = id;
+  crash.kind = event_kind::kCrash;
+  crash.summary = "first: rank 0 crashed";
+  ASSERT_TRUE(db->RecordEvent(crash).ok());
+  ASSERT_TRUE(db->EndGeneration(id, 1, 0, RunState::kFailed, "rank 0 crashed").ok());
+
+  now_ms_ -= 3'600'000;  // NTP steps the clock back an hour
+  ASSERT_TRUE(db->StartGeneration(id, 1, 0).ok());
+  EventRecord hang = crash;
+  hang.kind = event_kind::kHang;
+  hang.summary = "second: rank 1 hung";
+  ASSERT_TRUE(db->RecordEvent(hang).ok());
+  ASSERT_TRUE(db->EndRun(id, RunState::kFailed, "restart budget exhausted").ok());
+
+  auto events = *db->Events(id, 0);
+  EXPECT_EQ(Summaries(events),
+            (std::vector<std::string>{"first: rank 0 crashed", "second: rank 1 hung"}));
+  EXPECT_EQ(Summaries(*db->Events(id, 1)), (std::vector<std::string>{"second: rank 1 hung"}));
+  EXPECT_EQ((*db->LastIncident(id))->summary, "second: rank 1 hung");
+
+  auto gens = *db->Generations(id);
+  auto attempts = *db->Attempts(id);
+  ASSERT_EQ(gens.size(), 2u);
+  // attempt < gen 0 < crash < gen 0 ends < gen 1 < hang < gen 1 ends < attempt ends
+  EXPECT_LT(attempts[0].seq, gens[0].seq);
+  EXPECT_LT(gens[0].seq, events[0].seq);
+  EXPECT_LT(events[0].seq, *gens[0].ended_seq);
+  EXPECT_LT(*gens[0].ended_seq, gens[1].seq);
+  EXPECT_LT(gens[1].seq, events[1].seq);
+  EXPECT_LT(events[1].seq, *gens[1].ended_seq);
+  EXPECT_LT(*gens[1].ended_seq, *attempts[0].ended_seq);
+  EXPECT_LT(gens[1].started_ms, gens[0].ended_ms);  // the clock did step back
+}
+
+TEST_F(LineageDbTest, AGenerationThatEndsBeforeItsFirstStepEndsAtItsStartStep) {
+  auto db = OpenWriter();
+  const std::string id = *db->CreateRun(SampleRun("r-nostep"));
+  ASSERT_TRUE(db->StartAttempt(id, {}).ok());
+  ASSERT_TRUE(db->StartGeneration(id, 1, 6000).ok());  // resumed from step 6000, then died
+  ASSERT_TRUE(db->EndGeneration(id, 1, 0, RunState::kFailed, "rank 1 crashed").ok());
+  ASSERT_TRUE(db->StartGeneration(id, 1, 6000).ok());
+  ASSERT_TRUE(db->UpdateGenerationStep(id, 1, 1, 6010).ok());
+  ASSERT_TRUE(db->EndGeneration(id, 1, 1, RunState::kFailed, "rank 0 crashed").ok());
+  ASSERT_TRUE(db->StartGeneration(id, 1, 6000).ok());
+  ASSERT_TRUE(db->EndRun(id, RunState::kStopped, "runctl stop").ok());  // ends generation 2 too
+
+  auto gens = *db->Generations(id);
+  ASSERT_EQ(gens.size(), 3u);
+  EXPECT_EQ(gens[0].last_step, 6000);  // not unset, and never "step 0"
+  EXPECT_EQ(gens[1].last_step, 6010);  // a reported step stands
+  EXPECT_EQ(gens[2].last_step, 6000);
+  EXPECT_EQ(db->GetRun(id)->last_step, 6010);
+}
+
 TEST_F(LineageDbTest, GetRunByPrefix) {
   auto db = OpenWriter();
   ASSERT_TRUE(db->CreateRun(SampleRun("r-20270115-1a2b")).ok());

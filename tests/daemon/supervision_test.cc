@@ -2,136 +2,14 @@
 // ranks: each test breaks the run in one way and checks what a user would
 // notice — the run finishes with parameters bit-identical to a fault-free
 // run, and lineage.db names the right cause.
-#include <signal.h>
-#include <unistd.h>
-
-#include <chrono>
-#include <filesystem>
 #include <set>
-#include <sstream>
-#include <thread>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
-#include "daemon/control_protocol.h"
-#include "lineage/lineage_db.h"
-#include "tests/support/subprocess.h"
+#include "tests/daemon/supervised_run.h"
 
 namespace holdfast {
 namespace {
 
-using testing::BuildPath;
-using testing::ChildProcess;
-using testing::ProcessResult;
-using testing::ReadFile;
-using testing::RunProcess;
-using testing::TempDir;
-using testing::WriteFile;
-
-constexpr int kSteps = 30;
-
-std::string TrainConfig(const std::string& corpus) {
-  std::ostringstream os;
-  os << "[model]\nn_layer = 2\nn_head = 4\nn_embd = 64\nblock_size = 64\ndropout = 0.1\n"
-     << "[data]\nformat = \"text\"\npath = \"" << corpus << "\"\n"
-     << "[train]\nsteps = " << kSteps << "\nmicro_batch = 4\nseed = 11\nthreads = 1\nlog_every = 10\n"
-     << "[optim]\nlr = 3e-3\nmin_lr = 3e-4\nwarmup_steps = 5\n"
-     << "[dist]\nbucket_mb = 0.05\n"
-     << "[checkpoint]\nevery_steps = 5\n";
-  return os.str();
-}
-
-// The shared fault-free reference: same config, 2 ranks, no supervisor.
-class SupervisionTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    shared_ = new TempDir("supervision_ref");
-    std::string text;
-    for (const char* name : {"GPL-3", "LGPL-2.1", "Apache-2.0"}) {
-      text += ReadFile(std::string("/usr/share/common-licenses/") + name);
-    }
-    WriteFile(*shared_ / "corpus.txt", text);
-    WriteFile(*shared_ / "train.toml", TrainConfig(*shared_ / "corpus.txt"));
-    ProcessResult r = RunProcess({BuildPath("trainer/holdfast-train"), "--config", *shared_ / "train.toml", "--nproc",
-                                  "2", "--set", "output.dir=" + (*shared_ / "out"), "--dump-final", *shared_ / "ref"});
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    reference_ = ReadFile(*shared_ / "ref/params.bin");
-  }
-  static void TearDownTestSuite() { delete shared_; }
-
-  SupervisionTest() : dir_("supervision") {}
-
-  // Writes the job config; `fault` adds --inject-fault to the ranks' command.
-  std::string WriteJob(const std::string& fault = "", const std::string& supervise_extra = "") {
-    std::ostringstream os;
-    os << "[job]\nname = \"fault-test\"\ncommand = [\"" << BuildPath("trainer/holdfast-train") << "\", \"--config\", \""
-       << *shared_ / "train.toml" << "\", \"--set\", \"output.dir=" << dir_ / "out" << "\", \"--set\", \"checkpoint.dir="
-       << dir_ / "ck" << "\", \"--dump-final\", \"" << dir_ / "final" << "\"";
-    if (!fault.empty()) os << ", \"--inject-fault\", \"" << fault << "\"";
-    os << "]\nnproc = 2\ncheckpoint_dir = \"" << dir_ / "ck" << "\"\n"
-       << "[supervise]\npoll_ms = 50\nhang_min_s = 2\nstartup_timeout_s = 90\nrestart_budget = 2\nterm_grace_s = 2\n"
-       << "backoff_initial_s = 0.1\nprogress_dir = \"" << dir_ / "shm" << "\"\n"
-       << supervise_extra
-       // Modest disk thresholds: CI machines can be short of space.
-       << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\n";
-    WriteFile(dir_ / "job.toml", os.str());
-    return dir_ / "job.toml";
-  }
-
-  std::vector<std::string> Daemon() const {
-    return {BuildPath("daemon/holdfastd"), "--run-dir", dir_ / "run", "--config", dir_ / "job.toml"};
-  }
-
-  // Live status from the daemon; nullopt while it does not answer yet.
-  std::optional<RunStatus> Status() const {
-    ControlRequest req;
-    req.id = 1;
-    req.op = control_op::kStatus;
-    auto resp = CallDaemon(ControlSocketPath(dir_ / "run"), req, std::chrono::seconds(5));
-    if (!resp.ok() || !resp->ok) return std::nullopt;
-    auto st = ParseStatusResult(resp->result_json);
-    if (!st.ok()) return std::nullopt;
-    return *st;
-  }
-
-  // Waits (no timing assertion) until the daemon reports every rank at `step` or later.
-  std::optional<RunStatus> WaitForStep(int64_t step, ChildProcess& daemon) const {
-    for (;;) {
-      if (daemon.Exited()) return std::nullopt;
-      auto st = Status();
-      if (st && !st->nodes.empty() && st->nodes[0].ranks.size() == 2) {
-        bool all = true;
-        for (const auto& r : st->nodes[0].ranks) all = all && r.step >= step && r.state == "running";
-        if (all) return st;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-
-  std::unique_ptr<LineageDb> Lineage() const {
-    LineageOptions o;
-    o.read_only = true;
-    auto db = LineageDb::Open(dir_ / "run/lineage.db", o);
-    EXPECT_TRUE(db.ok()) << db.status().ToString();
-    return db.ok() ? std::move(db).value() : nullptr;
-  }
-
-  void ExpectFinishedBitExact(ChildProcess& daemon) {
-    const int code = daemon.Wait();
-    EXPECT_EQ(code, 0) << ReadFile(dir_ / "daemon.log");
-    const std::string final_params = ReadFile(dir_ / "final/params.bin");
-    ASSERT_FALSE(final_params.empty()) << ReadFile(dir_ / "daemon.log");
-    EXPECT_TRUE(final_params == reference_) << "final parameters differ from the fault-free run";
-  }
-
-  static TempDir* shared_;
-  static std::string reference_;
-  TempDir dir_;
-};
-
-TempDir* SupervisionTest::shared_ = nullptr;
-std::string SupervisionTest::reference_;
+using SupervisionTest = SupervisedRunTest;
 
 TEST_F(SupervisionTest, SigkillOfARankIsACrashThatRestartsFromTheCheckpoint) {
   WriteJob();
@@ -251,7 +129,8 @@ TEST_F(SupervisionTest, TwoNodesAFollowerRankDiesAndBothNodesRestart) {
   ASSERT_TRUE(inc.ok() && inc->has_value());
   EXPECT_EQ((*inc)->kind, "crash");
   EXPECT_EQ((*inc)->rank, 3);
-  EXPECT_EQ((*inc)->node, "1");
+  // Nodes are hosts: two daemons on one machine are "<hostname>-n0" and "<hostname>-n1".
+  EXPECT_EQ((*inc)->node, ThisHost() + "-n1");
   auto gens = db->Generations(run->run_id);
   ASSERT_TRUE(gens.ok());
   EXPECT_EQ(gens->size(), 2u);

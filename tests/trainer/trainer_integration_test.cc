@@ -473,6 +473,55 @@ TEST_F(TrainerTest, BadConfigAndBadDataGetClearErrors) {
   EXPECT_NE(s.output.find(":2"), std::string::npos) << s.output;
 }
 
+TEST_F(TrainerTest, FlagErrorsExitWithTheUsageCode) {
+  // README "Exit codes (holdfast-train)": bad input is 2, whatever part of
+  // the command line is wrong, and the message names what to fix.
+  ProcessResult unknown = Train({"--config", WriteConfig("run.toml"), "--no-such-flag"});
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("--no-such-flag"), std::string::npos) << unknown.output;
+  EXPECT_NE(unknown.output.find("--help"), std::string::npos) << unknown.output;
+
+  ProcessResult value = Train({"--config", WriteConfig("run.toml"), "--nproc", "x"});
+  EXPECT_EQ(value.exit_code, 2) << value.output;
+  EXPECT_NE(value.output.find("--nproc"), std::string::npos) << value.output;
+
+  ProcessResult range = Train({"--config", WriteConfig("run.toml"), "--nproc", "0"});
+  EXPECT_EQ(range.exit_code, 2) << range.output;
+  EXPECT_NE(range.output.find("--nproc"), std::string::npos) << range.output;
+
+  ProcessResult fault = Train({"--config", WriteConfig("run.toml"), "--inject-fault", "slow@1:x"});
+  EXPECT_EQ(fault.exit_code, 2) << fault.output;
+  EXPECT_NE(fault.output.find("--inject-fault 'slow@1:x': STEP must be a step number"), std::string::npos)
+      << fault.output;
+
+  ProcessResult help = Train({"--help"});
+  EXPECT_EQ(help.exit_code, 0) << help.output;
+  EXPECT_NE(help.output.find("--inject-fault"), std::string::npos) << help.output;
+}
+
+TEST_F(TrainerTest, SlowFaultMakesAStragglerWithoutChangingTheResult) {
+  const std::string cfg = WriteConfig("run.toml");
+  const std::vector<std::string> common = {"--config", cfg, "--nproc", "2", "--set", "train.steps=8"};
+  auto with = [&](std::vector<std::string> extra, const std::string& out) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), {"--set", "output.dir=" + out, "--metrics", out + "/metrics.jsonl"});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Train(args);
+  };
+  ProcessResult clean = with({}, dir_ / "clean");
+  ASSERT_EQ(clean.exit_code, 0) << clean.output;
+  ProcessResult slow = with({"--inject-fault", "slow@1:3:x3"}, dir_ / "slow");
+  ASSERT_EQ(slow.exit_code, 0) << slow.output;
+  EXPECT_NE(slow.output.find("FAULT INJECTED: slow x3 on rank 1 from step 3 on"), std::string::npos) << slow.output;
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "slow/fault-slow-rank1-step3.fired"));
+  // Slower, not different: the sleep is outside the arithmetic.
+  auto hash = [](const std::string& out) {
+    const size_t at = out.rfind("final step");
+    return at == std::string::npos ? std::string("(no final line)") : out.substr(at, out.find('\n', at) - at);
+  };
+  EXPECT_EQ(hash(slow.output), hash(clean.output));
+}
+
 TEST_F(TrainerTest, SftTrainsOnResponsesOnly) {
   std::string jsonl;
   for (int i = 0; i < 50; ++i) {

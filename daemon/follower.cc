@@ -1,0 +1,293 @@
+#include "daemon/follower.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include <boost/asio.hpp>
+#include <spdlog/spdlog.h>
+
+#include "daemon/cluster_protocol.h"
+#include "daemon/daemon_signals.h"
+#include "daemon/exit_codes.h"
+#include "daemon/health_watch.h"
+#include "daemon/line_connection.h"
+#include "daemon/rank_group.h"
+#include "health/report.h"
+
+namespace holdfast {
+
+namespace asio = boost::asio;
+
+class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
+ public:
+  Impl(asio::io_context* io, FollowerOptions options, Scheduler* scheduler, const TimeSource* clock)
+      : io_(*io),
+        opts_(std::move(options)),
+        scheduler_(scheduler),
+        clock_(clock),
+        signals_(io_),
+        poll_timer_(io_),
+        kill_timer_(io_),
+        retry_timer_(io_),
+        ranks_(&opts_.job, opts_.run_dir),
+        health_(&io_, &opts_.job) {}
+
+  Status Start();
+  int exit_code() const { return exit_code_; }
+
+ private:
+  const std::string& host() const { return opts_.allocation.self().host; }
+  int node() const { return opts_.allocation.this_node; }
+  void Connect();
+  void OnMessage(const ClusterMessage& msg);
+  void OnLeaderGone(const std::string& why);
+  void Send(const ClusterMessage& msg) {
+    if (conn_) conn_->Send(EncodeClusterMessage(msg, clock_->MonotonicNs()));
+  }
+  void ArmPoll();
+  void Reap();
+  void StopRanks(double grace_s);
+  void Done(int code);
+
+  asio::io_context& io_;
+  FollowerOptions opts_;
+  Scheduler* scheduler_;     // not owned
+  const TimeSource* clock_;  // not owned
+  DaemonSignals signals_;
+  asio::steady_timer poll_timer_, kill_timer_, retry_timer_;
+  RankGroup ranks_;
+  HealthWatch health_;
+  std::shared_ptr<LineConnection> conn_;
+  std::string prelaunch_report_;
+  std::string run_id_;
+  int generation_ = -1;
+  int finish_code_ = -1;  // from the leader's "finish"
+  bool done_ = false;
+  int exit_code_ = kDaemonExitFailed;
+  int64_t started_ns_ = 0;
+};
+
+Status Follower::Impl::Start() {
+  started_ns_ = clock_->MonotonicNs();
+  std::error_code ec;
+  std::filesystem::create_directories(opts_.run_dir + "/logs", ec);
+  if (ec) return IoError("create " + opts_.run_dir + "/logs: " + ec.message());
+  std::filesystem::create_directories(opts_.job.supervise.progress_dir, ec);
+  HF_RETURN_IF_ERROR(health_.SetUp());
+  if (opts_.job.supervise.health_prelaunch) {
+    std::vector<health::CheckResult> results = health_.RunPrelaunch(host());
+    prelaunch_report_ = health::ReportToJson(results, health_.Decide(results));
+  }
+  std::weak_ptr<Impl> weak = shared_from_this();
+  signals_.Start([weak](int sig) {
+    auto self = weak.lock();
+    if (!self) return;
+    if (sig == SIGCHLD) {
+      self->Reap();
+      return;
+    }
+    // The leader decides about the run; this node's daemon was told to go.
+    spdlog::warn("{}: stopping this node's ranks and leaving the run", SignalName(sig));
+    self->StopRanks(self->opts_.job.supervise.term_grace_s);
+    self->Done(kDaemonExitStopped);
+  });
+  health_.StartPolling([weak](const std::vector<health::CheckResult>& changed, const health::Decision& d) {
+    auto self = weak.lock();
+    if (self && !self->done_) self->Send(HealthMsg{self->generation_, health::ReportToJson(changed, d)});
+  });
+  Connect();
+  ArmPoll();
+  return Status::Ok();
+}
+
+void Follower::Impl::Connect() {
+  const double left_s = opts_.job.supervise.startup_timeout_s - static_cast<double>(clock_->MonotonicNs() - started_ns_) / 1e9;
+  auto addr = scheduler_->FindLeader(std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, left_s) * 1000)));
+  if (!addr.ok()) {
+    spdlog::error("cannot find the leader: {}", addr.status().message());
+    Done(kDaemonExitFailed);
+    return;
+  }
+  const size_t colon = addr->rfind(':');
+  boost::system::error_code ec;
+  const auto ip = asio::ip::make_address(addr->substr(0, colon), ec);
+  const int port = colon == std::string::npos ? 0 : std::atoi(addr->substr(colon + 1).c_str());
+  if (ec || port <= 0 || port > 65535) {
+    spdlog::error("leader address '{}': expected host:port (an IP address and a port)", *addr);
+    Done(kDaemonExitUsage);
+    return;
+  }
+  auto sock = std::make_shared<asio::ip::tcp::socket>(io_);
+  sock->async_connect(asio::ip::tcp::endpoint(ip, static_cast<uint16_t>(port)), [self = shared_from_this(), sock,
+                                                                                  a = *addr](const boost::system::error_code& e) {
+    if (self->done_) return;
+    if (e) {
+      // A leader that is still starting, or a stale address: look again shortly.
+      if (static_cast<double>(self->clock_->MonotonicNs() - self->started_ns_) / 1e9 >
+          self->opts_.job.supervise.startup_timeout_s) {
+        spdlog::error("cannot reach the leader at {}: {}", a, e.message());
+        self->Done(kDaemonExitFailed);
+        return;
+      }
+      self->retry_timer_.expires_after(std::chrono::milliseconds(100));
+      self->retry_timer_.async_wait([self](const boost::system::error_code& te) {
+        if (!te) self->Connect();
+      });
+      return;
+    }
+    ::fcntl(sock->native_handle(), F_SETFD, FD_CLOEXEC);
+    self->conn_ = std::make_shared<LineConnection>(std::move(*sock));
+    std::weak_ptr<Impl> weak = self;
+    self->conn_->Start(
+        [weak](std::string_view line) {
+          auto s = weak.lock();
+          if (!s) return;
+          auto msg = ParseClusterMessage(line, s->clock_->MonotonicNs());
+          if (!msg.ok()) {
+            spdlog::error("bad message from the leader: {}", msg.status().message());
+            s->conn_->Close("bad message: " + msg.status().message());
+            return;
+          }
+          s->OnMessage(*msg);
+        },
+        [weak](const std::string& why) {
+          if (auto s = weak.lock()) s->OnLeaderGone(why);
+        });
+    HelloMsg hello;
+    hello.version = kClusterProtocolVersion;
+    hello.node = self->node();
+    hello.host = self->host();
+    hello.nproc = self->opts_.job.nproc;
+    hello.pid = getpid();
+    hello.health_report_json = self->prelaunch_report_;
+    self->Send(hello);
+    spdlog::info("node {} ({}) joined the leader at {}", self->node(), self->host(), a);
+  });
+}
+
+void Follower::Impl::OnMessage(const ClusterMessage& msg) {
+  if (const auto* m = std::get_if<StartMsg>(&msg)) {
+    if (run_id_.empty()) {
+      run_id_ = m->run_id;
+      RemoveProgressRecords(opts_.job.supervise.progress_dir, run_id_);  // a dead daemon's leftovers
+    }
+    generation_ = m->generation;
+    GenerationSpec spec;
+    spec.run_id = m->run_id;
+    spec.attempt = m->attempt;
+    spec.generation = m->generation;
+    spec.world_size = m->world_size;
+    spec.store_addr = m->store_addr;
+    spec.master_port = m->master_port;
+    spec.resume_step = m->resume_step;
+    Status s = ranks_.Launch(spec, m->ranks);
+    if (!s.ok()) {
+      // The leader decides what a launch failure means.
+      spdlog::error("{}", s.ToString());
+      const std::vector<int> started = ranks_.ranks();
+      for (const RankPlacement& p : m->ranks) {
+        if (std::find(started.begin(), started.end(), p.global_rank) != started.end()) continue;
+        RankExitMsg x;
+        x.generation = generation_;
+        x.rank = p.global_rank;
+        x.wstatus = 127 << 8;
+        x.exec_error = s.message();
+        x.ranks = ranks_.Views(node(), host());
+        Send(x);
+      }
+    }
+  } else if (const auto* m = std::get_if<StopMsg>(&msg)) {
+    if (m->generation == generation_) StopRanks(m->grace_s > 0 ? m->grace_s : opts_.job.supervise.term_grace_s);
+  } else if (const auto* m = std::get_if<SignalMsg>(&msg)) {
+    if (m->generation == generation_) ranks_.SignalAll(m->sig);
+  } else if (const auto* m = std::get_if<KillMsg>(&msg)) {
+    if (m->generation == generation_) ranks_.Kill(m->ranks);
+  } else if (const auto* m = std::get_if<FinishMsg>(&msg)) {
+    finish_code_ = m->code;
+  } else if (const auto* m = std::get_if<RejectMsg>(&msg)) {
+    spdlog::error("the leader rejected this node: {}", m->why);
+    finish_code_ = kDaemonExitUsage;
+  }
+}
+
+void Follower::Impl::OnLeaderGone(const std::string& why) {
+  if (done_) return;
+  spdlog::log(finish_code_ >= 0 ? spdlog::level::info : spdlog::level::err, "leader connection closed ({})", why);
+  if (ranks_.AnyAlive()) StopRanks(opts_.job.supervise.term_grace_s);
+  Done(finish_code_ >= 0 ? finish_code_ : kDaemonExitFailed);
+}
+
+void Follower::Impl::StopRanks(double grace_s) {
+  ranks_.SignalAll(SIGTERM);
+  ranks_.SignalAll(SIGCONT);
+  kill_timer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
+  kill_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
+    if (!e) self->ranks_.Kill({});
+  });
+}
+
+void Follower::Impl::ArmPoll() {
+  poll_timer_.expires_after(std::chrono::milliseconds(opts_.job.supervise.poll_ms));
+  poll_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
+    if (e || self->done_) return;
+    self->Reap();
+    if (self->conn_ && self->generation_ >= 0) {
+      self->Send(ProgressMsg{self->generation_, self->ranks_.Views(self->node(), self->host())});
+    }
+    self->ArmPoll();
+  });
+}
+
+void Follower::Impl::Reap() {
+  for (ReapedRank& r : ranks_.Reap()) {
+    if (!ranks_.AnyAlive()) kill_timer_.cancel();
+    RankExitMsg x;
+    x.generation = generation_;
+    x.rank = r.rank;
+    x.wstatus = r.wstatus;
+    x.log_tail = std::move(r.log_tail);
+    x.ranks = ranks_.Views(node(), host());
+    Send(x);
+  }
+}
+
+void Follower::Impl::Done(int code) {
+  if (done_) return;
+  done_ = true;
+  exit_code_ = code;
+  spdlog::info("node {} done", node());
+  poll_timer_.cancel();
+  retry_timer_.cancel();
+  health_.Stop();
+  signals_.Stop();
+  if (conn_) conn_->Close("finished");
+  if (!ranks_.AnyAlive()) {
+    io_.stop();
+    return;
+  }
+  // Wait for this node's ranks to go (TERM sent; KILL after the grace) before leaving.
+  auto wait = std::make_shared<std::function<void()>>();
+  *wait = [self = shared_from_this(), wait] {
+    self->ranks_.Reap();
+    if (!self->ranks_.AnyAlive()) {
+      self->io_.stop();
+      return;
+    }
+    self->poll_timer_.expires_after(std::chrono::milliseconds(50));
+    self->poll_timer_.async_wait([wait](const boost::system::error_code&) { (*wait)(); });
+  };
+  (*wait)();
+}
+
+Follower::Follower(boost::asio::io_context* io, FollowerOptions options, Scheduler* scheduler, const TimeSource* clock)
+    : impl_(std::make_shared<Impl>(io, std::move(options), scheduler, clock)) {}
+Follower::~Follower() = default;
+Status Follower::Start() { return impl_->Start(); }
+int Follower::exit_code() const { return impl_->exit_code(); }
+
+}  // namespace holdfast

@@ -1,0 +1,158 @@
+// LineConnection: newline-delimited lines over a connected TCP socket, on the
+// daemon's event loop — the framing of the cluster protocol between the
+// leading holdfastd and its followers (docs/cluster-protocol.md). It knows
+// nothing of JSON: it hands each received line, without its '\n', to the
+// owner (who parses it: daemon/cluster_protocol.h) and writes whole lines in
+// the order they were sent.
+//
+// A line longer than max_line_bytes (newline included; by default
+// kMaxClusterMessageBytes) closes the connection, as does any socket error or
+// the peer hanging up; the close callback runs exactly once, with why, and no
+// line is delivered after it — whoever closed (the peer, an error, or the
+// owner through Close). Close drops lines not yet written; CloseAfterSending
+// writes them first (a reject before hanging up).
+//
+// Thread-safety: loop thread only: create it, call it and let its callbacks
+// run on the thread that runs the socket's io_context. It keeps itself alive
+// (shared_from_this) while a read or write is in flight, so create it with
+// std::make_shared and hold it while it is wanted.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <boost/asio.hpp>
+
+#include "common/status.h"
+#include "daemon/cluster_protocol.h"
+
+namespace holdfast {
+
+class LineConnection : public std::enable_shared_from_this<LineConnection> {
+ public:
+  using OnLine = std::function<void(std::string_view line)>;
+  using OnClose = std::function<void(const std::string& why)>;
+
+  explicit LineConnection(boost::asio::ip::tcp::socket socket, size_t max_line_bytes = kMaxClusterMessageBytes)
+      : socket_(std::move(socket)), max_line_bytes_(max_line_bytes), buf_(max_line_bytes) {
+    HF_CHECK(max_line_bytes_ >= 2);
+  }
+
+  // Starts reading. on_line gets each line without its '\n' (the view is
+  // valid during the call only); it may Send, Close or drop its reference.
+  void Start(OnLine on_line, OnClose on_close) {
+    on_line_ = std::move(on_line);
+    on_close_ = std::move(on_close);
+    Read();
+  }
+
+  // Queues one line; a '\n' is appended when it lacks one. A line must not
+  // hold another '\n' nor exceed max_line_bytes with its newline: the peer
+  // would drop the connection, so that is a programming error (HF_CHECK).
+  // Ignored once closing.
+  void Send(std::string line) {
+    if (closed_ || closing_) return;
+    if (line.empty() || line.back() != '\n') line.push_back('\n');
+    HF_CHECK_MSG(line.size() <= max_line_bytes_,
+                 "LineConnection::Send: a line of " + std::to_string(line.size()) + " bytes; the limit is " +
+                     std::to_string(max_line_bytes_));
+    HF_CHECK_MSG(line.find('\n') == line.size() - 1, "LineConnection::Send: a line with an inner newline");
+    out_.push_back(std::move(line));
+    if (out_.size() == 1) Write();
+  }
+
+  // Closes now: unsent lines are dropped; on_close(why) runs unless it ran already.
+  void Close(const std::string& why) {
+    if (closed_) return;
+    closed_ = true;
+    closing_ = true;  // out_ stays: an aborted write may still point into its front
+    boost::system::error_code ec;
+    socket_.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    on_line_ = nullptr;
+    OnClose cb = std::move(on_close_);
+    on_close_ = nullptr;
+    if (cb) cb(why);
+  }
+
+  // Stops reading, writes the lines already sent, then closes with why.
+  void CloseAfterSending(const std::string& why) {
+    if (closed_ || closing_) return;
+    closing_ = true;
+    close_why_ = why;
+    if (out_.empty()) Close(why);
+  }
+
+  bool closed() const { return closed_; }
+  size_t max_line_bytes() const { return max_line_bytes_; }
+
+ private:
+  void Read() {
+    boost::asio::async_read_until(
+        socket_, buf_, '\n', [self = shared_from_this()](const boost::system::error_code& e, size_t n) {
+          if (self->closed_ || self->closing_) return;
+          if (e) {
+            self->Close(self->ReadError(e));
+            return;
+          }
+          // The line is copied out so that on_line may Send or Close freely.
+          std::string line(boost::asio::buffers_begin(self->buf_.data()),
+                           boost::asio::buffers_begin(self->buf_.data()) + static_cast<std::ptrdiff_t>(n) - 1);
+          self->buf_.consume(n);
+          // Held in a local while it runs: a Close inside it releases the
+          // callbacks (they often hold this connection), which must not
+          // destroy the function being called.
+          OnLine on_line = std::move(self->on_line_);
+          if (on_line) on_line(line);
+          if (self->closed_) return;
+          self->on_line_ = std::move(on_line);
+          if (!self->closing_) self->Read();
+        });
+  }
+
+  std::string ReadError(const boost::system::error_code& e) const {
+    if (e == boost::asio::error::not_found) {
+      return "the peer sent a line longer than " + std::to_string(max_line_bytes_) +
+             " bytes (the limit, newline included)";
+    }
+    if (e == boost::asio::error::eof) {
+      return buf_.size() == 0 ? "the peer closed the connection"
+                              : "the peer closed the connection in the middle of a line";
+    }
+    return "read: " + e.message();
+  }
+
+  void Write() {
+    boost::asio::async_write(socket_, boost::asio::buffer(out_.front()),
+                             [self = shared_from_this()](const boost::system::error_code& e, size_t) {
+                               if (self->closed_) return;
+                               if (e) {
+                                 self->Close("write: " + e.message());
+                                 return;
+                               }
+                               self->out_.pop_front();
+                               if (!self->out_.empty()) {
+                                 self->Write();
+                               } else if (self->closing_) {
+                                 self->Close(self->close_why_);
+                               }
+                             });
+  }
+
+  boost::asio::ip::tcp::socket socket_;
+  const size_t max_line_bytes_;
+  boost::asio::streambuf buf_;    // received bytes not yet delivered; at most max_line_bytes_
+  std::deque<std::string> out_;   // lines to write, the front one in flight
+  OnLine on_line_;
+  OnClose on_close_;
+  bool closing_ = false;   // no more reads or sends; close once out_ is written
+  std::string close_why_;  // for CloseAfterSending
+  bool closed_ = false;
+};
+
+}  // namespace holdfast

@@ -1,0 +1,137 @@
+#include "daemon/rank_group.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "common/launch_contract.h"
+
+namespace holdfast {
+
+std::string RankLogPath(const std::string& run_dir, int attempt, int generation, int rank) {
+  return run_dir + "/logs/a" + std::to_string(attempt) + "-g" + std::to_string(generation) + "-rank" +
+         std::to_string(rank) + ".log";
+}
+
+std::string ProgressRecordPrefix(const std::string& run_id) { return "holdfast-" + run_id + "-"; }
+
+std::string ProgressRecordPath(const std::string& progress_dir, const std::string& run_id, int attempt,
+                               int generation, int rank) {
+  return progress_dir + "/" + ProgressRecordPrefix(run_id) + "a" + std::to_string(attempt) + "-g" +
+         std::to_string(generation) + "-r" + std::to_string(rank) + ".rec";
+}
+
+int RemoveProgressRecords(const std::string& progress_dir, const std::string& run_id) {
+  int n = 0;
+  std::error_code ec;
+  const std::string prefix = ProgressRecordPrefix(run_id);
+  for (const auto& e : std::filesystem::directory_iterator(progress_dir, ec)) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0 && std::filesystem::remove(e.path(), ec)) ++n;
+  }
+  return n;
+}
+
+Status RankGroup::Launch(const GenerationSpec& spec, const std::vector<RankPlacement>& placements) {
+  ranks_.clear();
+  generation_ = spec.generation;
+  const std::string master_addr = spec.store_addr.substr(0, spec.store_addr.rfind(':'));
+  for (const RankPlacement& p : placements) {
+    RankSpawn s;
+    s.rank = p.global_rank;
+    s.argv = job_->command;
+    s.workdir = job_->workdir;
+    s.env = job_->env;
+    s.log_path = RankLogPath(run_dir_, spec.attempt, spec.generation, p.global_rank);
+    s.progress_path =
+        ProgressRecordPath(job_->supervise.progress_dir, spec.run_id, spec.attempt, spec.generation, p.global_rank);
+    s.env[kEnvRank] = std::to_string(p.global_rank);
+    s.env[kEnvLocalRank] = std::to_string(p.local_rank);
+    s.env[kEnvWorldSize] = std::to_string(spec.world_size);
+    s.env[kEnvStoreAddr] = spec.store_addr;
+    s.env[kEnvGeneration] = std::to_string(spec.generation);
+    s.env[kEnvProgressPath] = s.progress_path;
+    s.env[kEnvRunId] = spec.run_id;
+    s.env[kEnvNode] = std::to_string(p.node);
+    s.env[kEnvHost] = p.host;
+    s.env[kEnvDevice] = std::to_string(p.device);
+    if (spec.resume_step >= 0) s.env[kEnvResumeFromStep] = std::to_string(spec.resume_step);
+    // torchrun's contract, for PyTorch jobs.
+    s.env["RANK"] = std::to_string(p.global_rank);
+    s.env["LOCAL_RANK"] = std::to_string(p.local_rank);
+    s.env["WORLD_SIZE"] = std::to_string(spec.world_size);
+    s.env["LOCAL_WORLD_SIZE"] = std::to_string(placements.size());
+    s.env["GROUP_RANK"] = std::to_string(p.node);
+    s.env["MASTER_ADDR"] = master_addr;
+    s.env["MASTER_PORT"] = std::to_string(spec.master_port);
+    auto proc = RankProcess::Start(s);
+    if (!proc.ok()) return proc.status().WithContext("start rank " + std::to_string(p.global_rank));
+    ranks_.push_back(std::move(proc).value());
+  }
+  return Status::Ok();
+}
+
+std::vector<ReapedRank> RankGroup::Reap() {
+  std::vector<ReapedRank> out;
+  for (;;) {
+    int wstatus = 0;
+    const pid_t pid = waitpid(-1, &wstatus, WNOHANG);
+    if (pid <= 0) break;
+    for (auto& r : ranks_) {
+      if (r->pid() == pid && r->alive()) {
+        r->SetExited(wstatus);
+        spdlog::info("rank {} (pid {}) {}", r->rank(), r->pid(), DescribeWaitStatus(wstatus));
+        out.push_back({r->rank(), wstatus, r->LogTail(20)});
+      }
+    }
+  }
+  return out;
+}
+
+void RankGroup::SignalAll(int sig) {
+  for (const auto& r : ranks_) {
+    if (r->alive()) r->Signal(sig);
+  }
+}
+
+void RankGroup::Kill(const std::vector<int>& ranks) {
+  for (const auto& r : ranks_) {
+    if (!r->alive()) continue;
+    bool hit = ranks.empty();
+    for (int x : ranks) hit = hit || x == r->rank();
+    if (hit) r->Signal(SIGKILL);
+  }
+}
+
+bool RankGroup::AnyAlive() const {
+  for (const auto& r : ranks_) {
+    if (r->alive()) return true;
+  }
+  return false;
+}
+
+std::vector<int> RankGroup::ranks() const {
+  std::vector<int> out;
+  for (const auto& r : ranks_) out.push_back(r->rank());
+  return out;
+}
+
+std::vector<RankView> RankGroup::Views(int node, const std::string& host) const {
+  std::vector<RankView> views;
+  for (const auto& r : ranks_) {
+    RankView v;
+    v.rank = r->rank();
+    v.node = node;
+    v.host = host;
+    v.pid = r->pid();
+    v.alive = r->alive();
+    v.proc_state = r->ProcState();
+    v.progress = r->Progress();
+    views.push_back(v);
+  }
+  return views;
+}
+
+}  // namespace holdfast

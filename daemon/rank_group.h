@@ -1,0 +1,77 @@
+// RankGroup: the ranks of one generation on this node, as OS processes — the
+// same on the leader and on a follower. Starts them from their placements
+// (scheduler/launch_plan.h) with the launch contract in their environment
+// (common/launch_contract.h; the torchrun variables too), reaps them, signals
+// them, and reads their progress records into RankViews.
+//
+// Thread-safety: none; owned by the daemon's event-loop thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/job_config.h"
+#include "daemon/rank_process.h"
+#include "daemon/triage.h"
+#include "scheduler/launch_plan.h"
+
+namespace holdfast {
+
+struct GenerationSpec {
+  std::string run_id;
+  int attempt = 0;
+  int generation = 0;
+  int world_size = 0;
+  std::string store_addr;   // host:port of the rendezvous store
+  uint16_t master_port = 0; // MASTER_PORT for PyTorch jobs
+  int64_t resume_step = -1; // HOLDFAST_RESUME_FROM_STEP; -1 = newest
+};
+
+// A rank that left: reaped by Reap().
+struct ReapedRank {
+  int rank = 0;
+  int wstatus = 0;
+  std::vector<std::string> log_tail;
+};
+
+// Where a run's per-rank files go: RUN_DIR/logs/aA-gG-rankR.log and
+// PROGRESS_DIR/holdfast-RUN-aA-gG-rR.rec (the prefix used by cleanup).
+std::string RankLogPath(const std::string& run_dir, int attempt, int generation, int rank);
+std::string ProgressRecordPrefix(const std::string& run_id);
+std::string ProgressRecordPath(const std::string& progress_dir, const std::string& run_id, int attempt,
+                               int generation, int rank);
+// Removes every progress record of `run_id` in progress_dir (a dead daemon's
+// leftovers, or this attempt's at the end); returns how many.
+int RemoveProgressRecords(const std::string& progress_dir, const std::string& run_id);
+
+class RankGroup {
+ public:
+  // `job` is not owned and must outlive the group.
+  RankGroup(const JobConfig* job, std::string run_dir) : job_(job), run_dir_(std::move(run_dir)) {}
+
+  // Starts `placements` (this node's ranks). A rank whose command cannot be
+  // executed is an InvalidArgument error naming it; ranks already started stay
+  // (the caller stops them).
+  Status Launch(const GenerationSpec& spec, const std::vector<RankPlacement>& placements);
+  // Reaps exited children (WNOHANG) and returns those of this group.
+  std::vector<ReapedRank> Reap();
+  void SignalAll(int sig);
+  void Kill(const std::vector<int>& ranks);  // SIGKILL these global ranks if they are ours
+  bool AnyAlive() const;
+  std::vector<int> ranks() const;
+  // This node's ranks as the supervisor sees them now.
+  std::vector<RankView> Views(int node, const std::string& host) const;
+  int generation() const { return generation_; }
+  void Clear() { ranks_.clear(); }
+
+ private:
+  const JobConfig* job_;  // not owned
+  std::string run_dir_;
+  int generation_ = -1;
+  std::vector<std::unique_ptr<RankProcess>> ranks_;
+};
+
+}  // namespace holdfast

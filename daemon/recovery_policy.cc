@@ -1,0 +1,261 @@
+#include "daemon/recovery_policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+namespace holdfast {
+
+const char* IncidentKindName(IncidentKind kind) {
+  switch (kind) {
+    case IncidentKind::kCrash: return "crash";
+    case IncidentKind::kHang: return "hang";
+    case IncidentKind::kBadInput: return "bad_input";
+    case IncidentKind::kNodeLost: return "node_lost";
+    case IncidentKind::kHealth: return "health";
+    case IncidentKind::kStopRequest: return "stop_request";
+    case IncidentKind::kDaemonSignal: return "daemon_signal";
+    case IncidentKind::kPreemption: return "preemption";
+  }
+  return "unknown";
+}
+
+const char* RecoveryActionName(RecoveryAction action) {
+  switch (action) {
+    case RecoveryAction::kRestartInPlace: return "restart";
+    case RecoveryAction::kRequeueExcluding: return "requeue";
+    case RecoveryAction::kDrainAndRequeue: return "drain_requeue";
+    case RecoveryAction::kStop: return "stop";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// "gpu-a17" / "gpu-a17, gpu-a18".
+std::string JoinHosts(const std::vector<std::string>& hosts) {
+  std::string out;
+  for (const std::string& h : hosts) {
+    if (!out.empty()) out += ", ";
+    out += h;
+  }
+  return out;
+}
+
+// The incident's hosts, in input order, without empty names or repeats.
+std::vector<std::string> UniqueHosts(const std::vector<std::string>& hosts) {
+  std::vector<std::string> out;
+  for (const std::string& h : hosts) {
+    if (!h.empty() && std::find(out.begin(), out.end(), h) == out.end()) out.push_back(h);
+  }
+  return out;
+}
+
+int EarlierIncidents(const RecoveryInput& in, const std::string& host) {
+  const auto it = in.host_incidents.find(host);
+  return it == in.host_incidents.end() ? 0 : it->second;
+}
+
+// The implicated hosts that were implicated often enough before to leave.
+std::vector<std::string> RepeatedHosts(const RecoveryInput& in, const std::vector<std::string>& hosts) {
+  std::vector<std::string> out;
+  for (const std::string& h : hosts) {
+    if (EarlierIncidents(in, h) >= in.repeat_threshold) out.push_back(h);
+  }
+  return out;
+}
+
+// "gpu-a17 implicated in 2 incidents of this run" (this one included).
+std::string RepeatText(const RecoveryInput& in, const std::vector<std::string>& repeated) {
+  std::string out;
+  for (const std::string& h : repeated) {
+    if (!out.empty()) out += ", ";
+    out += h + " implicated in " + std::to_string(EarlierIncidents(in, h) + 1) + " incidents of this run";
+  }
+  return out;
+}
+
+// What happened, for the reason's tail: "crash on gpu-a17".
+std::string Describe(const RecoveryInput& in, const std::vector<std::string>& hosts) {
+  const std::string on = hosts.empty() ? std::string(" (no host implicated)") : " on " + JoinHosts(hosts);
+  switch (in.kind) {
+    case IncidentKind::kCrash: return "crash" + on;
+    case IncidentKind::kHang: return "hang" + on;
+    case IncidentKind::kBadInput: return "bad input" + on;
+    case IncidentKind::kNodeLost:
+      return hosts.empty() ? std::string("a node was lost (no host named)") : "lost node " + JoinHosts(hosts);
+    case IncidentKind::kHealth:
+      return std::string("health check asks for ") + health::ActionName(in.health_action) + on;
+    case IncidentKind::kStopRequest:
+      return hosts.empty() ? std::string("operator stop request") : "operator stop request on " + JoinHosts(hosts);
+    case IncidentKind::kDaemonSignal:
+      return hosts.empty() ? std::string("holdfastd received a fatal signal")
+                           : "holdfastd received a fatal signal on " + JoinHosts(hosts);
+    case IncidentKind::kPreemption:
+      return hosts.empty() ? std::string("preemption (scheduler warning or time limit)")
+                           : "preemption (scheduler warning or time limit) on " + JoinHosts(hosts);
+  }
+  return "unknown incident" + on;
+}
+
+// "(1 of 3 restarts used)": every reason carries the budget's state.
+std::string BudgetText(const RecoveryInput& in) {
+  return "(" + std::to_string(in.restarts_used) + " of " + std::to_string(in.restart_budget) + " restarts used)";
+}
+
+double Backoff(const RecoveryInput& in) {
+  if (in.failures_without_progress <= 0) return 0;
+  const double max_s = std::max(0.0, in.backoff_max_s);
+  // ldexp saturates to inf on a large exponent; min() then takes the cap.
+  const double raw = std::ldexp(std::max(0.0, in.backoff_initial_s), in.failures_without_progress - 1);
+  return std::min(max_s, raw);
+}
+
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", s);
+  return buf;
+}
+
+RecoveryDecision Stop(StopOutcome outcome, bool checkpoint_first, std::string reason) {
+  RecoveryDecision d;
+  d.action = RecoveryAction::kStop;
+  d.outcome = outcome;
+  d.checkpoint_first = checkpoint_first;
+  d.reason = std::move(reason);
+  return d;
+}
+
+RecoveryDecision Requeue(std::vector<std::string> exclude, StopOutcome outcome, bool checkpoint_first,
+                         std::string reason) {
+  RecoveryDecision d;
+  d.action = RecoveryAction::kRequeueExcluding;
+  d.exclude_hosts = std::move(exclude);
+  d.outcome = outcome;
+  d.checkpoint_first = checkpoint_first;
+  d.reason = std::move(reason);
+  return d;
+}
+
+// "requeue excluding gpu-a17" / "requeue" (no host to keep out).
+std::string RequeueText(const std::vector<std::string>& exclude) {
+  return exclude.empty() ? std::string("requeue") : "requeue excluding " + JoinHosts(exclude);
+}
+
+// kCrash, kHang and a health check that asks for a restart: the node is
+// presumed fine unless it was implicated before.
+RecoveryDecision CrashLike(const RecoveryInput& in, const std::vector<std::string>& hosts) {
+  const std::string what = Describe(in, hosts);
+  const std::vector<std::string> repeated = RepeatedHosts(in, hosts);
+  const bool can_exclude = in.caps.requeue && in.caps.exclude_hosts;
+  if (!repeated.empty() && can_exclude) {
+    return Requeue(repeated, StopOutcome::kFailed, false,
+                   RequeueText(repeated) + ": " + what + "; " + RepeatText(in, repeated) + " " + BudgetText(in));
+  }
+  // A repeated host stays in the job: say so, so that the on-call person knows
+  // why the same node keeps coming back.
+  std::string stuck;
+  if (!repeated.empty()) {
+    stuck = "; " + RepeatText(in, repeated) + ", but this scheduler cannot " +
+            (in.caps.requeue ? "exclude hosts" : "requeue the job");
+  }
+  if (in.restarts_used < in.restart_budget) {
+    RecoveryDecision d;
+    d.action = RecoveryAction::kRestartInPlace;
+    d.consumes_restart = true;
+    d.backoff_s = Backoff(in);
+    d.outcome = StopOutcome::kFailed;
+    d.reason = "restart in place " + (d.backoff_s > 0 ? "after " + Seconds(d.backoff_s) + " s" : std::string("now")) +
+               " (restart " + std::to_string(in.restarts_used + 1) + " of " + std::to_string(in.restart_budget) +
+               "): " + what + stuck;
+    return d;
+  }
+  RecoveryDecision d = Stop(StopOutcome::kFailed, false,
+                            "stop: " + what + " and the restart budget is spent " + BudgetText(in) + stuck);
+  d.budget_exhausted = true;
+  return d;
+}
+
+RecoveryDecision NodeLost(const RecoveryInput& in, const std::vector<std::string>& hosts) {
+  const std::string what = Describe(in, hosts);
+  if (in.caps.requeue && in.caps.exclude_hosts) {
+    return Requeue(hosts, StopOutcome::kFailed, false, RequeueText(hosts) + ": " + what + " " + BudgetText(in));
+  }
+  if (in.caps.requeue) {
+    std::string why = hosts.empty() ? std::string() : " (this scheduler cannot exclude " + JoinHosts(hosts) + ")";
+    return Requeue({}, StopOutcome::kFailed, false, "requeue" + why + ": " + what + " " + BudgetText(in));
+  }
+  const std::string lost = hosts.empty() ? std::string("the lost node") : JoinHosts(hosts);
+  return Stop(StopOutcome::kFailed, false,
+              "stop: " + what + "; the run cannot continue without " + lost +
+                  "; requeue it or runctl resume " + BudgetText(in));
+}
+
+// A health check asks the node(s) to leave the job (kExcludeNode), or to be
+// taken out of service as well (kDrainNode).
+RecoveryDecision HealthLeave(const RecoveryInput& in, const std::vector<std::string>& hosts) {
+  const std::string what = Describe(in, hosts);
+  const bool drain = in.health_action == health::Action::kDrainNode;
+  if (hosts.empty()) {
+    // Nothing to keep out: a fresh allocation is the best a requeue can do.
+    if (in.caps.requeue) {
+      return Requeue({}, StopOutcome::kFailed, false, "requeue: " + what + ", but no host was named to exclude " +
+                                                          BudgetText(in));
+    }
+    return Stop(StopOutcome::kFailed, false,
+                "stop: " + what + ", no host was named and this scheduler cannot requeue the job " + BudgetText(in));
+  }
+  if (drain && in.caps.drain && in.caps.requeue && in.caps.exclude_hosts) {
+    RecoveryDecision d = Requeue(hosts, StopOutcome::kFailed, false,
+                                 "drain " + JoinHosts(hosts) + " and requeue excluding " +
+                                     (hosts.size() == 1 ? "it" : "them") + ": " + what + " " +
+                                     BudgetText(in));
+    d.action = RecoveryAction::kDrainAndRequeue;
+    d.drain_hosts = hosts;
+    return d;
+  }
+  if (in.caps.requeue && in.caps.exclude_hosts) {
+    std::string note = drain ? "; " + JoinHosts(hosts) + " could not be drained (this scheduler cannot drain)" : "";
+    return Requeue(hosts, StopOutcome::kFailed, false, RequeueText(hosts) + ": " + what + note + " " + BudgetText(in));
+  }
+  return Stop(StopOutcome::kFailed, false,
+              "stop: " + what + "; " + JoinHosts(hosts) + " must leave the job, but this scheduler cannot " +
+                  (in.caps.requeue ? "exclude hosts" : "requeue the job") + " " + BudgetText(in));
+}
+
+}  // namespace
+
+RecoveryDecision DecideRecovery(const RecoveryInput& in) {
+  const std::vector<std::string> hosts = UniqueHosts(in.hosts);
+  switch (in.kind) {
+    case IncidentKind::kBadInput:
+      return Stop(StopOutcome::kFailed, false,
+                  "stop: " + Describe(in, hosts) + "; the same input would fail again " + BudgetText(in));
+    case IncidentKind::kStopRequest:
+    case IncidentKind::kDaemonSignal:
+      return Stop(StopOutcome::kStopped, true,
+                  "stop after a checkpoint: " + Describe(in, hosts) + " " + BudgetText(in));
+    case IncidentKind::kPreemption:
+      if (in.caps.requeue) {
+        return Requeue({}, StopOutcome::kPreempted, true,
+                       "requeue after a checkpoint: " + Describe(in, hosts) + " " + BudgetText(in));
+      }
+      return Stop(StopOutcome::kPreempted, true,
+                  "stop after a checkpoint, to be resumed: " + Describe(in, hosts) +
+                      "; this scheduler cannot requeue the job " + BudgetText(in));
+    case IncidentKind::kNodeLost:
+      return NodeLost(in, hosts);
+    case IncidentKind::kHealth:
+      if (in.health_action == health::Action::kExcludeNode || in.health_action == health::Action::kDrainNode) {
+        return HealthLeave(in, hosts);
+      }
+      return CrashLike(in, hosts);  // kRestart (and kNone, which should not reach here)
+    case IncidentKind::kCrash:
+    case IncidentKind::kHang:
+      return CrashLike(in, hosts);
+  }
+  return CrashLike(in, hosts);  // an out-of-range kind: the budget still bounds it
+}
+
+}  // namespace holdfast

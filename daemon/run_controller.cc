@@ -1,0 +1,417 @@
+#include "daemon/run_controller.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include <spdlog/spdlog.h>
+
+#include "common/launch_contract.h"
+#include "daemon/exit_codes.h"
+#include "daemon/rank_process.h"
+#include "health/report.h"
+
+namespace holdfast {
+namespace {
+
+bool ExitedWith(int ws, int code) { return WIFEXITED(ws) && WEXITSTATUS(ws) == code; }
+
+std::string Seconds2(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f", s);
+  return buf;
+}
+
+RunState StateFor(StopOutcome o) {
+  switch (o) {
+    case StopOutcome::kFailed: return RunState::kFailed;
+    case StopOutcome::kStopped: return RunState::kStopped;
+    case StopOutcome::kPreempted: return RunState::kPreempted;
+  }
+  return RunState::kFailed;
+}
+
+}  // namespace
+
+RunController::RunController(ControllerOptions options, const TimeSource* clock, RunRecorder* recorder,
+                             RunActions* actions)
+    : opts_(std::move(options)), clock_(clock), recorder_(recorder), actions_(actions), hang_(opts_.supervise) {}
+
+const char* RunController::state_name() const {
+  switch (state_) {
+    case State::kIdle: return "starting";
+    case State::kRunning: return "running";
+    case State::kStopping: return "stopping";
+    case State::kBackoff: return "restarting";
+    case State::kFinished: return "finished";
+  }
+  return "?";
+}
+
+void RunController::Launch() {
+  if (state_ != State::kIdle) return;
+  StartGeneration();
+}
+
+void RunController::StartGeneration() {
+  const int64_t requested = generation_ < 0 ? recorder_->requested_start_step() : -1;
+  const int64_t newest = recorder_->NewestCommittedStep();
+  generation_start_step_ = requested >= 0 ? requested : std::max<int64_t>(0, newest);
+  generation_ = recorder_->StartGeneration(generation_start_step_);
+  exits_.clear();
+  max_step_seen_ = -1;
+  pending_.reset();
+  pending_facts_.reset();
+  hang_.StartGeneration(clock_->MonotonicNs(), opts_.world_size);
+  state_ = State::kRunning;
+  Status s = actions_->LaunchGeneration(generation_, requested);
+  if (!s.ok()) {
+    // By contract nothing of this generation was started (RunActions::LaunchGeneration).
+    spdlog::error("{}", s.ToString());
+    for (int r = 0; r < opts_.world_size; ++r) exits_.emplace(r, 127 << 8);
+    Facts f;
+    f.kind = s.code() == StatusCode::kInvalidArgument ? IncidentKind::kBadInput : IncidentKind::kCrash;
+    f.event_kind = event_kind::kCrash;
+    f.triage.kind = event_kind::kCrash;
+    f.triage.summary = "generation " + std::to_string(generation_) + " could not start: " + s.message();
+    f.triage.runbook = "runbooks/crash.md";
+    HandleIncident(std::move(f), {});
+    return;
+  }
+  spdlog::info("generation {} started: {} ranks, from step {}", generation_, opts_.world_size, generation_start_step_);
+}
+
+bool RunController::Progressed(const std::vector<RankView>& views) const {
+  int64_t best = max_step_seen_;
+  for (const RankView& v : views) {
+    if (v.progress.valid) best = std::max(best, v.progress.record.step);
+  }
+  return best > generation_start_step_;
+}
+
+void RunController::OnTick(const std::vector<RankView>& views) {
+  if (state_ != State::kRunning && state_ != State::kStopping) return;
+  recorder_->ObserveCheckpoints(views, opts_.world_size);
+  int64_t step = -1;
+  for (const RankView& v : views) {
+    if (v.progress.valid) step = std::max(step, v.progress.record.step);
+  }
+  max_step_seen_ = std::max(max_step_seen_, step);
+  if (state_ != State::kRunning) return;
+  recorder_->UpdateStep(step);
+  // Ranks that finished cleanly are not waiting for anyone.
+  std::vector<RankView> live;
+  for (const RankView& v : views) {
+    if (v.alive && exits_.count(v.rank) == 0) live.push_back(v);
+  }
+  const int64_t now = clock_->MonotonicNs();
+  HangDetector::Verdict verdict = hang_.Observe(now, live);
+  if (verdict.hung) {
+    Facts f;
+    f.kind = IncidentKind::kHang;
+    f.triage = TriageHang(now, views, verdict);
+    f.event_kind = event_kind::kHang;
+    for (int c : f.triage.culprits) {
+      const std::string h = opts_.host_of_rank(c);
+      if (std::find(f.hosts.begin(), f.hosts.end(), h) == f.hosts.end()) f.hosts.push_back(h);
+    }
+    spdlog::error("HANG: {}", f.triage.summary);
+    HandleIncident(std::move(f), views);
+  }
+}
+
+void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& views) {
+  exits_[e.rank] = e.wstatus;
+  if (state_ == State::kRunning || state_ == State::kStopping) {
+    // A save that failed (or committed) just before the exit is recorded before what follows it.
+    recorder_->ObserveCheckpoints(views, opts_.world_size);
+    for (const RankView& v : views) {
+      if (v.progress.valid) max_step_seen_ = std::max(max_step_seen_, v.progress.record.step);
+    }
+  }
+  const bool all_exited = static_cast<int>(exits_.size()) >= opts_.world_size;
+  if (state_ == State::kStopping) {
+    if (all_exited) AfterAllStopped();
+    return;
+  }
+  if (state_ != State::kRunning) return;
+  const int ws = e.wstatus;
+  if (e.exec_error.empty() && (ExitedWith(ws, kRankExitOk) || ExitedWith(ws, kRankExitPreempted))) {
+    if (!all_exited) return;  // the others follow; one that does not is a hang
+    bool all_clean = true;
+    for (const auto& [r, s] : exits_) all_clean = all_clean && ExitedWith(s, kRankExitOk);
+    recorder_->UpdateStep(max_step_seen_, /*force=*/true);
+    if (all_clean) {
+      recorder_->EndGeneration(RunState::kSucceeded, "");
+      FinishRun(RunState::kSucceeded, "", kDaemonExitOk);
+      return;
+    }
+    // The ranks checkpointed and stopped on their own: someone preempted them.
+    Facts f;
+    f.kind = IncidentKind::kPreemption;
+    f.event_kind = event_kind::kPreempt;
+    f.triage.kind = event_kind::kPreempt;
+    f.triage.summary = "ranks checkpointed step " + std::to_string(recorder_->last_committed_step()) +
+                       " and stopped (preemption)";
+    f.triage.runbook = "runbooks/preempted.md";
+    HandleIncident(std::move(f), views);
+    return;
+  }
+  Facts f;
+  f.triage = TriageExit(clock_->MonotonicNs(), views, e.rank, ws, e.log_tail);
+  f.event_kind = event_kind::kCrash;
+  f.hosts = {opts_.host_of_rank(e.rank)};
+  const bool usage = ExitedWith(ws, kRankExitUsage);
+  if (!e.exec_error.empty()) {
+    f.kind = IncidentKind::kBadInput;
+    f.triage.summary = "rank " + std::to_string(e.rank) + " could not be started: " + e.exec_error;
+  } else if (usage || IsExecFailureStatus(ws)) {
+    f.kind = IncidentKind::kBadInput;
+    f.triage.summary += usage ? " (bad config, flag or data: a restart cannot help)"
+                              : " (its command could not be executed: a restart cannot help)";
+  } else {
+    f.kind = IncidentKind::kCrash;
+  }
+  spdlog::error("CRASH: {}", f.triage.summary);
+  HandleIncident(std::move(f), views);
+}
+
+void RunController::OnHealth(const health::Decision& decision, const std::string& host, const std::string& when) {
+  if (decision.action == health::Action::kNone || state_ == State::kFinished) return;
+  Facts f;
+  f.kind = IncidentKind::kHealth;
+  f.hosts = {host};
+  f.health_action = decision.action;
+  f.event_kind = event_kind::kHealth;
+  f.triage.kind = event_kind::kHealth;
+  f.triage.summary = when + " health check failed on " + host + ": " + decision.reason;
+  f.triage.evidence_json = health::ReportToJson(decision.causes, decision);
+  f.triage.runbook = decision.causes.empty() ? "runbooks/health-host.md" : decision.causes.front().runbook;
+  spdlog::error("HEALTH: {} (health policy: {})", f.triage.summary, health::ActionName(decision.action));
+  if (state_ == State::kStopping) return;  // already stopping; the finding is recorded with the results
+  if ((state_ == State::kIdle || state_ == State::kBackoff) && decision.action == health::Action::kRestart) {
+    return;  // nothing runs to restart: launch as planned (the results are recorded)
+  }
+  HandleIncident(std::move(f), {});
+}
+
+void RunController::OnNodeLost(const std::string& host, const std::vector<int>& ranks_of_node,
+                               const std::string& why) {
+  if (state_ == State::kFinished) return;
+  for (int r : ranks_of_node) exits_.emplace(r, SIGKILL);  // its ranks died with their daemon
+  Facts f;
+  f.kind = IncidentKind::kNodeLost;
+  f.hosts = {host};
+  f.event_kind = event_kind::kNodeLost;
+  f.triage.kind = event_kind::kNodeLost;
+  f.triage.summary = host + "'s holdfastd is gone (" + why + ")";
+  f.triage.runbook = "runbooks/crash.md";
+  spdlog::error("NODE LOST: {}", f.triage.summary);
+  if (state_ == State::kStopping) {
+    // Stopping for another reason: a restart in place is no longer possible as planned.
+    if (pending_ && pending_->action == RecoveryAction::kRestartInPlace) {
+      pending_.reset();
+      HandleIncident(std::move(f), {});
+    } else if (static_cast<int>(exits_.size()) >= opts_.world_size) {
+      AfterAllStopped();
+    }
+    return;
+  }
+  HandleIncident(std::move(f), {});
+}
+
+void RunController::OnStopRequest(IncidentKind kind, const std::string& why) {
+  if (state_ == State::kFinished) return;
+  if (state_ == State::kStopping && pending_ && pending_->checkpoint_first) return;  // already stopping for it
+  Facts f;
+  f.kind = kind;
+  f.event_kind = kind == IncidentKind::kPreemption ? event_kind::kPreempt : event_kind::kStop;
+  f.triage.kind = f.event_kind;
+  f.triage.summary = why;
+  f.triage.runbook = kind == IncidentKind::kPreemption ? "runbooks/preempted.md" : "";
+  spdlog::warn("{}: asking the ranks to checkpoint and stop", why);
+  if (state_ == State::kStopping) pending_.reset();  // an operator's stop overrides a restart
+  HandleIncident(std::move(f), {});
+}
+
+void RunController::HandleIncident(Facts facts, const std::vector<RankView>& views) {
+  RecoveryInput in;
+  in.kind = facts.kind;
+  in.hosts = facts.hosts;
+  in.health_action = facts.health_action;
+  in.host_incidents = recorder_->HostIncidents();
+  in.restarts_used = restarts_used_;
+  in.restart_budget = opts_.supervise.restart_budget;
+  const bool ran = state_ == State::kRunning || state_ == State::kStopping;
+  in.failures_without_progress = ran && Progressed(views) ? 0 : failures_without_progress_ + 1;
+  in.backoff_initial_s = opts_.supervise.backoff_initial_s;
+  in.backoff_max_s = opts_.supervise.backoff_max_s;
+  in.caps = opts_.caps;
+  const RecoveryDecision d = DecideRecovery(in);
+
+  const bool operator_stop = facts.kind == IncidentKind::kStopRequest || facts.kind == IncidentKind::kDaemonSignal;
+  const bool preempt_action = facts.kind == IncidentKind::kPreemption;
+  if (!operator_stop && !preempt_action) {
+    EventRecord ev = recorder_->NewEvent(facts.event_kind, facts.hosts.empty() ? "" : facts.hosts.front());
+    if (facts.triage.culprits.size() == 1) ev.rank = facts.triage.culprits.front();
+    ev.summary = facts.triage.summary;
+    ev.evidence_json = facts.triage.evidence_json;
+    ev.runbook = facts.triage.runbook;
+    ev.action = ActionText(facts, d);
+    recorder_->RecordEvent(ev);
+    spdlog::warn("action: {}", ev.action);
+  }
+  if (ran && !operator_stop && !preempt_action) recorder_->EndGeneration(RunState::kFailed, facts.triage.summary);
+  failures_without_progress_ = in.failures_without_progress;
+  pending_facts_ = facts;
+  pending_ = d;
+
+  const bool any_running = state_ == State::kRunning || state_ == State::kStopping;
+  if (!any_running || static_cast<int>(exits_.size()) >= opts_.world_size) {
+    // Nothing runs (before a launch, between generations, or all ranks gone).
+    actions_->CancelTimer(ControllerTimer::kRestart);
+    state_ = State::kStopping;
+    AfterAllStopped();
+    return;
+  }
+  state_ = State::kStopping;
+  if (facts.kind == IncidentKind::kHang && facts.triage.culprits.size() < static_cast<size_t>(opts_.world_size)) {
+    // A hung culprit does not act on TERM: do not wait out the grace period for it.
+    actions_->KillRanks(facts.triage.culprits);
+  }
+  actions_->TerminateRanks(facts.triage.summary);
+  const double grace = d.checkpoint_first
+                           ? std::max(opts_.supervise.term_grace_s, opts_.supervise.checkpoint_allowance_s)
+                           : opts_.supervise.term_grace_s;
+  actions_->ArmTimer(ControllerTimer::kKillGrace, grace);
+}
+
+std::string RunController::ActionText(const Facts& facts, const RecoveryDecision& d) const {
+  std::string text = state_ == State::kRunning ? "stopped all ranks; " : "";
+  if (d.action == RecoveryAction::kRestartInPlace) {
+    const int64_t from = recorder_->NewestCommittedStep();
+    text += "restart generation " + std::to_string(generation_ + 1) + " from " +
+            (from >= 0 ? "step " + std::to_string(from) : "the start") + " (restart " +
+            std::to_string(restarts_used_ + 1) + " of " + std::to_string(opts_.supervise.restart_budget) +
+            (d.backoff_s > 0 ? ", after " + Seconds2(d.backoff_s) + " s" : "") + ")";
+  } else {
+    text += d.reason;
+  }
+  if (facts.kind == IncidentKind::kHealth) {
+    text += std::string(" [health policy: ") + health::ActionName(facts.health_action) + "]";
+  }
+  text += std::string(" [recovery: ") + RecoveryActionName(d.action) + ": " + d.reason + "]";
+  return text;
+}
+
+void RunController::OnTimer(ControllerTimer timer) {
+  if (timer == ControllerTimer::kKillGrace) {
+    if (state_ != State::kStopping) return;
+    spdlog::warn("ranks did not stop within the grace period: SIGKILL");
+    actions_->KillRanks({});
+    return;
+  }
+  if (timer == ControllerTimer::kRestart && state_ == State::kBackoff) StartGeneration();
+}
+
+void RunController::AfterAllStopped() {
+  if (state_ != State::kStopping || !pending_) return;
+  actions_->CancelTimer(ControllerTimer::kKillGrace);
+  Execute();
+}
+
+void RunController::Execute() {
+  const RecoveryDecision d = *pending_;
+  const Facts facts = *pending_facts_;
+  const std::string& why = facts.triage.summary;
+  switch (d.action) {
+    case RecoveryAction::kRestartInPlace: {
+      ++restarts_used_;
+      state_ = State::kBackoff;
+      spdlog::info("restarting in {:.2f} s (restart {} of {})", d.backoff_s, restarts_used_,
+                   opts_.supervise.restart_budget);
+      actions_->ArmTimer(ControllerTimer::kRestart, d.backoff_s);
+      return;
+    }
+    case RecoveryAction::kRequeueExcluding:
+    case RecoveryAction::kDrainAndRequeue: {
+      for (const std::string& host : d.drain_hosts) {
+        Status s = actions_->Drain(host, why);
+        EventRecord ev = recorder_->NewEvent(event_kind::kRequeue, host);
+        ev.summary = s.ok() ? "drained " + host + ": " + why : "could not drain " + host + ": " + s.message();
+        ev.action = s.ok() ? "drain" : "requeue without draining";
+        recorder_->RecordEvent(ev);
+      }
+      Status s = actions_->Requeue(d.exclude_hosts, why);
+      if (!s.ok()) {
+        FinishRun(RunState::kFailed, "requeue failed (" + s.message() + "); " + why, kDaemonExitFailed);
+        return;
+      }
+      EventRecord ev = recorder_->NewEvent(event_kind::kRequeue);
+      ev.summary = d.reason;
+      ev.action = "requeued" + (d.exclude_hosts.empty() ? std::string() : " excluding " + [&] {
+        std::string h;
+        for (const auto& x : d.exclude_hosts) h += (h.empty() ? "" : ",") + x;
+        return h;
+      }());
+      recorder_->RecordEvent(ev);
+      FinishRun(RunState::kPreempted, "requeued: " + d.reason, kDaemonExitPreempted);
+      return;
+    }
+    case RecoveryAction::kStop: break;
+  }
+  // Stop. Did every rank commit a final checkpoint on its way out?
+  bool all_committed = !exits_.empty();
+  for (const auto& [r, s] : exits_) {
+    all_committed = all_committed && (ExitedWith(s, kRankExitPreempted) || ExitedWith(s, kRankExitOk));
+  }
+  if (facts.kind == IncidentKind::kStopRequest || facts.kind == IncidentKind::kDaemonSignal) {
+    const std::string cause = all_committed ? why + "; the ranks committed step " +
+                                                  std::to_string(recorder_->last_committed_step()) + " first"
+                                            : why;
+    recorder_->EndGeneration(RunState::kStopped, cause);
+    EventRecord ev = recorder_->NewEvent(event_kind::kStop);
+    ev.summary = cause;
+    ev.action = "stopped; resume with `runctl resume " + recorder_->run_id() + "`";
+    ev.runbook = facts.kind == IncidentKind::kDaemonSignal ? "runbooks/crash.md" : "";
+    recorder_->RecordEvent(ev);
+    FinishRun(RunState::kStopped, cause, all_committed ? kDaemonExitPreempted : kDaemonExitStopped);
+    return;
+  }
+  if (facts.kind == IncidentKind::kPreemption) {
+    recorder_->EndGeneration(RunState::kPreempted, why);
+    EventRecord ev = recorder_->NewEvent(event_kind::kPreempt);
+    ev.summary = why;
+    ev.action = "stopped; resume with `runctl resume " + recorder_->run_id() + "`";
+    ev.runbook = "runbooks/preempted.md";
+    recorder_->RecordEvent(ev);
+    FinishRun(RunState::kPreempted, why, kDaemonExitPreempted);
+    return;
+  }
+  std::string cause = why;
+  if (d.budget_exhausted) {
+    cause = "restart budget of " + std::to_string(opts_.supervise.restart_budget) + " exhausted; last incident: " + why;
+    EventRecord ev = recorder_->NewEvent(event_kind::kBudgetExhausted);
+    ev.summary = cause;
+    ev.action = "stopped the run";
+    ev.runbook = "runbooks/restart-budget.md";
+    recorder_->RecordEvent(ev);
+  }
+  const int code = facts.kind == IncidentKind::kBadInput ? kDaemonExitUsage : kDaemonExitFailed;
+  FinishRun(StateFor(d.outcome), cause, code);
+}
+
+void RunController::FinishRun(RunState state, const std::string& cause, int code) {
+  if (state_ == State::kFinished) return;
+  state_ = State::kFinished;
+  exit_code_ = code;
+  actions_->CancelTimer(ControllerTimer::kKillGrace);
+  actions_->CancelTimer(ControllerTimer::kRestart);
+  recorder_->EndRun(state, cause);
+  spdlog::info("run {} {}{}{}", recorder_->run_id(), RunStateName(state), cause.empty() ? "" : ": ", cause);
+  actions_->Finish(code);
+}
+
+}  // namespace holdfast

@@ -1,0 +1,146 @@
+// RunController: the leading holdfastd's state machine for one attempt of a
+// run — generations start, ranks exit or hang, health turns, nodes vanish,
+// operators stop — and the only caller of the recovery policy
+// (daemon/recovery_policy.h). It decides nothing itself: it gathers the facts
+// of an incident, asks the policy, records incident and decision through the
+// RunRecorder, and has RunActions carry the decision out.
+//
+//        Launch()                      incident / stop request
+//   kIdle ───────► kRunning ───────────────────────────────► kStopping
+//     ▲               ▲                                          │ every rank exited
+//     │               │ restart timer                            ▼
+//     │            kBackoff ◄──── restart in place ──── (execute the decision)
+//     │                                                          │ stop / requeue
+//     └──── (followers joining)                                  ▼
+//                                                            kFinished
+//
+// Time comes from an injected TimeSource and timers are requested from
+// RunActions (ArmTimer/CancelTimer, delivered back as OnTimer), so the whole
+// machine runs in unit tests on a fake clock with a recording RunActions
+// (daemon/run_controller_test.cc) — no processes, no sleeps.
+//
+// Thread-safety: none; owned by the daemon's event-loop thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/time_source.h"
+#include "daemon/job_config.h"
+#include "daemon/recovery_policy.h"
+#include "daemon/run_recorder.h"
+#include "daemon/triage.h"
+#include "health/policy.h"
+#include "scheduler/scheduler.h"
+
+namespace holdfast {
+
+enum class ControllerTimer { kKillGrace, kRestart };
+
+// What carries the controller's decisions out: the Supervisor (real ranks on
+// every node, asio timers, the scheduler), or a recording double in tests.
+class RunActions {
+ public:
+  virtual ~RunActions() = default;
+  // Starts `generation` on every node; `resume_step` -1 = the newest checkpoint.
+  // An error means no rank of the generation was started. A rank that could
+  // not be started while others were is reported as an exit (OnRankExit with
+  // exec_error), so that the others are stopped and counted.
+  virtual Status LaunchGeneration(int generation, int64_t resume_step) = 0;
+  // TERM (and CONT) every live rank on every node.
+  virtual void TerminateRanks(const std::string& why) = 0;
+  // SIGKILL these ranks now (any node); empty = every live rank.
+  virtual void KillRanks(const std::vector<int>& ranks) = 0;
+  virtual void ArmTimer(ControllerTimer timer, double seconds) = 0;
+  virtual void CancelTimer(ControllerTimer timer) = 0;
+  virtual Status Drain(const std::string& host, const std::string& reason) = 0;
+  virtual Status Requeue(const std::vector<std::string>& exclude_hosts, const std::string& reason) = 0;
+  // The run is over: tear down and leave the loop with `exit_code`.
+  virtual void Finish(int exit_code) = 0;
+};
+
+struct RankExit {
+  int rank = 0;
+  int wstatus = 0;           // as from waitpid
+  std::string exec_error;    // non-empty: the rank's command could not be executed (why)
+  std::vector<std::string> log_tail;
+};
+
+struct ControllerOptions {
+  SuperviseConfig supervise;
+  int world_size = 1;
+  std::function<std::string(int rank)> host_of_rank;  // the node host a rank runs on
+  SchedulerCapabilities caps;
+};
+
+class RunController {
+ public:
+  enum class State { kIdle, kRunning, kStopping, kBackoff, kFinished };
+
+  // `clock`, `recorder` and `actions` are not owned and must outlive this.
+  RunController(ControllerOptions options, const TimeSource* clock, RunRecorder* recorder, RunActions* actions);
+
+  // Starts the attempt's first generation (after pre-launch checks).
+  void Launch();
+  // Every poll: hang detection, checkpoints, step bookkeeping, stragglers.
+  void OnTick(const std::vector<RankView>& views);
+  void OnRankExit(const RankExit& exit, const std::vector<RankView>& views);
+  // The health policy's decision about `host` ("pre-launch" or "periodic").
+  void OnHealth(const health::Decision& decision, const std::string& host, const std::string& when);
+  // A node's daemon is gone (or never joined); its ranks died with it.
+  void OnNodeLost(const std::string& host, const std::vector<int>& ranks_of_node, const std::string& why);
+  // kStopRequest, kDaemonSignal or kPreemption.
+  void OnStopRequest(IncidentKind kind, const std::string& why);
+  void OnTimer(ControllerTimer timer);
+
+  State state() const { return state_; }
+  const char* state_name() const;
+  int generation() const { return generation_; }
+  int restarts_used() const { return restarts_used_; }
+  int world_size() const { return opts_.world_size; }
+  int exit_code() const { return exit_code_; }
+  // Exit statuses of this generation's ranks so far (global rank -> wstatus).
+  const std::map<int, int>& exits() const { return exits_; }
+
+ private:
+  struct Facts {
+    IncidentKind kind = IncidentKind::kCrash;
+    std::vector<std::string> hosts;
+    health::Action health_action = health::Action::kNone;
+    Incident triage;     // summary, culprits, evidence, runbook
+    std::string event_kind;
+  };
+  // Decides, records, and stops the ranks (or executes at once when none run).
+  void HandleIncident(Facts facts, const std::vector<RankView>& views);
+  void AfterAllStopped();
+  void Execute();
+  void StartGeneration();
+  void FinishRun(RunState state, const std::string& cause, int code);
+  bool Progressed(const std::vector<RankView>& views) const;
+  std::string ActionText(const Facts& facts, const RecoveryDecision& d) const;
+
+  ControllerOptions opts_;
+  const TimeSource* clock_;  // not owned
+  RunRecorder* recorder_;    // not owned
+  RunActions* actions_;      // not owned
+  HangDetector hang_;
+
+  State state_ = State::kIdle;
+  int generation_ = -1;
+  int64_t generation_start_step_ = 0;
+  int restarts_used_ = 0;
+  int failures_without_progress_ = 0;
+  int64_t max_step_seen_ = -1;       // this generation
+  std::map<int, int> exits_;         // this generation: global rank -> wait status
+  // The incident being handled and what the policy decided about it.
+  std::optional<Facts> pending_facts_;
+  std::optional<RecoveryDecision> pending_;
+  int exit_code_ = 0;
+};
+
+}  // namespace holdfast

@@ -1,0 +1,352 @@
+// The supervisor's state machine on a fake clock: every path from an
+// incident to a decision, with a recording RunActions and a real lineage.db.
+// No processes, no sleeps: time moves when the test moves it.
+#include "daemon/run_controller.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include "common/launch_contract.h"
+#include "daemon/exit_codes.h"
+#include "tests/support/subprocess.h"
+
+namespace holdfast {
+namespace {
+
+using testing::TempDir;
+
+// Records what the controller asked for; launches always succeed unless told.
+class RecordingActions : public RunActions {
+ public:
+  Status LaunchGeneration(int generation, int64_t resume_step) override {
+    launches.push_back({generation, resume_step});
+    return launch_error;
+  }
+  void TerminateRanks(const std::string& why) override { terminated.push_back(why); }
+  void KillRanks(const std::vector<int>& ranks) override { kills.push_back(ranks); }
+  void ArmTimer(ControllerTimer t, double seconds) override { armed[t] = seconds; }
+  void CancelTimer(ControllerTimer t) override { armed.erase(t); }
+  Status Drain(const std::string& host, const std::string&) override {
+    drained.push_back(host);
+    return Status::Ok();
+  }
+  Status Requeue(const std::vector<std::string>& exclude, const std::string&) override {
+    requeued.push_back(exclude);
+    return Status::Ok();
+  }
+  void Finish(int code) override { finished = code; }
+
+  std::vector<std::pair<int, int64_t>> launches;
+  Status launch_error = Status::Ok();
+  std::vector<std::string> terminated;
+  std::vector<std::vector<int>> kills;
+  std::map<ControllerTimer, double> armed;
+  std::vector<std::string> drained;
+  std::vector<std::vector<std::string>> requeued;
+  int finished = -1;
+};
+
+int Exited(int code) { return code << 8; }
+int Killed(int sig) { return sig; }
+
+class RunControllerTest : public ::testing::Test {
+ protected:
+  RunControllerTest() : dir_("run_controller") {
+    job_.name = "unit";
+    job_.command = {"/bin/true"};
+    job_.nproc = 2;
+    job_.supervise.restart_budget = 2;
+    job_.supervise.backoff_initial_s = 0.5;
+    job_.supervise.backoff_max_s = 4;
+    job_.supervise.hang_min_s = 5;
+    job_.supervise.startup_timeout_s = 60;
+    job_.supervise.term_grace_s = 3;
+    job_.supervise.checkpoint_allowance_s = 300;
+  }
+
+  // Two nodes of two ranks each: ranks 0,1 on host-a, 2,3 on host-b.
+  void Make(SchedulerCapabilities caps = {}) {
+    alloc_.nodes = {{"host-a", "10.0.0.1"}, {"host-b", "10.0.0.2"}};
+    RecorderOptions ro;
+    ro.run_dir = dir_.path();
+    ro.job = &job_;
+    ro.allocation = alloc_;
+    ro.world_size = 4;
+    auto rec = RunRecorder::Open(ro, &clock_);
+    ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+    recorder_ = std::move(rec).value();
+    ControllerOptions co;
+    co.supervise = job_.supervise;
+    co.world_size = 4;
+    co.host_of_rank = [](int rank) { return rank < 2 ? "host-a" : "host-b"; };
+    co.caps = caps;
+    controller_ = std::make_unique<RunController>(co, &clock_, recorder_.get(), &actions_);
+  }
+
+  // Every rank at `step`, in `phase`, last heartbeat now.
+  std::vector<RankView> Views(int64_t step, Phase phase = Phase::kForward) const {
+    std::vector<RankView> v(4);
+    for (int r = 0; r < 4; ++r) {
+      v[r].rank = r;
+      v[r].node = r / 2;
+      v[r].host = r < 2 ? "host-a" : "host-b";
+      v[r].pid = 100 + r;
+      v[r].proc_state = 'R';
+      v[r].progress.valid = true;
+      v[r].progress.record.rank = r;
+      v[r].progress.record.step = step;
+      v[r].progress.record.phase = static_cast<uint32_t>(phase);
+      v[r].progress.record.heartbeat_ns = clock_.MonotonicNs();
+      v[r].progress.record.step_started_ns = clock_.MonotonicNs();
+      v[r].progress.record.phase_started_ns = clock_.MonotonicNs();
+      v[r].progress.record.checkpoint_step = -1;
+    }
+    return v;
+  }
+
+  // Runs steps 1..n, one second apart.
+  void Train(int64_t n) {
+    for (int64_t s = 1; s <= n; ++s) {
+      clock_.Advance(1.0);
+      controller_->OnTick(Views(s));
+    }
+  }
+
+  void ExitAll(int wstatus, int64_t step) {
+    for (int r = 0; r < 4; ++r) {
+      if (controller_->exits().count(r) == 0) controller_->OnRankExit(RankExit{r, wstatus, "", {}}, Views(step));
+    }
+  }
+
+  std::vector<EventRecord> Events() {
+    LineageOptions o;
+    o.read_only = true;
+    auto db = LineageDb::Open(dir_.path() + "/lineage.db", o);
+    EXPECT_TRUE(db.ok());
+    auto ev = (*db)->Events(recorder_->run_id(), 0);
+    EXPECT_TRUE(ev.ok());
+    return *ev;
+  }
+  RunRecord Run() {
+    LineageOptions o;
+    o.read_only = true;
+    auto db = LineageDb::Open(dir_.path() + "/lineage.db", o);
+    auto run = (*db)->GetRun(recorder_->run_id());
+    EXPECT_TRUE(run.ok());
+    return *run;
+  }
+
+  TempDir dir_;
+  JobConfig job_;
+  Allocation alloc_;
+  FakeTimeSource clock_;
+  RecordingActions actions_;
+  std::unique_ptr<RunRecorder> recorder_;
+  std::unique_ptr<RunController> controller_;
+};
+
+TEST_F(RunControllerTest, ACrashStopsEveryRankAndRestartsInPlaceWhenTheTimerFires) {
+  Make();
+  controller_->Launch();
+  ASSERT_EQ(actions_.launches.size(), 1u);
+  Train(5);
+  controller_->OnRankExit(RankExit{3, Killed(SIGKILL), "", {"last words"}}, Views(5));
+  EXPECT_EQ(controller_->state(), RunController::State::kStopping);
+  ASSERT_EQ(actions_.terminated.size(), 1u);
+  EXPECT_NE(actions_.terminated[0].find("rank 3 killed by signal 9 (SIGKILL)"), std::string::npos);
+  EXPECT_DOUBLE_EQ(actions_.armed.at(ControllerTimer::kKillGrace), 3.0) << "a crash gets the short TERM grace";
+  ExitAll(Killed(SIGTERM), 5);
+  EXPECT_EQ(controller_->state(), RunController::State::kBackoff);
+  EXPECT_EQ(actions_.armed.count(ControllerTimer::kKillGrace), 0u);
+  EXPECT_DOUBLE_EQ(actions_.armed.at(ControllerTimer::kRestart), 0.0) << "a generation that trained restarts at once";
+  controller_->OnTimer(ControllerTimer::kRestart);
+  ASSERT_EQ(actions_.launches.size(), 2u);
+  EXPECT_EQ(actions_.launches[1].first, 1);
+  EXPECT_EQ(controller_->restarts_used(), 1);
+  const auto events = Events();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().kind, "crash");
+  EXPECT_EQ(events.back().node, "host-b") << "incidents name the node's host";
+  EXPECT_EQ(events.back().rank, 3);
+  EXPECT_NE(events.back().action.find("restart generation 1 from the start (restart 1 of 2)"), std::string::npos)
+      << events.back().action;
+  EXPECT_NE(events.back().action.find("[recovery: restart"), std::string::npos) << events.back().action;
+}
+
+TEST_F(RunControllerTest, GenerationsThatFailBeforeAStepBackOffExponentially) {
+  Make();
+  job_.supervise.restart_budget = 5;
+  Make();
+  controller_->Launch();
+  std::vector<double> backoffs;
+  for (int i = 0; i < 3; ++i) {
+    controller_->OnRankExit(RankExit{0, Exited(1), "", {}}, Views(0));
+    ExitAll(Killed(SIGTERM), 0);
+    backoffs.push_back(actions_.armed.at(ControllerTimer::kRestart));
+    controller_->OnTimer(ControllerTimer::kRestart);
+  }
+  EXPECT_EQ(backoffs, (std::vector<double>{0.5, 1.0, 2.0}));
+}
+
+TEST_F(RunControllerTest, ASilentRankIsAHangItsCulpritIsKilledAtOnce) {
+  Make();
+  controller_->Launch();
+  Train(3);
+  // Ranks 0,1,3 keep their heartbeat but wait in allreduce #7; rank 2 never enters it.
+  for (int i = 0; i < 12 && controller_->state() == RunController::State::kRunning; ++i) {
+    clock_.Advance(1.0);
+    std::vector<RankView> v = Views(3, Phase::kCollective);
+    for (RankView& r : v) {
+      r.progress.record.step_started_ns = clock_.MonotonicNs() - static_cast<int64_t>((i + 1) * 1e9);
+      r.progress.record.collectives_issued = 7;
+      r.progress.record.collectives_done = 6;
+      r.progress.record.waiting_on = 7;
+      r.progress.record.collective_kind = 1;
+    }
+    v[2].progress.record.phase = static_cast<uint32_t>(Phase::kForward);
+    v[2].progress.record.collectives_issued = 6;
+    v[2].progress.record.waiting_on = 0;
+    controller_->OnTick(v);
+  }
+  ASSERT_EQ(controller_->state(), RunController::State::kStopping);
+  ASSERT_EQ(actions_.kills.size(), 1u);
+  EXPECT_EQ(actions_.kills[0], std::vector<int>{2});
+  const auto events = Events();
+  EXPECT_EQ(events.back().kind, "hang");
+  EXPECT_EQ(events.back().rank, 2);
+  EXPECT_EQ(events.back().node, "host-b");
+}
+
+TEST_F(RunControllerTest, ASpentBudgetStopsTheRunWithACause) {
+  job_.supervise.restart_budget = 0;
+  Make();
+  controller_->Launch();
+  Train(2);
+  controller_->OnRankExit(RankExit{0, Killed(SIGABRT), "", {}}, Views(2));
+  ExitAll(Killed(SIGTERM), 2);
+  EXPECT_EQ(actions_.finished, kDaemonExitFailed);
+  EXPECT_EQ(Run().state, RunState::kFailed);
+  EXPECT_NE(Run().cause.find("restart budget of 0 exhausted; last incident: rank 0 killed by signal 6 (SIGABRT)"),
+            std::string::npos)
+      << Run().cause;
+  EXPECT_EQ(Events().back().kind, "budget_exhausted");
+}
+
+TEST_F(RunControllerTest, BadFlagsAndUnexecutableCommandsAreNeverRestarted) {
+  Make();
+  controller_->Launch();
+  controller_->OnRankExit(RankExit{1, Exited(kRankExitUsage), "", {"error: unknown flag --lr"}}, Views(0));
+  ExitAll(Killed(SIGTERM), 0);
+  EXPECT_EQ(actions_.launches.size(), 1u);
+  EXPECT_EQ(actions_.finished, kDaemonExitUsage);
+  EXPECT_NE(Run().cause.find("a restart cannot help"), std::string::npos) << Run().cause;
+}
+
+TEST_F(RunControllerTest, ACommandThatCannotBeExecutedIsBadInput) {
+  Make();
+  actions_.launch_error = InvalidArgumentError("holdfastd cannot execute '/no/such': No such file or directory");
+  controller_->Launch();
+  EXPECT_EQ(actions_.launches.size(), 1u);
+  EXPECT_EQ(actions_.finished, kDaemonExitUsage);
+  EXPECT_NE(Run().cause.find("cannot execute '/no/such'"), std::string::npos) << Run().cause;
+}
+
+TEST_F(RunControllerTest, AnOperatorStopGivesTheRanksTheCheckpointAllowanceAndEndsStopped) {
+  Make();
+  controller_->Launch();
+  Train(4);
+  controller_->OnStopRequest(IncidentKind::kStopRequest, "stopped with runctl");
+  EXPECT_DOUBLE_EQ(actions_.armed.at(ControllerTimer::kKillGrace), 300.0);
+  ExitAll(Exited(kRankExitPreempted), 4);
+  EXPECT_EQ(actions_.finished, kDaemonExitPreempted) << "every rank committed a final checkpoint";
+  EXPECT_EQ(Run().state, RunState::kStopped) << "an operator's stop is 'stopped', not 'preempted'";
+  EXPECT_EQ(Events().back().kind, "stop");
+}
+
+TEST_F(RunControllerTest, SighupStopsTheRunAndSaysSo) {
+  Make();
+  controller_->Launch();
+  Train(2);
+  controller_->OnStopRequest(IncidentKind::kDaemonSignal, "holdfastd received SIGHUP (its terminal closed)");
+  ExitAll(Killed(SIGKILL), 2);
+  EXPECT_EQ(actions_.finished, kDaemonExitStopped);
+  EXPECT_EQ(Run().state, RunState::kStopped);
+  EXPECT_NE(Run().cause.find("SIGHUP"), std::string::npos);
+}
+
+TEST_F(RunControllerTest, ALostNodeEndsALocalRunAndIsRequeuedAwayUnderAScheduler) {
+  Make();
+  controller_->Launch();
+  Train(2);
+  controller_->OnNodeLost("host-b", {2, 3}, "connection reset");
+  ExitAll(Killed(SIGTERM), 2);
+  EXPECT_EQ(actions_.finished, kDaemonExitFailed);
+  EXPECT_EQ(Events().back().kind, "node_lost");
+  EXPECT_EQ(Events().back().node, "host-b");
+
+  SchedulerCapabilities slurm{true, true, false};
+  RunControllerTest::TearDown();
+  actions_ = RecordingActions();
+  Make(slurm);
+  controller_->Launch();
+  Train(2);
+  controller_->OnNodeLost("host-b", {2, 3}, "connection reset");
+  ExitAll(Killed(SIGTERM), 2);
+  ASSERT_EQ(actions_.requeued.size(), 1u);
+  EXPECT_EQ(actions_.requeued[0], std::vector<std::string>{"host-b"});
+  EXPECT_EQ(actions_.finished, kDaemonExitPreempted);
+}
+
+TEST_F(RunControllerTest, AHealthDrainRequestDrainsAndRequeuesWhereTheSchedulerMay) {
+  Make(SchedulerCapabilities{true, true, true});
+  controller_->Launch();
+  Train(2);
+  health::Decision d;
+  d.action = health::Action::kDrainNode;
+  d.reason = "gpu.ecc: 12 uncorrectable errors";
+  controller_->OnHealth(d, "host-a", "periodic");
+  ExitAll(Killed(SIGTERM), 2);
+  EXPECT_EQ(actions_.drained, std::vector<std::string>{"host-a"});
+  ASSERT_EQ(actions_.requeued.size(), 1u);
+  EXPECT_EQ(actions_.requeued[0], std::vector<std::string>{"host-a"});
+}
+
+TEST_F(RunControllerTest, APrelaunchExclusionWithoutASchedulerNeverLaunches) {
+  Make();
+  health::Decision d;
+  d.action = health::Action::kExcludeNode;
+  d.reason = "host.checkpoint_space: 0.1 GB free";
+  controller_->OnHealth(d, "host-a", "pre-launch");
+  EXPECT_EQ(actions_.finished, kDaemonExitFailed);
+  controller_->Launch();
+  EXPECT_TRUE(actions_.launches.empty());
+  EXPECT_NE(Run().cause.find("host.checkpoint_space"), std::string::npos) << Run().cause;
+}
+
+TEST_F(RunControllerTest, ARepeatedHostIsExcludedWhenTheSchedulerCan) {
+  Make(SchedulerCapabilities{true, true, false});
+  controller_->Launch();
+  Train(2);
+  controller_->OnRankExit(RankExit{2, Killed(SIGSEGV), "", {}}, Views(2));
+  ExitAll(Killed(SIGTERM), 2);
+  controller_->OnTimer(ControllerTimer::kRestart);
+  Train(3);
+  controller_->OnRankExit(RankExit{3, Killed(SIGSEGV), "", {}}, Views(3));
+  ExitAll(Killed(SIGTERM), 3);
+  ASSERT_EQ(actions_.requeued.size(), 1u) << "host-b failed twice";
+  EXPECT_EQ(actions_.requeued[0], std::vector<std::string>{"host-b"});
+}
+
+TEST_F(RunControllerTest, AllRanksFinishingEndsTheRunSucceeded) {
+  Make();
+  controller_->Launch();
+  Train(3);
+  ExitAll(Exited(0), 3);
+  EXPECT_EQ(actions_.finished, kDaemonExitOk);
+  EXPECT_EQ(Run().state, RunState::kSucceeded);
+}
+
+}  // namespace
+}  // namespace holdfast

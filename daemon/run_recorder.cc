@@ -1,0 +1,311 @@
+#include "daemon/run_recorder.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "checkpoint/checkpoint_loader.h"
+#include "health/report.h"
+
+namespace holdfast {
+namespace {
+
+constexpr int64_t kStepUpdateEveryNs = 5'000'000'000;
+
+// The record's checkpoint error text, bounded by its field and made valid
+// UTF-8: any job may write the record, and the text goes into JSON.
+std::string CheckpointErrorText(const ProgressRecordLayout& p) {
+  const std::string raw(p.checkpoint_error, strnlen(p.checkpoint_error, sizeof(p.checkpoint_error)));
+  const std::string quoted = nlohmann::json(raw).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return nlohmann::json::parse(quoted).get<std::string>();
+}
+
+void Warn(const Status& s) {
+  if (!s.ok()) spdlog::warn("lineage: {}", s.ToString());
+}
+
+}  // namespace
+
+RunRecorder::RunRecorder(const RecorderOptions& options, const TimeSource* clock)
+    : opts_(options), clock_(clock), tracker_(CheckpointRoot(*options.job)) {}
+
+Result<std::unique_ptr<RunRecorder>> RunRecorder::Open(const RecorderOptions& options, const TimeSource* clock) {
+  std::unique_ptr<RunRecorder> r(new RunRecorder(options, clock));
+  HF_RETURN_IF_ERROR(r->OpenRun());
+  return r;
+}
+
+Status RunRecorder::OpenRun() {
+  const JobConfig& job = *opts_.job;
+  LineageOptions lo;
+  lo.journal_mode = job.journal_mode == "delete"     ? JournalMode::kDelete
+                    : job.journal_mode == "truncate" ? JournalMode::kTruncate
+                                                     : JournalMode::kWal;
+  lo.clock = [c = clock_] { return c->UnixMs(); };
+  HF_ASSIGN_OR_RETURN(db_, LineageDb::Open(opts_.run_dir + "/lineage.db", lo));
+  std::optional<RunRecord> existing;
+  std::string kind;
+  if (!opts_.resume_run.empty()) {
+    auto r = opts_.resume_run == "latest" ? db_->LatestRun() : db_->GetRun(opts_.resume_run);
+    if (!r.ok()) return r.status().WithContext("resume " + opts_.resume_run);
+    existing = *r;
+    kind = event_kind::kResume;
+  } else {
+    auto r = db_->LatestRun();
+    if (r.ok() && (r->state == RunState::kRunning || r->state == RunState::kPreempted)) {
+      existing = *r;  // an unfinished run in this directory: this daemon continues it
+      kind = r->state == RunState::kRunning ? event_kind::kDaemonRestart : event_kind::kResume;
+    } else if (!r.ok() && r.status().code() != StatusCode::kNotFound) {
+      return r.status();
+    }
+  }
+  const std::vector<std::string> hosts = opts_.allocation.hosts();
+  if (existing.has_value()) {
+    run_id_ = existing->run_id;
+  } else {
+    RunRecord run;
+    run.name = job.name;
+    run.owner_uid = static_cast<int64_t>(getuid());
+    run.run_dir = std::filesystem::absolute(opts_.run_dir).string();
+    run.config_path = job.source;
+    run.config_text = job.text;
+    run.world_size = opts_.world_size;
+    run.nodes = hosts;
+    run.scheduler = opts_.allocation.scheduler == "slurm" ? SchedulerKind::kSlurm : SchedulerKind::kLocal;
+    run.slurm_job_id = opts_.allocation.job_id;
+    HF_ASSIGN_OR_RETURN(run_id_, db_->CreateRun(run));
+  }
+  auto recorded = db_->Checkpoints(run_id_);
+  if (recorded.ok()) {
+    for (const CheckpointRecord& c : *recorded) {
+      if (c.state == CheckpointState::kCommitted) recorded_steps_.insert(c.step);
+    }
+  }
+  last_committed_step_ = existing.has_value() ? NewestCommittedStep() : -1;
+  AttemptStart as;
+  as.nodes = hosts;
+  as.slurm_job_id = opts_.allocation.job_id;
+  as.restart_count = opts_.allocation.restart_count;
+  if (opts_.from_step >= 0) {
+    as.resumed_from_step = opts_.from_step;
+    requested_start_step_ = opts_.from_step;
+  } else if (last_committed_step_ >= 0) {
+    as.resumed_from_step = last_committed_step_;
+  }
+  HF_ASSIGN_OR_RETURN(attempt_, db_->StartAttempt(run_id_, as));
+  if (existing.has_value()) {
+    EventRecord ev = NewEvent(kind);
+    const std::string from = as.resumed_from_step ? "step " + std::to_string(*as.resumed_from_step) : "the start";
+    ev.summary = kind == event_kind::kDaemonRestart
+                     ? "holdfastd restarted while the run was running (the previous daemon died); continuing"
+                     : "run resumed as a new attempt";
+    ev.action = "attempt " + std::to_string(attempt_) + " from " + from;
+    ev.runbook = kind == event_kind::kDaemonRestart ? "runbooks/crash.md" : "";
+    RecordEvent(ev);
+  }
+  RecordPruned();
+  spdlog::info("run {} attempt {} in {} ({} ranks: {})", run_id_, attempt_, opts_.run_dir, opts_.world_size,
+               job.command.front());
+  return Status::Ok();
+}
+
+int RunRecorder::StartGeneration(int64_t start_step) {
+  ++generation_;
+  auto gen = db_->StartGeneration(run_id_, attempt_, start_step);
+  if (!gen.ok()) spdlog::warn("lineage: {}", gen.status().ToString());
+  last_recorded_step_ = -1;
+  last_step_update_ns_ = clock_->MonotonicNs();
+  return generation_;
+}
+
+void RunRecorder::UpdateStep(int64_t step, bool force) {
+  if (step < 0 || step == last_recorded_step_) return;
+  const int64_t now = clock_->MonotonicNs();
+  if (!force && now - last_step_update_ns_ < kStepUpdateEveryNs) return;
+  Warn(db_->UpdateGenerationStep(run_id_, attempt_, generation_, step));
+  last_recorded_step_ = step;
+  last_step_update_ns_ = now;
+}
+
+void RunRecorder::EndGeneration(RunState state, const std::string& cause) {
+  if (generation_ < 0) return;
+  Warn(db_->EndGeneration(run_id_, attempt_, generation_, state, cause));
+}
+
+EventRecord RunRecorder::NewEvent(const std::string& kind, const std::string& host) const {
+  EventRecord ev;
+  ev.run_id = run_id_;
+  ev.kind = kind;
+  ev.attempt = attempt_;
+  if (generation_ >= 0) ev.generation = generation_;
+  ev.node = host;
+  return ev;
+}
+
+void RunRecorder::RecordEvent(const EventRecord& event) {
+  auto id = db_->RecordEvent(event);
+  if (!id.ok()) spdlog::warn("lineage: {}", id.status().ToString());
+  if (IsIncidentKind(event.kind)) {
+    last_incident_ = IncidentSummary{event.kind, event.summary, clock_->UnixMs(), event.action, event.runbook};
+  }
+}
+
+std::map<std::string, int> RunRecorder::HostIncidents() {
+  std::map<std::string, int> out;
+  auto events = db_->Events(run_id_, 0);
+  if (!events.ok()) return out;
+  for (const EventRecord& e : *events) {
+    if (e.node.empty()) continue;
+    if (e.kind == event_kind::kCrash || e.kind == event_kind::kHang || e.kind == event_kind::kNodeLost ||
+        e.kind == event_kind::kHealth) {
+      ++out[e.node];
+    }
+  }
+  return out;
+}
+
+int64_t RunRecorder::NewestCommittedStep() {
+  const int64_t verified = tracker_.NewestVerified();
+  if (!tracker_.enabled()) return last_committed_step_;
+  return verified;
+}
+
+void RunRecorder::ObserveCheckpoints(const std::vector<RankView>& views, int world_size) {
+  RecordCheckpointFailures(views);
+  int64_t committed = INT64_MAX;
+  for (const RankView& v : views) {
+    committed = std::min<int64_t>(committed, v.progress.valid ? v.progress.record.checkpoint_step : -1);
+  }
+  if (static_cast<int>(views.size()) < world_size || committed == INT64_MAX || committed <= last_committed_step_) {
+    return;
+  }
+  // Every step committed since the last look, not only the newest: two saves
+  // can complete between two polls.
+  std::vector<int64_t> steps;
+  if (tracker_.enabled()) {
+    CheckpointLoader loader(tracker_.root());
+    for (int64_t s : tracker_.StepsOnDisk()) {
+      if (s > last_committed_step_ && s < committed && loader.ReadManifest(s).ok()) steps.push_back(s);
+    }
+  }
+  steps.push_back(committed);
+  std::sort(steps.begin(), steps.end());
+  for (int64_t s : steps) RecordCommitted(s, world_size);
+  last_committed_step_ = committed;
+  RecordPruned();
+}
+
+void RunRecorder::RecordCommitted(int64_t step, int world_size) {
+  if (recorded_steps_.count(step) != 0) return;
+  CheckpointRecord c;
+  c.run_id = run_id_;
+  c.step = step;
+  c.world_size = world_size;
+  c.attempt = attempt_;
+  c.generation = generation_;
+  if (tracker_.enabled()) {
+    c.path = tracker_.StepDir(step);
+    c.bytes = tracker_.StepBytes(step);
+  }
+  Warn(db_->RecordCheckpoint(c));
+  recorded_steps_.insert(step);
+}
+
+void RunRecorder::RecordPruned() {
+  if (!tracker_.enabled()) return;
+  const std::vector<int64_t> on_disk = tracker_.StepsOnDisk();
+  const std::set<int64_t> present(on_disk.begin(), on_disk.end());
+  for (auto it = recorded_steps_.begin(); it != recorded_steps_.end();) {
+    if (present.count(*it) != 0) {
+      ++it;
+      continue;
+    }
+    Warn(db_->MarkCheckpoint(run_id_, *it, CheckpointState::kPruned,
+                             "no longer on disk (" + tracker_.StepDir(*it) + "): pruned by the trainer or removed"));
+    it = recorded_steps_.erase(it);
+  }
+}
+
+void RunRecorder::RecordCheckpointFailures(const std::vector<RankView>& views) {
+  if (failures_generation_ != generation_) {
+    failures_generation_ = generation_;
+    failures_seen_.clear();
+    failed_steps_recorded_.clear();
+  }
+  // Every rank reports the outcome of the same save (checkpoint/checkpoint_writer.h),
+  // so one event per failed step, carrying each reporting rank's text.
+  struct Report {
+    int rank;
+    std::string host;
+    uint64_t missed;  // earlier failures of this rank not seen one by one
+    std::string error;
+  };
+  std::map<int64_t, std::vector<Report>> by_step;
+  for (const RankView& v : views) {  // sorted by rank
+    if (!v.progress.valid || v.progress.torn) continue;  // read again on the next tick
+    const ProgressRecordLayout& p = v.progress.record;
+    uint64_t& seen = failures_seen_[v.rank];
+    if (p.checkpoint_failures <= seen) continue;
+    by_step[p.checkpoint_failed_step].push_back({v.rank, v.host, p.checkpoint_failures - seen - 1, CheckpointErrorText(p)});
+    seen = p.checkpoint_failures;
+  }
+  for (const auto& [step, reports] : by_step) {
+    for (const Report& r : reports) {
+      spdlog::warn("CHECKPOINT FAILED: step {} on rank {} (training goes on): {}", step, r.rank, r.error);
+    }
+    if (!failed_steps_recorded_.insert(step).second) continue;  // a rank reporting it late
+    const Report& first = reports.front();
+    nlohmann::json list = nlohmann::json::array();
+    uint64_t missed = 0;
+    for (const Report& r : reports) {
+      list.push_back({{"rank", r.rank}, {"node", r.host}, {"error", r.error}, {"missed_failures", r.missed}});
+      missed = std::max(missed, r.missed);
+    }
+    const std::string newest = last_committed_step_ >= 0 ? std::to_string(last_committed_step_) : "none";
+    EventRecord ev = NewEvent(event_kind::kCheckpointFailed, first.host);
+    ev.rank = first.rank;
+    ev.summary = "checkpoint step " + std::to_string(step) + " failed on rank " + std::to_string(first.rank) +
+                 (reports.size() > 1 ? " and " + std::to_string(reports.size() - 1) + " other(s)" : "") + ": " +
+                 first.error;
+    if (missed > 0) ev.summary += " (" + std::to_string(missed) + " earlier failure(s) not seen one by one)";
+    ev.evidence_json = nlohmann::json{{"step", step},
+                                      {"rank", first.rank},
+                                      {"newest_committed_step", last_committed_step_},
+                                      {"reports", list}}
+                           .dump();
+    ev.action = "training continues; step " + std::to_string(step) + " not committed (newest committed: " + newest + ")";
+    ev.runbook = "runbooks/checkpoint-failed.md";
+    RecordEvent(ev);
+  }
+}
+
+void RunRecorder::RecordHealth(const std::vector<health::CheckResult>& results, const std::string& host) {
+  for (const health::CheckResult& r : results) {
+    HealthResultRecord h;
+    h.run_id = run_id_;
+    h.node = host;
+    h.check = r.subject.empty() ? r.name : r.name + " " + r.subject;
+    h.status = r.status == health::CheckStatus::kPass   ? HealthStatus::kPass
+               : r.status == health::CheckStatus::kWarn ? HealthStatus::kWarn
+               : r.status == health::CheckStatus::kFail ? HealthStatus::kFail
+                                                        : HealthStatus::kSkipped;
+    h.source = r.evidence.source;
+    h.evidence_json = health::ResultToJson(r);
+    h.suggested_action = health::ActionName(r.action);
+    auto id = db_->RecordHealthResult(h);
+    if (!id.ok()) spdlog::warn("lineage: {}", id.status().ToString());
+  }
+}
+
+void RunRecorder::EndRun(RunState state, const std::string& cause) {
+  Warn(db_->EndAttempt(run_id_, attempt_, state, cause));
+  Warn(db_->EndRun(run_id_, state, cause));
+}
+
+}  // namespace holdfast

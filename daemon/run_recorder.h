@@ -1,0 +1,113 @@
+// RunRecorder: the leading holdfastd's bookkeeping in the run's lineage.db —
+// which run and attempt this is, generations, incidents and the decisions
+// taken about them, checkpoints as the ranks commit them (and as the trainer
+// prunes them), failed saves. Everything on-call later reads with runctl goes
+// through here; the supervisor and its state machine never touch SQL.
+//
+// Lineage errors are logged and never stop a run: the record is for people,
+// the run is what matters.
+//
+// Thread-safety: none; owned by the daemon's event-loop thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/time_source.h"
+#include "daemon/checkpoint_tracker.h"
+#include "daemon/control_protocol.h"
+#include "daemon/job_config.h"
+#include "daemon/triage.h"
+#include "health/check.h"
+#include "lineage/lineage_db.h"
+#include "scheduler/scheduler.h"
+
+namespace holdfast {
+
+struct RecorderOptions {
+  std::string run_dir;
+  const JobConfig* job = nullptr;  // not owned; outlives the recorder
+  Allocation allocation;
+  int world_size = 0;
+  std::string resume_run;     // continue this run (id, prefix or "latest") as a new attempt
+  int64_t from_step = -1;     // with resume_run: the checkpoint step to start from
+};
+
+class RunRecorder {
+ public:
+  // Opens lineage.db, finds the run to continue (an explicit --resume, or an
+  // unfinished run in this directory) or creates one, and starts an attempt.
+  // `clock` is not owned and must outlive the recorder.
+  static Result<std::unique_ptr<RunRecorder>> Open(const RecorderOptions& options, const TimeSource* clock);
+
+  const std::string& run_id() const { return run_id_; }
+  int attempt() const { return attempt_; }
+  int generation() const { return generation_; }
+  // The step the attempt's first generation must start from (--from-step), or -1.
+  int64_t requested_start_step() const { return requested_start_step_; }
+  CheckpointTracker& checkpoints() { return tracker_; }
+  // Newest checkpoint recorded or seen this attempt (-1: none).
+  int64_t last_committed_step() const { return last_committed_step_; }
+
+  // ---- generations ----
+  int StartGeneration(int64_t start_step);
+  // Records the step every few seconds (cheap; called on each tick).
+  void UpdateStep(int64_t step, bool force = false);
+  void EndGeneration(RunState state, const std::string& cause);
+
+  // ---- events ----
+  // An event of the current attempt and generation. Incident kinds become
+  // the run's last incident (runctl status).
+  EventRecord NewEvent(const std::string& kind, const std::string& host = "") const;
+  void RecordEvent(const EventRecord& event);
+  const std::optional<IncidentSummary>& last_incident() const { return last_incident_; }
+  // Earlier incidents of this run (every attempt) per host.
+  std::map<std::string, int> HostIncidents();
+
+  // ---- checkpoints ----
+  // Records each checkpoint every rank has committed since the last call
+  // (every step folder in between, not only the newest), marks checkpoints
+  // the trainer pruned from disk, and records failed saves the ranks report.
+  void ObserveCheckpoints(const std::vector<RankView>& views, int world_size);
+  // The step a restart resumes from: the newest that verifies completely.
+  int64_t NewestCommittedStep();
+
+  // ---- health ----
+  void RecordHealth(const std::vector<health::CheckResult>& results, const std::string& host);
+
+  // ---- the end ----
+  void EndRun(RunState state, const std::string& cause);
+
+ private:
+  RunRecorder(const RecorderOptions& options, const TimeSource* clock);
+  Status OpenRun();
+  void RecordCommitted(int64_t step, int world_size);
+  void RecordPruned();
+  void RecordCheckpointFailures(const std::vector<RankView>& views);
+
+  RecorderOptions opts_;
+  const TimeSource* clock_;  // not owned
+  std::unique_ptr<LineageDb> db_;
+  CheckpointTracker tracker_;
+  std::string run_id_;
+  int attempt_ = 0;
+  int generation_ = -1;
+  int64_t requested_start_step_ = -1;
+  int64_t last_committed_step_ = -1;
+  std::set<int64_t> recorded_steps_;  // committed in lineage and (as far as we know) on disk
+  int64_t last_recorded_step_ = -1;
+  int64_t last_step_update_ns_ = 0;
+  // Checkpoint failures already handled; records start at zero each generation.
+  int failures_generation_ = -1;
+  std::map<int, uint64_t> failures_seen_;    // global rank -> its checkpoint_failures handled
+  std::set<int64_t> failed_steps_recorded_;  // steps with a checkpoint_failed event
+  std::optional<IncidentSummary> last_incident_;
+};
+
+}  // namespace holdfast

@@ -1,0 +1,48 @@
+#include "daemon/run_status.h"
+
+#include <algorithm>
+#include <map>
+
+namespace holdfast {
+
+RunStatus BuildRunStatus(const RunController& controller, const RunRecorder& recorder, const JobConfig& job,
+                         const std::vector<RankView>& views, double uptime_s, int64_t now_ns) {
+  RunStatus st;
+  st.run_id = recorder.run_id();
+  st.name = job.name;
+  st.state = controller.state_name();
+  st.attempt = recorder.attempt();
+  st.generation = controller.generation();
+  st.world_size = controller.world_size();
+  st.restarts_used = controller.restarts_used();
+  st.restart_budget = job.supervise.restart_budget;
+  if (recorder.last_committed_step() >= 0) st.last_checkpoint_step = recorder.last_committed_step();
+  st.uptime_s = uptime_s;
+  std::map<int, NodeStatus> nodes;
+  for (const RankView& v : views) {
+    NodeStatus& node = nodes[v.node];
+    node.node = v.node;
+    RankStatus rs;
+    rs.rank = v.rank;
+    rs.pid = v.pid;
+    auto ex = controller.exits().find(v.rank);
+    rs.state = v.alive ? (v.proc_state == 'T' ? "stopped" : "running")
+                       : (ex != controller.exits().end() ? DescribeWaitStatus(ex->second) : "exited");
+    const ProgressSnapshot& p = v.progress;
+    if (p.valid) {
+      rs.step = p.record.step;
+      rs.phase = PhaseName(p.phase());
+      rs.heartbeat_age_s = p.record.heartbeat_ns > 0 ? static_cast<double>(now_ns - p.record.heartbeat_ns) / 1e9 : 0;
+      if (p.record.last_step_ns > 0) rs.last_step_ms = static_cast<double>(p.record.last_step_ns) / 1e6;
+      if (p.record.waiting_on != 0) rs.waiting_on = p.record.waiting_on;
+      rs.collectives_issued = p.record.collectives_issued;
+      st.step = std::max(st.step, p.record.step);
+    }
+    node.ranks.push_back(rs);
+  }
+  for (auto& [n, node] : nodes) st.nodes.push_back(node);
+  st.last_incident = recorder.last_incident();
+  return st;
+}
+
+}  // namespace holdfast
