@@ -21,7 +21,9 @@
 
 #include "checkpoint/format.h"  // kManifestFileName only: runctl reads no checkpoint bytes
 #include "daemon/control_protocol.h"
+#include "daemon/run_lock.h"
 #include "lineage/lineage_db.h"
+#include "scheduler/local_scheduler.h"
 
 extern char** environ;
 
@@ -1106,14 +1108,13 @@ int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_
                                     : Join(good, ", ")));
     }
   }
-  // One daemon per run directory: refuse while one answers.
-  ControlRequest ping;
-  ping.id = 1;
-  ping.op = control_op::kPing;
-  Result<ControlResponse> alive = CallDaemon(SocketPath(c), ping, c.timeout);
-  if (alive.ok()) {
-    return Fail(c, kRunctlFailure, "holdfastd is already running in " + c.run_dir +
-                                     "; `runctl status` shows it (stop it before resuming)");
+  // One daemon per run directory: refuse while one holds the run's lock —
+  // also when it does not answer (stopped, or busy).
+  if (std::optional<pid_t> holder = RunLock::Holder(c.run_dir); holder.has_value()) {
+    return Fail(c, kRunctlFailure,
+                "holdfastd (pid " + std::to_string(*holder) + ") is supervising " + c.run_dir +
+                    " (it holds " + RunLock::LockPath(c.run_dir, 0) +
+                    ", answering or not); stop it first (runctl stop, or kill it), then resume");
   }
 
   std::vector<std::string> looked;
@@ -1121,38 +1122,26 @@ int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_
   if (daemon.empty()) {
     return Fail(c, kRunctlFailure, "holdfastd not found (looked in " + Join(looked, ", ") + ")");
   }
-  std::vector<std::string> args = {daemon, "--run-dir", c.run_dir, "--resume", run.run_id};
+  std::vector<std::string> args = {"--run-dir", c.run_dir, "--resume", run.run_id};
   if (from_step) {
     args.push_back("--from-step");
     args.push_back(std::to_string(*from_step));
   }
   const std::string log = c.run_dir + "/holdfastd.log";
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawnattr_init(&attr);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);  // survives the operator's shell
-  std::vector<char*> argv = Argv(args);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, daemon.c_str(), &fa, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) return Fail(c, kRunctlFailure, ErrnoError("start " + daemon, rc).message());
+  // The local scheduler's detached start: its own session, only stdio
+  // inherited, an exec failure reported here.
+  if (Status s = StartDetachedDaemon(daemon, args, log); !s.ok()) return Fail(c, kRunctlFailure, s.message());
 
   const std::string from = from_step ? "step " + std::to_string(*from_step)
                                      : std::string("the newest committed checkpoint");
   if (c.json) {
     PrintJson(c, {{"run_id", run.run_id},
-                  {"pid", pid},
                   {"daemon", daemon},
                   {"from_step", OptJson(from_step)},
                   {"log", log}});
     return kRunctlOk;
   }
-  *c.out << "started holdfastd (pid " << pid << ") resuming run " << run.run_id << " from "
+  *c.out << "started holdfastd resuming run " << run.run_id << " from "
          << from << " as a new attempt\n"
          << "  follow it:  tail -f " << log << "\n"
          << "  status:     runctl --run-dir " << c.run_dir << " status\n";

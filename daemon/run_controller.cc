@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/launch_contract.h"
@@ -37,7 +38,9 @@ RunState StateFor(StopOutcome o) {
 
 RunController::RunController(ControllerOptions options, const TimeSource* clock, RunRecorder* recorder,
                              RunActions* actions)
-    : opts_(std::move(options)), clock_(clock), recorder_(recorder), actions_(actions), hang_(opts_.supervise) {}
+    : opts_(std::move(options)), clock_(clock), recorder_(recorder), actions_(actions),
+      hang_(opts_.supervise),
+      straggler_(StragglerConfig::FromSupervise(opts_.supervise)) {}
 
 const char* RunController::state_name() const {
   switch (state_) {
@@ -65,6 +68,7 @@ void RunController::StartGeneration() {
   pending_.reset();
   pending_facts_.reset();
   hang_.StartGeneration(clock_->MonotonicNs(), opts_.world_size);
+  straggler_.StartGeneration(clock_->MonotonicNs(), opts_.world_size);
   state_ = State::kRunning;
   Status s = actions_->LaunchGeneration(generation_, requested);
   if (!s.ok()) {
@@ -107,6 +111,7 @@ void RunController::OnTick(const std::vector<RankView>& views) {
     if (v.alive && exits_.count(v.rank) == 0) live.push_back(v);
   }
   const int64_t now = clock_->MonotonicNs();
+  ObserveStragglers(now, views);
   HangDetector::Verdict verdict = hang_.Observe(now, live);
   if (verdict.hung) {
     Facts f;
@@ -120,6 +125,30 @@ void RunController::OnTick(const std::vector<RankView>& views) {
     spdlog::error("HANG: {}", f.triage.summary);
     HandleIncident(std::move(f), views);
   }
+}
+
+void RunController::ObserveStragglers(int64_t now, const std::vector<RankView>& views) {
+  const StragglerVerdict v = straggler_.Observe(now, views);
+  if (!v.straggler && !v.recovered) return;
+  // Reported, never acted on: a straggler slows every rank but loses nothing,
+  // and a restart would not make its node faster.
+  EventRecord ev = recorder_->NewEvent(v.straggler ? event_kind::kStraggler : event_kind::kStragglerRecovered,
+                                       opts_.host_of_rank(v.rank));
+  ev.rank = v.rank;
+  ev.summary = v.summary;
+  nlohmann::json paces = nlohmann::json::array();
+  for (const RankView& r : views) {
+    if (auto p = straggler_.Pace(r.rank)) {
+      paces.push_back({{"rank", r.rank}, {"steps_per_s", p->steps_per_s}, {"step_ms_p50", p->step_ms_p50},
+                       {"step_ms_p99", p->step_ms_p99}, {"compute_ms_p50", p->compute_ms_p50},
+                       {"wait_ms_p50", p->wait_ms_p50}});
+    }
+  }
+  ev.evidence_json = nlohmann::json{{"rank", v.rank}, {"ratio", v.ratio}, {"held_s", v.held_s}, {"ranks", paces}}.dump();
+  ev.action = v.straggler ? "reported; no restart (the run goes on at the straggler's pace)" : "reported";
+  ev.runbook = "runbooks/straggler.md";
+  spdlog::warn("{}: {}", ev.kind, ev.summary);
+  recorder_->RecordEvent(ev);
 }
 
 void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& views) {
@@ -142,9 +171,8 @@ void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& v
     if (!all_exited) return;  // the others follow; one that does not is a hang
     bool all_clean = true;
     for (const auto& [r, s] : exits_) all_clean = all_clean && ExitedWith(s, kRankExitOk);
-    recorder_->UpdateStep(max_step_seen_, /*force=*/true);
     if (all_clean) {
-      recorder_->EndGeneration(RunState::kSucceeded, "");
+      EndGeneration(RunState::kSucceeded, "");
       FinishRun(RunState::kSucceeded, "", kDaemonExitOk);
       return;
     }
@@ -263,7 +291,7 @@ void RunController::HandleIncident(Facts facts, const std::vector<RankView>& vie
     recorder_->RecordEvent(ev);
     spdlog::warn("action: {}", ev.action);
   }
-  if (ran && !operator_stop && !preempt_action) recorder_->EndGeneration(RunState::kFailed, facts.triage.summary);
+  if (ran && !operator_stop && !preempt_action) EndGeneration(RunState::kFailed, facts.triage.summary);
   failures_without_progress_ = in.failures_without_progress;
   pending_facts_ = facts;
   pending_ = d;
@@ -371,7 +399,7 @@ void RunController::Execute() {
     const std::string cause = all_committed ? why + "; the ranks committed step " +
                                                   std::to_string(recorder_->last_committed_step()) + " first"
                                             : why;
-    recorder_->EndGeneration(RunState::kStopped, cause);
+    EndGeneration(RunState::kStopped, cause);
     EventRecord ev = recorder_->NewEvent(event_kind::kStop);
     ev.summary = cause;
     ev.action = "stopped; resume with `runctl resume " + recorder_->run_id() + "`";
@@ -381,7 +409,7 @@ void RunController::Execute() {
     return;
   }
   if (facts.kind == IncidentKind::kPreemption) {
-    recorder_->EndGeneration(RunState::kPreempted, why);
+    EndGeneration(RunState::kPreempted, why);
     EventRecord ev = recorder_->NewEvent(event_kind::kPreempt);
     ev.summary = why;
     ev.action = "stopped; resume with `runctl resume " + recorder_->run_id() + "`";
@@ -401,6 +429,11 @@ void RunController::Execute() {
   }
   const int code = facts.kind == IncidentKind::kBadInput ? kDaemonExitUsage : kDaemonExitFailed;
   FinishRun(StateFor(d.outcome), cause, code);
+}
+
+void RunController::EndGeneration(RunState state, const std::string& cause) {
+  recorder_->UpdateStep(max_step_seen_, /*force=*/true);  // where it ended, not where it was last sampled
+  recorder_->EndGeneration(state, cause);
 }
 
 void RunController::FinishRun(RunState state, const std::string& cause, int code) {

@@ -34,6 +34,7 @@
 #include "daemon/job_config.h"
 #include "daemon/recovery_policy.h"
 #include "daemon/run_recorder.h"
+#include "daemon/straggler.h"
 #include "daemon/triage.h"
 #include "health/policy.h"
 #include "scheduler/scheduler.h"
@@ -106,6 +107,7 @@ class RunController {
   int exit_code() const { return exit_code_; }
   // Exit statuses of this generation's ranks so far (global rank -> wstatus).
   const std::map<int, int>& exits() const { return exits_; }
+  const StragglerDetector& stragglers() const { return straggler_; }
 
  private:
   struct Facts {
@@ -117,9 +119,12 @@ class RunController {
   };
   // Decides, records, and stops the ranks (or executes at once when none run).
   void HandleIncident(Facts facts, const std::vector<RankView>& views);
+  // Records a straggler episode's start and end (never an action).
+  void ObserveStragglers(int64_t now, const std::vector<RankView>& views);
   void AfterAllStopped();
   void Execute();
   void StartGeneration();
+  void EndGeneration(RunState state, const std::string& cause);
   void FinishRun(RunState state, const std::string& cause, int code);
   bool Progressed(const std::vector<RankView>& views) const;
   std::string ActionText(const Facts& facts, const RecoveryDecision& d) const;
@@ -129,6 +134,7 @@ class RunController {
   RunRecorder* recorder_;    // not owned
   RunActions* actions_;      // not owned
   HangDetector hang_;
+  StragglerDetector straggler_;
 
   State state_ = State::kIdle;
   int generation_ = -1;

@@ -304,6 +304,7 @@ void RunRecorder::RecordHealth(const std::vector<health::CheckResult>& results, 
 }
 
 void RunRecorder::EndRun(RunState state, const std::string& cause) {
+  RecordPruned();  // the trainer prunes after its last commit
   Warn(db_->EndAttempt(run_id_, attempt_, state, cause));
   Warn(db_->EndRun(run_id_, state, cause));
 }

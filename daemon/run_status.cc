@@ -36,12 +36,23 @@ RunStatus BuildRunStatus(const RunController& controller, const RunRecorder& rec
       if (p.record.last_step_ns > 0) rs.last_step_ms = static_cast<double>(p.record.last_step_ns) / 1e6;
       if (p.record.waiting_on != 0) rs.waiting_on = p.record.waiting_on;
       rs.collectives_issued = p.record.collectives_issued;
+      if (auto pace = controller.stragglers().Pace(v.rank)) {
+        rs.steps_per_s = pace->steps_per_s;
+        rs.step_ms_p50 = pace->step_ms_p50;
+        rs.step_ms_p99 = pace->step_ms_p99;
+        rs.compute_ms_p50 = pace->compute_ms_p50;
+        rs.wait_ms_p50 = pace->wait_ms_p50;
+      }
       st.step = std::max(st.step, p.record.step);
     }
     node.ranks.push_back(rs);
   }
   for (auto& [n, node] : nodes) st.nodes.push_back(node);
   st.last_incident = recorder.last_incident();
+  if (const auto& slow = controller.stragglers().Slowest()) {
+    st.slowest_rank = slow->rank;
+    st.slowest_rank_note = slow->note;
+  }
   return st;
 }
 

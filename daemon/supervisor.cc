@@ -22,7 +22,7 @@
 #include "daemon/daemon_signals.h"
 #include "daemon/exit_codes.h"
 #include "daemon/health_watch.h"
-#include "daemon/line_connection.h"
+#include "daemon/leader_link.h"
 #include "daemon/rank_group.h"
 #include "daemon/run_controller.h"
 #include "daemon/run_recorder.h"
@@ -64,7 +64,6 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
         kill_timer_(io_),
         restart_timer_(io_),
         join_timer_(io_),
-        cluster_(io_),
         ranks_(&job_, opts_.run_dir),
         health_(&io_, &job_) {}
 
@@ -93,18 +92,14 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
   std::vector<RankView> Views() const;
   // ---- followers ----
   Status StartCluster();
-  void AcceptFollower();
-  void OnFollowerMessage(const std::shared_ptr<LineConnection>& conn, int* node, const ClusterMessage& msg);
+  std::string OnHello(const HelloMsg& hello);  // "" accepts
+  void OnFollowerMessage(int node, const ClusterMessage& msg);
   void OnFollowerLost(int node, const std::string& why);
+  std::vector<int> RanksOf(int node) const;
   void Broadcast(const ClusterMessage& msg);
   // ---- control socket ----
   std::string HandleControl(const ControlRequest& req, uid_t peer_uid);
   RunStatus BuildStatus() const;
-
-  struct Follower {
-    std::shared_ptr<LineConnection> conn;
-    std::vector<RankView> views;  // latest progress, in this machine's clock
-  };
 
   asio::io_context& io_;
   SupervisorOptions opts_;
@@ -114,7 +109,7 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
   const TimeSource* clock_;  // not owned
   DaemonSignals signals_;
   asio::steady_timer poll_timer_, kill_timer_, restart_timer_, join_timer_;
-  asio::ip::tcp::acceptor cluster_;
+  std::shared_ptr<LeaderLink> link_;  // several nodes only
   std::unique_ptr<AsioTcpStoreServer> store_;
   std::shared_ptr<ControlServer> control_;
   LaunchPlan plan_;
@@ -122,7 +117,7 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
   HealthWatch health_;
   std::unique_ptr<RunRecorder> recorder_;
   std::unique_ptr<RunController> controller_;
-  std::map<int, Follower> followers_;  // node -> its daemon
+  std::map<int, std::vector<RankView>> followers_;  // node -> its ranks' latest views, in this machine's clock
   int64_t started_ns_ = 0;
   bool finished_ = false;
   int exit_code_ = kDaemonExitOk;
@@ -188,7 +183,7 @@ Status Supervisor::Impl::Start() {
 // ---- RunActions ----
 
 Status Supervisor::Impl::LaunchGeneration(int generation, int64_t resume_step) {
-  for (auto& [n, f] : followers_) f.views.clear();
+  for (auto& [n, views] : followers_) views.clear();
   GenerationSpec spec;
   spec.run_id = recorder_->run_id();
   spec.attempt = recorder_->attempt();
@@ -197,7 +192,7 @@ Status Supervisor::Impl::LaunchGeneration(int generation, int64_t resume_step) {
   spec.store_addr = alloc_.self().addr + ":" + std::to_string(store_->port());
   spec.master_port = PickFreePort(io_, alloc_.self().addr);
   spec.resume_step = resume_step;
-  for (auto& [n, f] : followers_) {
+  for (auto& [n, views] : followers_) {
     StartMsg m;
     m.run_id = spec.run_id;
     m.attempt = spec.attempt;
@@ -207,7 +202,7 @@ Status Supervisor::Impl::LaunchGeneration(int generation, int64_t resume_step) {
     m.master_port = spec.master_port;
     m.resume_step = resume_step;
     m.ranks = plan_.ForNode(n);
-    f.conn->Send(EncodeClusterMessage(m, clock_->MonotonicNs()));
+    link_->Send(n, m);
   }
   const std::vector<RankPlacement> mine = plan_.ForNode(alloc_.this_node);
   Status s = ranks_.Launch(spec, mine);
@@ -270,20 +265,15 @@ void Supervisor::Impl::Finish(int code) {
   signals_.Stop();
   if (control_) control_->Close();
   if (store_) store_->Shutdown();
-  boost::system::error_code ec;
-  cluster_.close(ec);
-  if (alloc_.nodes.size() > 1) scheduler_->WithdrawLeader();
   if (recorder_) RemoveProgressRecords(job_.supervise.progress_dir, recorder_->run_id());
+  if (link_) link_->Close(/*flush=*/true);  // the "finish" reaches the followers first
   if (followers_.empty()) {
     io_.stop();
     return;
   }
-  // Let the "finish" messages reach the followers before the loop ends.
+  // Let the followers read "finish" before the loop ends.
   kill_timer_.expires_after(std::chrono::milliseconds(200));
-  kill_timer_.async_wait([self = shared_from_this()](const boost::system::error_code&) {
-    for (auto& [n, f] : self->followers_) f.conn->Close("finished");
-    self->io_.stop();
-  });
+  kill_timer_.async_wait([self = shared_from_this()](const boost::system::error_code&) { self->io_.stop(); });
 }
 
 // ---- the loop ----
@@ -325,7 +315,7 @@ void Supervisor::Impl::OnSignal(int sig) {
 
 std::vector<RankView> Supervisor::Impl::Views() const {
   std::vector<RankView> views = ranks_.Views(alloc_.this_node, host());
-  for (const auto& [n, f] : followers_) views.insert(views.end(), f.views.begin(), f.views.end());
+  for (const auto& [n, f] : followers_) views.insert(views.end(), f.begin(), f.end());
   std::sort(views.begin(), views.end(), [](const RankView& a, const RankView& b) { return a.rank < b.rank; });
   return views;
 }
@@ -333,28 +323,29 @@ std::vector<RankView> Supervisor::Impl::Views() const {
 // ---- followers ----
 
 Status Supervisor::Impl::StartCluster() {
-  boost::system::error_code ec;
-  asio::ip::tcp::endpoint ep(asio::ip::make_address(alloc_.self().addr, ec), opts_.cluster_port);
-  if (ec) return InvalidArgumentError("bad address " + alloc_.self().addr + ": " + ec.message());
-  cluster_.open(ep.protocol(), ec);
-  if (!ec) ::fcntl(cluster_.native_handle(), F_SETFD, FD_CLOEXEC);
-  if (!ec) cluster_.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) cluster_.bind(ep, ec);
-  if (!ec) cluster_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return IoError("cluster port " + std::to_string(opts_.cluster_port) + ": " + ec.message());
-  const std::string addr = alloc_.self().addr + ":" + std::to_string(cluster_.local_endpoint(ec).port());
-  HF_RETURN_IF_ERROR(scheduler_->PublishLeader(addr));
-  spdlog::info("leading {} nodes; waiting for {} follower(s) on {}", alloc_.nodes.size(), alloc_.nodes.size() - 1, addr);
-  AcceptFollower();
+  std::weak_ptr<Impl> weak = shared_from_this();
+  LeaderLink::Handlers h;
+  h.on_hello = [weak](const HelloMsg& hello) {
+    auto self = weak.lock();
+    return self ? self->OnHello(hello) : std::string("the leader is going away");
+  };
+  h.on_message = [weak](int node, const ClusterMessage& msg) {
+    if (auto self = weak.lock()) self->OnFollowerMessage(node, msg);
+  };
+  h.on_lost = [weak](int node, const std::string& why) {
+    if (auto self = weak.lock()) self->OnFollowerLost(node, why);
+  };
+  link_ = std::make_shared<LeaderLink>(&io_, scheduler_, clock_, std::move(h));
+  HF_RETURN_IF_ERROR(link_->Listen(alloc_.self().addr, opts_.cluster_port));
+  spdlog::info("leading {} nodes", alloc_.nodes.size());
   join_timer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(job_.supervise.startup_timeout_s * 1000)));
-  join_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
-    if (e || self->finished_ || self->controller_->state() != RunController::State::kIdle) return;
-    for (size_t n = 1; n < self->alloc_.nodes.size(); ++n) {
-      if (self->followers_.count(static_cast<int>(n)) != 0) continue;
-      std::vector<int> ranks;
-      for (const RankPlacement& p : self->plan_.ForNode(static_cast<int>(n))) ranks.push_back(p.global_rank);
-      self->controller_->OnNodeLost(self->alloc_.nodes[n].host, ranks,
-                                    std::to_string(self->followers_.size()) + " of " +
+  join_timer_.async_wait([weak](const boost::system::error_code& e) {
+    auto self = weak.lock();
+    if (e || !self || self->finished_ || self->controller_->state() != RunController::State::kIdle) return;
+    for (int n = 1; n < static_cast<int>(self->alloc_.nodes.size()); ++n) {
+      if (self->link_->has(n)) continue;
+      self->controller_->OnNodeLost(self->alloc_.nodes[n].host, self->RanksOf(n),
+                                    std::to_string(self->link_->joined()) + " of " +
                                         std::to_string(self->alloc_.nodes.size() - 1) +
                                         " follower daemons joined within startup_timeout_s");
       return;
@@ -363,108 +354,65 @@ Status Supervisor::Impl::StartCluster() {
   return Status::Ok();
 }
 
-void Supervisor::Impl::AcceptFollower() {
-  cluster_.async_accept([self = shared_from_this()](const boost::system::error_code& e, asio::ip::tcp::socket sock) {
-    if (e) return;
-    ::fcntl(sock.native_handle(), F_SETFD, FD_CLOEXEC);
-    auto conn = std::make_shared<LineConnection>(std::move(sock));
-    auto node = std::make_shared<int>(-1);
-    std::weak_ptr<LineConnection> weak_conn = conn;
-    conn->Start(
-        [self, weak_conn, node](std::string_view line) {
-          auto c = weak_conn.lock();
-          if (!c) return;
-          auto msg = ParseClusterMessage(line, self->clock_->MonotonicNs());
-          if (!msg.ok()) {
-            spdlog::error("bad message from {}: {}", *node > 0 ? self->alloc_.nodes[*node].host : "a follower",
-                          msg.status().message());
-            // Tell it why (a version mismatch, say); after hello the node is lost.
-            c->Send(EncodeClusterMessage(RejectMsg{msg.status().message()}, self->clock_->MonotonicNs()));
-            c->CloseAfterSending("bad message: " + msg.status().message());
-            return;
-          }
-          self->OnFollowerMessage(c, node.get(), *msg);
-        },
-        [self, node](const std::string& why) {
-          if (*node > 0) self->OnFollowerLost(*node, why);
-        });
-    self->AcceptFollower();
+std::string Supervisor::Impl::OnHello(const HelloMsg& hello) {
+  const int n = hello.node;
+  if (finished_) return "the run is over";
+  if (n <= 0 || n >= static_cast<int>(alloc_.nodes.size())) return "node " + std::to_string(n) + " is out of range";
+  if (link_->has(n)) return "node " + std::to_string(n) + " has already joined";
+  if (hello.nproc != job_.nproc) return "nproc " + std::to_string(hello.nproc) + " differs from the leader's";
+  if (controller_->state() != RunController::State::kIdle) return "the run has started without it";
+  const std::string& h = alloc_.nodes[n].host;
+  spdlog::info("node {} ({}) joined", n, h);
+  followers_[n].clear();
+  if (!hello.health_report_json.empty()) {
+    auto results = health::ResultsFromReportJson(hello.health_report_json);
+    if (results.ok()) {
+      recorder_->RecordHealth(*results, h);
+      controller_->OnHealth(health_.Decide(*results), h, "pre-launch");
+    }
+  }
+  // The link counts this node once we return: launch after that.
+  io_.post([self = shared_from_this()] {
+    if (!self->finished_ && self->controller_->state() == RunController::State::kIdle &&
+        self->link_->joined() == self->alloc_.nodes.size() - 1) {
+      self->join_timer_.cancel();
+      self->controller_->Launch();
+    }
   });
+  return "";
 }
 
-void Supervisor::Impl::OnFollowerMessage(const std::shared_ptr<LineConnection>& conn, int* node,
-                                         const ClusterMessage& msg) {
+void Supervisor::Impl::OnFollowerMessage(int node, const ClusterMessage& msg) {
   if (finished_) return;
-  const int64_t now = clock_->MonotonicNs();
-  if (const auto* hello = std::get_if<HelloMsg>(&msg)) {
-    const int n = hello->node;
-    std::string why;
-    if (*node > 0) why = "a second hello";
-    else if (n <= 0 || n >= static_cast<int>(alloc_.nodes.size())) why = "node " + std::to_string(n) + " is out of range";
-    else if (followers_.count(n) != 0) why = "node " + std::to_string(n) + " has already joined";
-    else if (hello->nproc != job_.nproc) why = "nproc " + std::to_string(hello->nproc) + " differs from the leader's";
-    else if (controller_->state() != RunController::State::kIdle) why = "the run has started without it";
-    if (!why.empty()) {
-      conn->Send(EncodeClusterMessage(RejectMsg{why}, now));
-      conn->CloseAfterSending("rejected follower: " + why);
-      return;
-    }
-    *node = n;
-    followers_[n].conn = conn;
-    const std::string& h = alloc_.nodes[n].host;
-    spdlog::info("node {} ({}) joined", n, h);
-    if (!hello->health_report_json.empty()) {
-      auto results = health::ResultsFromReportJson(hello->health_report_json);
-      if (results.ok()) {
-        recorder_->RecordHealth(*results, h);
-        controller_->OnHealth(health_.Decide(*results), h, "pre-launch");
-        if (finished_) return;
-      }
-    }
-    if (static_cast<int>(followers_.size()) == static_cast<int>(alloc_.nodes.size()) - 1) {
-      join_timer_.cancel();
-      controller_->Launch();
-    }
-    return;
-  }
-  if (*node <= 0) {
-    conn->Close("a message before hello");
-    return;
-  }
-  const std::string& h = alloc_.nodes[*node].host;
+  const std::string& h = alloc_.nodes[node].host;
   if (const auto* health = std::get_if<HealthMsg>(&msg)) {
     auto results = health::ResultsFromReportJson(health->report_json);
     if (results.ok()) {
       recorder_->RecordHealth(*results, h);
       controller_->OnHealth(health_.Decide(*results), h, "periodic");
     }
-    return;
-  }
-  if (const auto* p = std::get_if<ProgressMsg>(&msg)) {
-    if (p->generation == controller_->generation()) followers_[*node].views = p->ranks;
-    return;
-  }
-  if (const auto* x = std::get_if<RankExitMsg>(&msg)) {
+  } else if (const auto* p = std::get_if<ProgressMsg>(&msg)) {
+    if (p->generation == controller_->generation()) followers_[node] = p->ranks;
+  } else if (const auto* x = std::get_if<RankExitMsg>(&msg)) {
     if (x->generation != controller_->generation()) return;  // from a generation that is over
-    followers_[*node].views = x->ranks;
+    followers_[node] = x->ranks;
     controller_->OnRankExit(RankExit{x->rank, x->wstatus, x->exec_error, x->log_tail}, Views());
-    return;
   }
-  conn->Close(std::string("unexpected message '") + ClusterMessageTypeName(msg) + "' from a follower");
 }
 
 void Supervisor::Impl::OnFollowerLost(int node, const std::string& why) {
   followers_.erase(node);
-  if (finished_) return;
+  if (!finished_) controller_->OnNodeLost(alloc_.nodes[node].host, RanksOf(node), why);
+}
+
+std::vector<int> Supervisor::Impl::RanksOf(int node) const {
   std::vector<int> ranks;
   for (const RankPlacement& p : plan_.ForNode(node)) ranks.push_back(p.global_rank);
-  controller_->OnNodeLost(alloc_.nodes[node].host, ranks, why);
+  return ranks;
 }
 
 void Supervisor::Impl::Broadcast(const ClusterMessage& msg) {
-  if (followers_.empty()) return;
-  const std::string line = EncodeClusterMessage(msg, clock_->MonotonicNs());
-  for (auto& [n, f] : followers_) f.conn->Send(line);
+  if (link_) link_->Broadcast(msg);
 }
 
 // ---- control socket ----
