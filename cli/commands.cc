@@ -22,6 +22,7 @@
 #include "checkpoint/format.h"  // kManifestFileName only: runctl reads no checkpoint bytes
 #include "daemon/control_protocol.h"
 #include "daemon/run_lock.h"
+#include "lineage/incident.h"
 #include "lineage/lineage_db.h"
 #include "scheduler/local_scheduler.h"
 
@@ -169,16 +170,7 @@ const char* SignalName(int sig) {
 }
 
 // The runbook file for an incident kind, when the event does not name one.
-std::string DefaultRunbook(const std::string& kind) {
-  if (kind == event_kind::kCrash || kind == event_kind::kNodeLost) return "runbooks/crash.md";
-  if (kind == event_kind::kHang) return "runbooks/hang.md";
-  if (kind == event_kind::kBudgetExhausted) return "runbooks/restart-budget.md";
-  if (kind == event_kind::kCheckpointFailed || kind == event_kind::kCheckpointCorrupt) {
-    return "runbooks/checkpoint-failed.md";
-  }
-  if (kind == event_kind::kPreempt) return "runbooks/preempted.md";
-  return "";
-}
+std::string DefaultRunbook(const std::string& kind) { return RunbookFor(kind); }
 
 std::string BaseName(const std::string& path) {
   size_t slash = path.rfind('/');
@@ -340,7 +332,7 @@ void PrintLiveStatus(const CliContext& c, const RunStatus& s) {
       if (r.step_ms_p50 && r.step_ms_p99) {
         std::snprintf(p50_p99, sizeof(p50_p99), "%.0f/%.0f ms", *r.step_ms_p50, *r.step_ms_p99);
       }
-      t.Add({std::to_string(n.node), std::to_string(r.rank), std::to_string(r.pid), r.state,
+      t.Add({n.host.empty() ? std::to_string(n.node) : n.host, std::to_string(r.rank), std::to_string(r.pid), r.state,
              std::to_string(r.step), r.phase, FormatDuration(r.heartbeat_age_s) + " ago", ms(r.last_step_ms),
              rate, p50_p99, ms(r.compute_ms_p50), ms(r.wait_ms_p50),
              r.waiting_on && *r.waiting_on != 0 ? "#" + std::to_string(*r.waiting_on) : "-",
@@ -607,59 +599,42 @@ int CmdLineage(const CliContext& c, const std::string& spec, int max_events) {
 
 namespace {
 
-// "rank 1 on node 0, pid 4242: phase collective of step 141 (for 62.0s),
-// waiting on collective #9001 (allreduce), heartbeat 61.8s ago, process stopped"
-std::string DescribeRankEvidence(const json& r) {
-  auto num = [&](const char* k) -> std::optional<double> {
-    auto it = r.find(k);
-    if (it == r.end() || !it->is_number()) return std::nullopt;
-    return it->get<double>();
-  };
-  auto str = [&](const char* k) -> std::string {
-    auto it = r.find(k);
-    return it != r.end() && it->is_string() ? it->get<std::string>() : "";
-  };
-  auto integer = [&](const char* k) {
-    auto v = num(k);
-    return v ? std::to_string(static_cast<long long>(*v)) : std::string("?");
-  };
-  std::string s = "rank " + integer("rank");
-  if (num("node")) s += " on node " + integer("node");
-  if (num("pid")) s += ", pid " + integer("pid");
-  std::string phase = str("phase");
-  if (!phase.empty()) {
-    s += ": " + phase;
-    if (num("step")) s += " at step " + integer("step");
-    if (auto age = num("phase_age_s")) s += " (for " + FormatDuration(*age) + ")";
-  } else if (r.contains("record_valid") && r["record_valid"] == false) {
+// "rank 1 on node 0, pid 4242: collective at step 141 (for 1m02s), waiting on
+// collective #9001 (allreduce), 9001 issued, heartbeat 1m01s ago, process stopped"
+std::string DescribeRankEvidence(const RankEvidence& r) {
+  std::string s = "rank " + (r.rank >= 0 ? std::to_string(r.rank) : std::string("?"));
+  if (!r.host.empty()) {
+    s += " on " + r.host;
+  } else if (r.node >= 0) {
+    s += " on node " + std::to_string(r.node);
+  }
+  if (r.pid > 0) s += ", pid " + std::to_string(r.pid);
+  if (!r.phase.empty()) {
+    s += ": " + r.phase;
+    if (r.step) s += " at step " + std::to_string(*r.step);
+    if (r.phase_age_s) s += " (for " + FormatDuration(*r.phase_age_s) + ")";
+  } else if (!r.record_valid && !r.pace) {
     s += ": no progress reported";
   }
-  if (auto w = num("waiting_on"); w && *w > 0) {
-    s += ", waiting on collective #" + integer("waiting_on");
+  if (r.waiting_on > 0) {
+    s += ", waiting on collective #" + std::to_string(r.waiting_on);
     // The kind of that collective, from the ring of recent ones.
-    auto ring = r.find("recent_collectives");
-    if (ring != r.end() && ring->is_array()) {
-      for (const json& e : *ring) {
-        if (e.is_object() && e.value("seq", json()).is_number() && e["seq"].get<double>() == *w &&
-            e.value("kind", json()).is_string()) {
-          s += " (" + e["kind"].get<std::string>() + ")";
-        }
-      }
+    for (const CollectiveEvidence& c : r.ring) {
+      if (c.seq == r.waiting_on && !c.kind.empty()) s += " (" + c.kind + ")";
     }
   }
-  if (auto issued = num("collectives_issued")) s += ", " + integer("collectives_issued") + " issued";
-  if (auto hb = num("heartbeat_age_s")) s += ", heartbeat " + FormatDuration(*hb) + " ago";
-  if (auto ls = num("last_step_ms"); ls && *ls > 0) {
+  if (r.collectives_issued) s += ", " + std::to_string(*r.collectives_issued) + " issued";
+  if (r.heartbeat_age_s) s += ", heartbeat " + FormatDuration(*r.heartbeat_age_s) + " ago";
+  if (r.last_step_ms && *r.last_step_ms > 0) {
     char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.0f ms", *ls);
+    std::snprintf(buf, sizeof(buf), "%.0f ms", *r.last_step_ms);
     s += ", last step " + std::string(buf);
   }
-  if (r.contains("alive") && r["alive"] == false) s += ", exited";
-  std::string ps = str("proc_state");
-  if (ps == "T" || ps == "t") s += ", process stopped";
-  if (ps == "D") s += ", process in uninterruptible I/O";
-  if (ps == "Z") s += ", zombie";
-  if (r.contains("record_torn") && r["record_torn"] == true) s += ", record torn mid-update";
+  if (!r.alive) s += ", exited";
+  if (r.proc_state == "T" || r.proc_state == "t") s += ", process stopped";
+  if (r.proc_state == "D") s += ", process in uninterruptible I/O";
+  if (r.proc_state == "Z") s += ", zombie";
+  if (r.record_torn) s += ", record torn mid-update";
   return s;
 }
 
@@ -683,19 +658,12 @@ int CmdTriage(const CliContext& c, const std::string& spec) {
   }
   const EventRecord& e = **incident;
   const std::string runbook = e.runbook.empty() ? DefaultRunbook(e.kind) : e.runbook;
-  json ev = ParseJsonOr(e.evidence_json, json(e.evidence_json));
+  // Evidence this runctl cannot read is shown as it is, with why.
+  const Result<IncidentEvidence> parsed = ParseIncidentEvidence(e.evidence_json);
+  const IncidentEvidence ev = parsed.ok() ? *parsed : IncidentEvidence{};
   // Culprits: the evidence's list, else its "rank", else the event's rank.
-  std::vector<int> culprits;
-  if (ev.is_object()) {
-    auto cl = ev.find("culprits");
-    if (cl != ev.end() && cl->is_array()) {
-      for (const json& x : *cl) {
-        if (x.is_number_integer()) culprits.push_back(x.get<int>());
-      }
-    }
-    auto r = ev.find("rank");
-    if (culprits.empty() && r != ev.end() && r->is_number_integer()) culprits.push_back(r->get<int>());
-  }
+  std::vector<int> culprits = ev.culprits;
+  if (culprits.empty() && ev.rank) culprits.push_back(*ev.rank);
   if (culprits.empty() && e.rank) culprits.push_back(*e.rank);
 
   if (c.json) {
@@ -718,72 +686,52 @@ int CmdTriage(const CliContext& c, const std::string& spec) {
      << (where.empty() ? "" : " (" + where + ")") << "\n";
   os << "summary   " << e.summary << "\n";
 
-  const json* ranks = nullptr;
-  if (ev.is_object()) {
-    auto it = ev.find("ranks");
-    if (it != ev.end() && it->is_array()) ranks = &*it;
-  }
-  auto rank_of = [](const json& r) {
-    return r.is_object() && r.value("rank", json()).is_number_integer() ? r["rank"].get<int>() : -1;
-  };
   for (int cr : culprits) {
     std::string line = "rank " + std::to_string(cr);
-    if (ranks != nullptr) {
-      for (const json& r : *ranks) {
-        if (rank_of(r) == cr) line = DescribeRankEvidence(r);
-      }
+    for (const RankEvidence& r : ev.ranks) {
+      if (r.rank == cr) line = DescribeRankEvidence(r);
     }
     os << "culprit   " << line << "\n";
   }
-  if (ev.is_object()) {
-    std::string exit;
-    if (ev.value("status", json()).is_string()) exit = ev["status"].get<std::string>();
-    int sig = ev.value("signal", json()).is_number_integer() ? ev["signal"].get<int>() : 0;
-    int code = ev.value("exit_code", json()).is_number_integer() ? ev["exit_code"].get<int>() : -1;
-    if (exit.empty() && sig > 0) {
-      const char* name = SignalName(sig);
-      exit = "killed by signal " + std::to_string(sig) + (name ? std::string(" (") + name + ")" : "");
-    } else if (exit.empty() && code >= 0) {
-      exit = "exited with code " + std::to_string(code);
-    }
-    if (!exit.empty()) os << "exit      " << exit << "\n";
-    // checkpoint_failed: what each rank's save reported.
-    if (ev.value("reports", json()).is_array()) {
-      for (const json& r : ev["reports"]) {
-        if (!r.is_object() || !r.value("error", json()).is_string()) continue;
-        const bool ranked = r.value("rank", json()).is_number_integer();
-        os << "error     " << (ranked ? "rank " + std::to_string(r["rank"].get<int>()) + ": " : "")
-           << r["error"].get<std::string>() << "\n";
-      }
-    }
-    if (ev.value("stalled_s", json()).is_number()) {
-      os << "stalled   no step for " << FormatDuration(ev["stalled_s"].get<double>());
-      if (ev.value("timeout_s", json()).is_number()) {
-        std::string allowance = ev.value("allowance", json()).is_string()
-                                    ? ev["allowance"].get<std::string>()
-                                    : std::string("step");
-        os << " (" << allowance << " allowance "
-           << FormatDuration(ev["timeout_s"].get<double>()) << ")";
-      }
-      os << "\n";
-    }
+  // A health report's "status" is its worst check's, not how a rank ended.
+  std::string exit = e.kind == event_kind::kHealth ? std::string() : ev.exit_status;
+  const int sig = ev.signal.value_or(0);
+  const int code = ev.exit_code.value_or(-1);
+  if (exit.empty() && sig > 0) {
+    const char* name = SignalName(sig);
+    exit = "killed by signal " + std::to_string(sig) + (name ? std::string(" (") + name + ")" : "");
+  } else if (exit.empty() && code >= 0) {
+    exit = "exited with code " + std::to_string(code);
   }
-  if (ranks != nullptr) {
-    bool header = false;
-    for (const json& r : *ranks) {
-      if (std::find(culprits.begin(), culprits.end(), rank_of(r)) != culprits.end()) continue;
-      if (!header) os << "others:\n";
-      header = true;
-      os << "  " << DescribeRankEvidence(r) << "\n";
-    }
+  if (!exit.empty()) os << "exit      " << exit << "\n";
+  // checkpoint_failed: what each rank's save reported.
+  for (const SaveFailureEvidence& r : ev.reports) {
+    if (r.error.empty()) continue;
+    os << "error     " << (r.rank ? "rank " + std::to_string(*r.rank) + ": " : "") << r.error << "\n";
   }
-  if (ev.is_object() && ev.value("log_tail", json()).is_array() && !ev["log_tail"].empty()) {
+  if (ev.stalled_s) {
+    os << "stalled   no step for " << FormatDuration(*ev.stalled_s);
+    if (ev.timeout_s) {
+      os << " (" << (ev.allowance.empty() ? "step" : ev.allowance) << " allowance "
+         << FormatDuration(*ev.timeout_s) << ")";
+    }
+    os << "\n";
+  }
+  bool header = false;
+  for (const RankEvidence& r : ev.ranks) {
+    if (std::find(culprits.begin(), culprits.end(), r.rank) != culprits.end()) continue;
+    if (!header) os << "others:\n";
+    header = true;
+    os << "  " << DescribeRankEvidence(r) << "\n";
+  }
+  if (!ev.log_tail.empty()) {
     os << "last log lines:\n";
-    for (const json& line : ev["log_tail"]) {
-      os << "  | " << (line.is_string() ? line.get<std::string>() : line.dump()) << "\n";
-    }
+    for (const std::string& line : ev.log_tail) os << "  | " << line << "\n";
   }
-  if (!ev.is_object() && !e.evidence_json.empty()) os << "evidence  " << e.evidence_json << "\n";
+  if (!parsed.ok()) {
+    os << "evidence  " << e.evidence_json << "\n"
+       << "          (" << parsed.status().message() << ")\n";
+  }
   os << "action    " << (e.action.empty() ? "(none recorded)" : e.action) << "\n";
   if (runbook.empty()) {
     os << "runbook   none for '" << e.kind << "' (see runbooks/ in the Holdfast source tree)\n";

@@ -13,7 +13,10 @@ std::string CheckpointRoot(const JobConfig& job) {
   if (job.checkpoint_dir.empty()) return "";
   std::filesystem::path root(job.checkpoint_dir);
   if (root.is_relative() && !job.workdir.empty()) root = std::filesystem::path(job.workdir) / root;
-  return root.string();
+  // Absolute, so that lineage's paths mean the same to runctl run from anywhere.
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(root, ec);
+  return (ec ? root : abs).lexically_normal().string();
 }
 
 std::vector<int64_t> CheckpointTracker::StepsOnDisk() const {

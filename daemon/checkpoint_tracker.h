@@ -21,8 +21,9 @@
 
 namespace holdfast {
 
-// The job's checkpoint root as an absolute-or-workdir-relative path; "" when
-// the job names none.
+// The job's checkpoint root ([job] checkpoint_dir, relative to [job] workdir,
+// else to holdfastd's working directory) as an absolute path; "" when the job
+// names none.
 std::string CheckpointRoot(const JobConfig& job);
 
 class CheckpointTracker {

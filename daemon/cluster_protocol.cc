@@ -1,179 +1,26 @@
+// Cluster protocol messages: each message type to and from its JSON line, and the version/type dispatch.
 #include "daemon/cluster_protocol.h"
 
-#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <exception>
 #include <iterator>
 #include <limits>
 #include <type_traits>
 #include <utility>
 
-#include <nlohmann/json.hpp>
+#include "daemon/cluster_protocol_internal.h"
 
 namespace holdfast {
+namespace cluster_internal {
 namespace {
 
-using json = nlohmann::json;
-// Encoding keeps keys in the order written, so that a line reads
-// {"v":2,"type":"progress",...} in a log.
-using ojson = nlohmann::ordered_json;
-
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
-constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-constexpr int64_t kPidMax = std::numeric_limits<int32_t>::max();
 constexpr int64_t kMaxWaitStatus = 0xffff;
 constexpr double kMaxGraceSeconds = 1e6;
-// The checkpoint error text, without the record's terminating NUL.
-constexpr size_t kMaxCheckpointErrorBytes = kProgressErrorSize - 1;
-constexpr uint32_t kMaxPhase = static_cast<uint32_t>(Phase::kDone);
-constexpr uint32_t kMaxCollectiveKind = static_cast<uint32_t>(CollectiveKind::kAllgather);
 
 constexpr char kSameBuild[] = "run the same holdfast build on every node";
 
-template <typename J>
-std::string Dump(const J& j) {
-  return j.dump(-1, ' ', false, J::error_handler_t::replace);
-}
-
-// ---- UTF-8 ----
-
-// Length of the well-formed UTF-8 sequence at s[0..n) (Unicode table 3-7:
-// no overlongs, no surrogates, nothing above U+10FFFF), or 0 when there is none.
-size_t Utf8SequenceLength(const unsigned char* s, size_t n) {
-  const unsigned char c = s[0];
-  if (c < 0x80) return 1;
-  auto cont = [&](size_t i, unsigned char lo = 0x80, unsigned char hi = 0xBF) {
-    return i < n && s[i] >= lo && s[i] <= hi;
-  };
-  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-  if (c == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;
-  if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) return cont(1) && cont(2) ? 3 : 0;
-  if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;
-  if (c == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
-  if (c >= 0xF1 && c <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
-  if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
-  return 0;
-}
-
-// `s` with every byte that does not start a well-formed sequence replaced by U+FFFD.
-std::string ValidUtf8(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  size_t i = 0;
-  while (i < s.size()) {
-    const size_t len = Utf8SequenceLength(p + i, s.size() - i);
-    if (len == 0) {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    } else {
-      out.append(s.data() + i, len);
-      i += len;
-    }
-  }
-  return out;
-}
-
-// Valid UTF-8 of at most max_bytes: cut at a character boundary.
-std::string Text(std::string_view raw, size_t max_bytes) {
-  std::string s = ValidUtf8(raw);
-  if (s.size() <= max_bytes) return s;
-  size_t cut = max_bytes;
-  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
-  s.resize(cut);
-  return s;
-}
-
-// ---- clocks: local times <-> ages ----
-
-// A local CLOCK_MONOTONIC reading as an age at now; -1 when unset (<= 0). A
-// reading after now (the record was written after now was taken) is age 0.
-int64_t Age(int64_t t, int64_t now) {
-  if (t <= 0) return -1;
-  if (t >= now) return 0;
-  return now - t;
-}
-
-// An age back into a local reading; 0 (unset) for -1. An age older than this
-// machine's clock becomes 1, the oldest reading that still means "set".
-int64_t Back(int64_t age, int64_t now) {
-  if (age < 0) return 0;
-  if (age >= now) return 1;
-  return now - age;
-}
-
 // ---- encoding ----
-
-void CheckRange(int64_t v, int64_t lo, int64_t hi, const char* what) {
-  HF_CHECK_MSG(v >= lo && v <= hi, std::string("EncodeClusterMessage: ") + what + " = " + std::to_string(v) +
-                                       " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-}
-
-void CheckCount(size_t n, size_t max, const char* what) {
-  HF_CHECK_MSG(n <= max, std::string("EncodeClusterMessage: ") + std::to_string(n) + " " + what +
-                             "; at most " + std::to_string(max) + " fit one message");
-}
-
-// A record the receiver can interpret: every enumerated value known to this build.
-bool KnownRecord(const ProgressRecordLayout& p) {
-  if (p.phase > kMaxPhase || p.collective_kind > kMaxCollectiveKind) return false;
-  const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
-  for (uint64_t i = 0; i < n; ++i) {
-    if (p.ring[(p.ring_head - n + i) % kProgressRingSize].kind > kMaxCollectiveKind) return false;
-  }
-  return true;
-}
-
-ojson ViewToJson(const RankView& v, int64_t now) {
-  CheckRange(v.rank, 0, kMaxClusterWorldSize - 1, "RankView::rank");
-  CheckRange(v.node, 0, kMaxClusterNodes - 1, "RankView::node");
-  CheckRange(v.pid, 0, kPidMax, "RankView::pid");
-  const bool known = KnownRecord(v.progress.record);
-  const ProgressRecordLayout p = known ? v.progress.record : ProgressRecordLayout{};
-  const unsigned char state = static_cast<unsigned char>(v.proc_state);
-  ojson ring = ojson::array();
-  const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
-  for (uint64_t i = 0; i < n; ++i) {
-    const CollectiveEntry& e = p.ring[(p.ring_head - n + i) % kProgressRingSize];
-    ring.push_back(ojson::array({e.seq, e.kind, e.bytes, Age(e.issued_ns, now), Age(e.completed_ns, now)}));
-  }
-  const std::string error(p.checkpoint_error, strnlen(p.checkpoint_error, sizeof(p.checkpoint_error)));
-  ojson j;
-  j["rank"] = v.rank;
-  j["node"] = v.node;
-  j["host"] = Text(v.host, kMaxClusterHostBytes);
-  j["pid"] = static_cast<int64_t>(v.pid);
-  j["alive"] = v.alive;
-  j["state"] = std::string(1, state > 0x20 && state < 0x7f ? v.proc_state : '?');
-  j["valid"] = known && v.progress.valid;
-  j["torn"] = v.progress.torn;
-  j["step"] = p.step;
-  j["phase"] = p.phase;
-  j["kind"] = p.collective_kind;
-  j["issued"] = p.collectives_issued;
-  j["done"] = p.collectives_done;
-  j["waiting_on"] = p.waiting_on;
-  j["phase_age"] = Age(p.phase_started_ns, now);
-  j["step_age"] = Age(p.step_started_ns, now);
-  j["heartbeat_age"] = Age(p.heartbeat_ns, now);
-  j["last_step_ns"] = p.last_step_ns;
-  j["checkpoint_step"] = p.checkpoint_step;
-  j["checkpoint_failures"] = p.checkpoint_failures;
-  j["checkpoint_failed_step"] = p.checkpoint_failed_step;
-  j["checkpoint_error"] = Text(error, kMaxCheckpointErrorBytes);
-  j["ring_head"] = p.ring_head;
-  j["ring"] = std::move(ring);
-  return j;
-}
-
-ojson ViewsToJson(const std::vector<RankView>& views, int64_t now) {
-  CheckCount(views.size(), kMaxClusterNodeRanks, "rank views");
-  ojson out = ojson::array();
-  for (const RankView& v : views) out.push_back(ViewToJson(v, now));
-  return out;
-}
 
 ojson Header(const char* type, int version = kClusterProtocolVersion) {
   ojson j;
@@ -314,192 +161,6 @@ std::string CleanJsonError(const char* what) {
     if (end != std::string::npos) s.erase(0, end + 2);
   }
   return s;
-}
-
-// A JSON value in a message, quoted for an error message (cut when long).
-std::string Shown(const json& v) {
-  std::string text = Dump(v);
-  if (text.size() > 40) text = text.substr(0, 40) + "...";
-  return text;
-}
-
-std::string RangeText(int64_t lo, int64_t hi) {
-  if (hi == kInt64Max) return ">= " + std::to_string(lo);
-  return "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-}
-
-// Reads an integer JSON value in [lo, hi]; false when it is not one.
-bool IntIn(const json& v, int64_t lo, int64_t hi, int64_t* out) {
-  int64_t x = 0;
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(kInt64Max)) return false;
-    x = static_cast<int64_t>(u);
-  } else if (v.is_number_integer()) {
-    x = v.get<int64_t>();
-  } else {
-    return false;
-  }
-  if (x < lo || x > hi) return false;
-  *out = x;
-  return true;
-}
-
-// Typed, range-checked access to the keys of one JSON object; errors name
-// the place ("progress: ranks[2]") and the key.
-class Fields {
- public:
-  Fields(const json& j, std::string where) : j_(j), where_(std::move(where)) {}
-
-  template <typename T>
-  Status Int(const char* key, int64_t lo, int64_t hi, T* out) {
-    HF_ASSIGN_OR_RETURN(const json* v, Find(key, "an integer"));
-    int64_t x = 0;
-    if (!IntIn(*v, lo, hi, &x)) return Wrong(key, "an integer " + RangeText(lo, hi), *v);
-    *out = static_cast<T>(x);
-    return Status::Ok();
-  }
-  template <typename T>
-  Status Unsigned(const char* key, T* out) {
-    HF_ASSIGN_OR_RETURN(const json* v, Find(key, "an unsigned integer"));
-    if (!v->is_number_unsigned() || v->get<uint64_t>() > std::numeric_limits<T>::max()) {
-      return Wrong(key, "an integer in [0, " + std::to_string(std::numeric_limits<T>::max()) + "]", *v);
-    }
-    *out = v->get<T>();
-    return Status::Ok();
-  }
-  Status Bool(const char* key, bool* out) {
-    HF_ASSIGN_OR_RETURN(const json* v, Find(key, "true or false"));
-    if (!v->is_boolean()) return Wrong(key, "true or false", *v);
-    *out = v->get<bool>();
-    return Status::Ok();
-  }
-  Status Double(const char* key, double lo, double hi, double* out) {
-    HF_ASSIGN_OR_RETURN(const json* v, Find(key, "a number"));
-    const std::string want = "a number in [" + Dump(json(lo)) + ", " + Dump(json(hi)) + "]";
-    if (!v->is_number()) return Wrong(key, want, *v);
-    const double x = v->get<double>();
-    if (!(x >= lo && x <= hi)) return Wrong(key, want, *v);
-    *out = x;
-    return Status::Ok();
-  }
-  Status Text(const char* key, size_t max_bytes, std::string* out) {
-    HF_ASSIGN_OR_RETURN(const json* v, Find(key, "a string"));
-    if (!v->is_string()) return Wrong(key, "a string", *v);
-    const std::string& s = v->get_ref<const std::string&>();
-    if (s.size() > max_bytes) {
-      return InvalidArgumentError(where_ + ": \"" + key + "\" is " + std::to_string(s.size()) +
-                                  " bytes; the limit is " + std::to_string(max_bytes));
-    }
-    *out = s;
-    return Status::Ok();
-  }
-  Result<const json*> Array(const char* key, size_t max_entries) {
-    HF_ASSIGN_OR_RETURN(const json* v, Find(key, "an array"));
-    if (!v->is_array()) return Wrong(key, "an array", *v);
-    if (v->size() > max_entries) {
-      return InvalidArgumentError(where_ + ": \"" + key + "\" has " + std::to_string(v->size()) +
-                                  " entries; the limit is " + std::to_string(max_entries));
-    }
-    return v;
-  }
-  Status Error(const std::string& what) const { return InvalidArgumentError(where_ + ": " + what); }
-
- private:
-  Result<const json*> Find(const char* key, const char* want) const {
-    auto it = j_.find(key);
-    if (it == j_.end()) return InvalidArgumentError(where_ + ": missing \"" + key + "\" (" + want + ")");
-    return &*it;
-  }
-  Status Wrong(const char* key, const std::string& want, const json& got) const {
-    return InvalidArgumentError(where_ + ": \"" + key + "\" must be " + want + ", got " + Shown(got));
-  }
-
-  const json& j_;
-  std::string where_;
-};
-
-Result<RankView> ParseView(const json& j, const std::string& where, int64_t now) {
-  if (!j.is_object()) return InvalidArgumentError(where + " must be an object, got " + Shown(j));
-  Fields f(j, where);
-  RankView v;
-  ProgressRecordLayout& p = v.progress.record;
-  HF_RETURN_IF_ERROR(f.Int("rank", 0, kMaxClusterWorldSize - 1, &v.rank));
-  HF_RETURN_IF_ERROR(f.Int("node", 0, kMaxClusterNodes - 1, &v.node));
-  HF_RETURN_IF_ERROR(f.Text("host", kMaxClusterHostBytes, &v.host));
-  HF_RETURN_IF_ERROR(f.Int("pid", 0, kPidMax, &v.pid));
-  HF_RETURN_IF_ERROR(f.Bool("alive", &v.alive));
-  std::string state;
-  HF_RETURN_IF_ERROR(f.Text("state", 1, &state));
-  if (state.size() != 1 || static_cast<unsigned char>(state[0]) <= 0x20 || static_cast<unsigned char>(state[0]) >= 0x7f) {
-    return f.Error("\"state\" must be one printable ASCII character (R, S, D, T, Z, ?...), got " + Shown(state));
-  }
-  v.proc_state = state[0];
-  HF_RETURN_IF_ERROR(f.Bool("valid", &v.progress.valid));
-  HF_RETURN_IF_ERROR(f.Bool("torn", &v.progress.torn));
-  HF_RETURN_IF_ERROR(f.Int("step", kInt64Min, kInt64Max, &p.step));
-  HF_RETURN_IF_ERROR(f.Int("phase", 0, kMaxPhase, &p.phase));
-  HF_RETURN_IF_ERROR(f.Int("kind", 0, kMaxCollectiveKind, &p.collective_kind));
-  HF_RETURN_IF_ERROR(f.Unsigned("issued", &p.collectives_issued));
-  HF_RETURN_IF_ERROR(f.Unsigned("done", &p.collectives_done));
-  HF_RETURN_IF_ERROR(f.Unsigned("waiting_on", &p.waiting_on));
-  int64_t age = 0;
-  HF_RETURN_IF_ERROR(f.Int("phase_age", -1, kInt64Max, &age));
-  p.phase_started_ns = Back(age, now);
-  HF_RETURN_IF_ERROR(f.Int("step_age", -1, kInt64Max, &age));
-  p.step_started_ns = Back(age, now);
-  HF_RETURN_IF_ERROR(f.Int("heartbeat_age", -1, kInt64Max, &age));
-  p.heartbeat_ns = Back(age, now);
-  HF_RETURN_IF_ERROR(f.Int("last_step_ns", kInt64Min, kInt64Max, &p.last_step_ns));
-  HF_RETURN_IF_ERROR(f.Int("checkpoint_step", kInt64Min, kInt64Max, &p.checkpoint_step));
-  HF_RETURN_IF_ERROR(f.Unsigned("checkpoint_failures", &p.checkpoint_failures));
-  HF_RETURN_IF_ERROR(f.Int("checkpoint_failed_step", kInt64Min, kInt64Max, &p.checkpoint_failed_step));
-  std::string error;
-  HF_RETURN_IF_ERROR(f.Text("checkpoint_error", kMaxCheckpointErrorBytes, &error));
-  if (error.find('\0') != std::string::npos) return f.Error("\"checkpoint_error\" must not contain NUL");
-  std::memcpy(p.checkpoint_error, error.data(), error.size());  // the rest stays zero
-  HF_RETURN_IF_ERROR(f.Unsigned("ring_head", &p.ring_head));
-  HF_ASSIGN_OR_RETURN(const json* ring, f.Array("ring", kProgressRingSize));
-  const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
-  if (ring->size() != n) {
-    return f.Error("\"ring\" has " + std::to_string(ring->size()) + " entries; ring_head " +
-                   std::to_string(p.ring_head) + " means " + std::to_string(n));
-  }
-  for (uint64_t i = 0; i < n; ++i) {
-    const json& e = (*ring)[i];
-    const std::string at = where + ": ring[" + std::to_string(i) + "]";
-    if (!e.is_array() || e.size() != 5) {
-      return InvalidArgumentError(at + " must be [seq, kind, bytes, issued_age, completed_age], got " + Shown(e));
-    }
-    CollectiveEntry& c = p.ring[(p.ring_head - n + i) % kProgressRingSize];
-    int64_t kind = 0;
-    int64_t issued = 0;
-    int64_t completed = 0;
-    if (!e[0].is_number_unsigned() || !IntIn(e[1], 0, kMaxCollectiveKind, &kind) || !e[2].is_number_unsigned() ||
-        !IntIn(e[3], -1, kInt64Max, &issued) || !IntIn(e[4], -1, kInt64Max, &completed)) {
-      return InvalidArgumentError(at + " must be [seq >= 0, kind in [0, " + std::to_string(kMaxCollectiveKind) +
-                                  "], bytes >= 0, issued_age >= -1, completed_age >= -1], got " + Shown(e));
-    }
-    c.seq = e[0].get<uint64_t>();
-    c.kind = static_cast<uint32_t>(kind);
-    c.bytes = e[2].get<uint64_t>();
-    c.issued_ns = Back(issued, now);
-    c.completed_ns = Back(completed, now);
-  }
-  p.rank = v.rank;
-  p.pid = v.pid;
-  return v;
-}
-
-Result<std::vector<RankView>> ParseViews(Fields& f, const std::string& where, int64_t now) {
-  HF_ASSIGN_OR_RETURN(const json* ranks, f.Array("ranks", kMaxClusterNodeRanks));
-  std::vector<RankView> out;
-  out.reserve(ranks->size());
-  for (size_t i = 0; i < ranks->size(); ++i) {
-    HF_ASSIGN_OR_RETURN(RankView v, ParseView((*ranks)[i], where + ": ranks[" + std::to_string(i) + "]", now));
-    out.push_back(std::move(v));
-  }
-  return out;
 }
 
 Result<ClusterMessage> ParseHello(const json& j, int version) {
@@ -702,6 +363,7 @@ Result<ClusterMessage> Parse(std::string_view line, int64_t now) {
 }
 
 }  // namespace
+}  // namespace cluster_internal
 
 const char* ClusterMessageTypeName(const ClusterMessage& m) {
   static constexpr const char* kNames[] = {"hello", "progress", "rank_exit", "health", "reject",
@@ -716,7 +378,7 @@ bool IsFollowerMessage(const ClusterMessage& m) {
 }
 
 std::string EncodeClusterMessage(const ClusterMessage& m, int64_t now_ns) {
-  const std::string line = Dump(std::visit(Encoder{now_ns}, m)) + "\n";
+  const std::string line = cluster_internal::Dump(std::visit(cluster_internal::Encoder{now_ns}, m)) + "\n";
   HF_CHECK_MSG(line.size() <= kMaxClusterMessageBytes,
                std::string("EncodeClusterMessage: a ") + ClusterMessageTypeName(m) + " message of " +
                    std::to_string(line.size()) + " bytes");
@@ -727,7 +389,7 @@ Result<ClusterMessage> ParseClusterMessage(std::string_view line, int64_t now_ns
   // Parse checks types before it reads; this is the last line of defence of
   // "never throws" (an allocation failure, say).
   try {
-    return Parse(line, now_ns);
+    return cluster_internal::Parse(line, now_ns);
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("cluster message could not be read: ") + e.what());
   }

@@ -149,7 +149,8 @@ struct RankStatus {
 };
 
 struct NodeStatus {
-  int node = 0;
+  int node = 0;       // index in the allocation
+  std::string host;   // its host name ("" from a daemon before hosts)
   std::vector<RankStatus> ranks;
 };
 

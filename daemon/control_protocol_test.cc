@@ -179,6 +179,7 @@ RunStatus SampleStatus() {
   s.uptime_s = 61.5;
   NodeStatus node;
   node.node = 0;
+  node.host = "gpu-a17";
   RankStatus r0;
   r0.rank = 0;
   r0.pid = 4242;
@@ -224,6 +225,7 @@ TEST(ControlProtocolTest, StatusResultRoundTrip) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(EncodeStatusResult(*back), text);
   EXPECT_EQ(back->nodes[0].ranks[1].phase, "forward");
+  EXPECT_EQ(back->nodes[0].host, "gpu-a17") << "nodes are hosts";
   EXPECT_FALSE(back->nodes[0].ranks[1].waiting_on.has_value());
 
   s.last_incident.reset();

@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include "common/toml_reader.h"
+#include "daemon/cluster_protocol.h"
 
 namespace holdfast {
 
@@ -23,7 +24,7 @@ Result<JobConfig> LoadJobConfig(const std::string& path) {
     TomlTableReader r(path, "job", *t);
     HF_RETURN_IF_ERROR(r.String("name", &cfg.name));
     HF_RETURN_IF_ERROR(r.StringArray("command", &cfg.command));
-    HF_RETURN_IF_ERROR(r.Int("nproc", &cfg.nproc, 1, 4096));
+    HF_RETURN_IF_ERROR(r.Int("nproc", &cfg.nproc, 1, kMaxClusterNodeRanks));  // a node's ranks travel in one cluster message
     HF_RETURN_IF_ERROR(r.String("workdir", &cfg.workdir));
     HF_RETURN_IF_ERROR(r.StringTable("env", &cfg.env));
     HF_RETURN_IF_ERROR(r.String("checkpoint_dir", &cfg.checkpoint_dir));

@@ -13,6 +13,7 @@
 #include "daemon/exit_codes.h"
 #include "daemon/rank_process.h"
 #include "health/report.h"
+#include "lineage/incident.h"
 
 namespace holdfast {
 namespace {
@@ -80,7 +81,7 @@ void RunController::StartGeneration() {
     f.event_kind = event_kind::kCrash;
     f.triage.kind = event_kind::kCrash;
     f.triage.summary = "generation " + std::to_string(generation_) + " could not start: " + s.message();
-    f.triage.runbook = "runbooks/crash.md";
+    f.triage.runbook = RunbookFor(event_kind::kCrash);
     HandleIncident(std::move(f), {});
     return;
   }
@@ -146,7 +147,7 @@ void RunController::ObserveStragglers(int64_t now, const std::vector<RankView>& 
   }
   ev.evidence_json = nlohmann::json{{"rank", v.rank}, {"ratio", v.ratio}, {"held_s", v.held_s}, {"ranks", paces}}.dump();
   ev.action = v.straggler ? "reported; no restart (the run goes on at the straggler's pace)" : "reported";
-  ev.runbook = "runbooks/straggler.md";
+  ev.runbook = RunbookFor(ev.kind);
   spdlog::warn("{}: {}", ev.kind, ev.summary);
   recorder_->RecordEvent(ev);
 }
@@ -183,7 +184,7 @@ void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& v
     f.triage.kind = event_kind::kPreempt;
     f.triage.summary = "ranks checkpointed step " + std::to_string(recorder_->last_committed_step()) +
                        " and stopped (preemption)";
-    f.triage.runbook = "runbooks/preempted.md";
+    f.triage.runbook = RunbookFor(event_kind::kPreempt);
     HandleIncident(std::move(f), views);
     return;
   }
@@ -216,7 +217,7 @@ void RunController::OnHealth(const health::Decision& decision, const std::string
   f.triage.kind = event_kind::kHealth;
   f.triage.summary = when + " health check failed on " + host + ": " + decision.reason;
   f.triage.evidence_json = health::ReportToJson(decision.causes, decision);
-  f.triage.runbook = decision.causes.empty() ? "runbooks/health-host.md" : decision.causes.front().runbook;
+  f.triage.runbook = decision.causes.empty() ? RunbookFor(event_kind::kHealth) : decision.causes.front().runbook;
   spdlog::error("HEALTH: {} (health policy: {})", f.triage.summary, health::ActionName(decision.action));
   if (state_ == State::kStopping) return;  // already stopping; the finding is recorded with the results
   if ((state_ == State::kIdle || state_ == State::kBackoff) && decision.action == health::Action::kRestart) {
@@ -235,7 +236,7 @@ void RunController::OnNodeLost(const std::string& host, const std::vector<int>& 
   f.event_kind = event_kind::kNodeLost;
   f.triage.kind = event_kind::kNodeLost;
   f.triage.summary = host + "'s holdfastd is gone (" + why + ")";
-  f.triage.runbook = "runbooks/crash.md";
+  f.triage.runbook = RunbookFor(event_kind::kNodeLost);
   spdlog::error("NODE LOST: {}", f.triage.summary);
   if (state_ == State::kStopping) {
     // Stopping for another reason: a restart in place is no longer possible as planned.
@@ -258,7 +259,7 @@ void RunController::OnStopRequest(IncidentKind kind, const std::string& why) {
   f.event_kind = kind == IncidentKind::kPreemption ? event_kind::kPreempt : event_kind::kStop;
   f.triage.kind = f.event_kind;
   f.triage.summary = why;
-  f.triage.runbook = kind == IncidentKind::kPreemption ? "runbooks/preempted.md" : "";
+  f.triage.runbook = RunbookFor(f.event_kind);
   spdlog::warn("{}: asking the ranks to checkpoint and stop", why);
   if (state_ == State::kStopping) pending_.reset();  // an operator's stop overrides a restart
   HandleIncident(std::move(f), {});
@@ -309,10 +310,10 @@ void RunController::HandleIncident(Facts facts, const std::vector<RankView>& vie
     // A hung culprit does not act on TERM: do not wait out the grace period for it.
     actions_->KillRanks(facts.triage.culprits);
   }
-  actions_->TerminateRanks(facts.triage.summary);
   const double grace = d.checkpoint_first
                            ? std::max(opts_.supervise.term_grace_s, opts_.supervise.checkpoint_allowance_s)
                            : opts_.supervise.term_grace_s;
+  actions_->TerminateRanks(facts.triage.summary, grace);
   actions_->ArmTimer(ControllerTimer::kKillGrace, grace);
 }
 
@@ -372,6 +373,14 @@ void RunController::Execute() {
         ev.action = s.ok() ? "drain" : "requeue without draining";
         recorder_->RecordEvent(ev);
       }
+      if (facts.kind == IncidentKind::kPreemption) {
+        EventRecord pe = recorder_->NewEvent(event_kind::kPreempt);
+        pe.summary = why;
+        pe.action = "requeue";
+        pe.runbook = RunbookFor(pe.kind);
+        recorder_->RecordEvent(pe);
+        EndGeneration(RunState::kPreempted, why);
+      }
       Status s = actions_->Requeue(d.exclude_hosts, why);
       if (!s.ok()) {
         FinishRun(RunState::kFailed, "requeue failed (" + s.message() + "); " + why, kDaemonExitFailed);
@@ -385,6 +394,8 @@ void RunController::Execute() {
         return h;
       }());
       recorder_->RecordEvent(ev);
+      // The attempt ends as the policy says; the run stays resumable for the next one.
+      recorder_->EndAttempt(StateFor(d.outcome), why);
       FinishRun(RunState::kPreempted, "requeued: " + d.reason, kDaemonExitPreempted);
       return;
     }
@@ -403,7 +414,7 @@ void RunController::Execute() {
     EventRecord ev = recorder_->NewEvent(event_kind::kStop);
     ev.summary = cause;
     ev.action = "stopped; resume with `runctl resume " + recorder_->run_id() + "`";
-    ev.runbook = facts.kind == IncidentKind::kDaemonSignal ? "runbooks/crash.md" : "";
+    ev.runbook = facts.kind == IncidentKind::kDaemonSignal ? RunbookFor(event_kind::kCrash) : RunbookFor(ev.kind);
     recorder_->RecordEvent(ev);
     FinishRun(RunState::kStopped, cause, all_committed ? kDaemonExitPreempted : kDaemonExitStopped);
     return;
@@ -413,7 +424,7 @@ void RunController::Execute() {
     EventRecord ev = recorder_->NewEvent(event_kind::kPreempt);
     ev.summary = why;
     ev.action = "stopped; resume with `runctl resume " + recorder_->run_id() + "`";
-    ev.runbook = "runbooks/preempted.md";
+    ev.runbook = RunbookFor(ev.kind);
     recorder_->RecordEvent(ev);
     FinishRun(RunState::kPreempted, why, kDaemonExitPreempted);
     return;
@@ -424,7 +435,7 @@ void RunController::Execute() {
     EventRecord ev = recorder_->NewEvent(event_kind::kBudgetExhausted);
     ev.summary = cause;
     ev.action = "stopped the run";
-    ev.runbook = "runbooks/restart-budget.md";
+    ev.runbook = RunbookFor(ev.kind);
     recorder_->RecordEvent(ev);
   }
   const int code = facts.kind == IncidentKind::kBadInput ? kDaemonExitUsage : kDaemonExitFailed;

@@ -53,8 +53,9 @@ class RunActions {
   // not be started while others were is reported as an exit (OnRankExit with
   // exec_error), so that the others are stopped and counted.
   virtual Status LaunchGeneration(int generation, int64_t resume_step) = 0;
-  // TERM (and CONT) every live rank on every node.
-  virtual void TerminateRanks(const std::string& why) = 0;
+  // TERM (and CONT) every live rank on every node; a node that loses its
+  // leader kills its ranks after `grace_s` on its own.
+  virtual void TerminateRanks(const std::string& why, double grace_s) = 0;
   // SIGKILL these ranks now (any node); empty = every live rank.
   virtual void KillRanks(const std::vector<int>& ranks) = 0;
   virtual void ArmTimer(ControllerTimer timer, double seconds) = 0;

@@ -24,7 +24,10 @@ class RecordingActions : public RunActions {
     launches.push_back({generation, resume_step});
     return launch_error;
   }
-  void TerminateRanks(const std::string& why) override { terminated.push_back(why); }
+  void TerminateRanks(const std::string& why, double grace_s) override {
+    terminated.push_back(why);
+    graces.push_back(grace_s);
+  }
   void KillRanks(const std::vector<int>& ranks) override { kills.push_back(ranks); }
   void ArmTimer(ControllerTimer t, double seconds) override { armed[t] = seconds; }
   void CancelTimer(ControllerTimer t) override { armed.erase(t); }
@@ -41,6 +44,7 @@ class RecordingActions : public RunActions {
   std::vector<std::pair<int, int64_t>> launches;
   Status launch_error = Status::Ok();
   std::vector<std::string> terminated;
+  std::vector<double> graces;  // what each node's own kill timer gets
   std::vector<std::vector<int>> kills;
   std::map<ControllerTimer, double> armed;
   std::vector<std::string> drained;
@@ -259,6 +263,7 @@ TEST_F(RunControllerTest, AnOperatorStopGivesTheRanksTheCheckpointAllowanceAndEn
   Train(4);
   controller_->OnStopRequest(IncidentKind::kStopRequest, "stopped with runctl");
   EXPECT_DOUBLE_EQ(actions_.armed.at(ControllerTimer::kKillGrace), 300.0);
+  EXPECT_EQ(actions_.graces, std::vector<double>{300.0}) << "followers wait as long before their own SIGKILL";
   ExitAll(Exited(kRankExitPreempted), 4);
   EXPECT_EQ(actions_.finished, kDaemonExitPreempted) << "every rank committed a final checkpoint";
   EXPECT_EQ(Run().state, RunState::kStopped) << "an operator's stop is 'stopped', not 'preempted'";

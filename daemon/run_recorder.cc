@@ -12,6 +12,7 @@
 
 #include "checkpoint/checkpoint_loader.h"
 #include "health/report.h"
+#include "lineage/incident.h"
 
 namespace holdfast {
 namespace {
@@ -106,7 +107,7 @@ Status RunRecorder::OpenRun() {
                      ? "holdfastd restarted while the run was running (the previous daemon died); continuing"
                      : "run resumed as a new attempt";
     ev.action = "attempt " + std::to_string(attempt_) + " from " + from;
-    ev.runbook = kind == event_kind::kDaemonRestart ? "runbooks/crash.md" : "";
+    ev.runbook = RunbookFor(kind);
     RecordEvent(ev);
   }
   RecordPruned();
@@ -280,7 +281,7 @@ void RunRecorder::RecordCheckpointFailures(const std::vector<RankView>& views) {
                                       {"reports", list}}
                            .dump();
     ev.action = "training continues; step " + std::to_string(step) + " not committed (newest committed: " + newest + ")";
-    ev.runbook = "runbooks/checkpoint-failed.md";
+    ev.runbook = RunbookFor(ev.kind);
     RecordEvent(ev);
   }
 }
@@ -303,9 +304,14 @@ void RunRecorder::RecordHealth(const std::vector<health::CheckResult>& results, 
   }
 }
 
+void RunRecorder::EndAttempt(RunState state, const std::string& cause) {
+  Warn(db_->EndAttempt(run_id_, attempt_, state, cause));
+  attempt_ended_ = true;
+}
+
 void RunRecorder::EndRun(RunState state, const std::string& cause) {
   RecordPruned();  // the trainer prunes after its last commit
-  Warn(db_->EndAttempt(run_id_, attempt_, state, cause));
+  if (!attempt_ended_) Warn(db_->EndAttempt(run_id_, attempt_, state, cause));
   Warn(db_->EndRun(run_id_, state, cause));
 }
 

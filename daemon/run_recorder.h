@@ -82,6 +82,9 @@ class RunRecorder {
   void RecordHealth(const std::vector<health::CheckResult>& results, const std::string& host);
 
   // ---- the end ----
+  // Ends this attempt only (before a requeue: the run goes on in the next).
+  void EndAttempt(RunState state, const std::string& cause);
+  // Ends the run, and this attempt if it still runs.
   void EndRun(RunState state, const std::string& cause);
 
  private:
@@ -108,6 +111,7 @@ class RunRecorder {
   std::map<int, uint64_t> failures_seen_;    // global rank -> its checkpoint_failures handled
   std::set<int64_t> failed_steps_recorded_;  // steps with a checkpoint_failed event
   std::optional<IncidentSummary> last_incident_;
+  bool attempt_ended_ = false;
 };
 
 }  // namespace holdfast

@@ -22,6 +22,7 @@ RunStatus BuildRunStatus(const RunController& controller, const RunRecorder& rec
   for (const RankView& v : views) {
     NodeStatus& node = nodes[v.node];
     node.node = v.node;
+    node.host = v.host;
     RankStatus rs;
     rs.rank = v.rank;
     rs.pid = v.pid;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -72,7 +73,7 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
 
   // ---- RunActions ----
   Status LaunchGeneration(int generation, int64_t resume_step) override;
-  void TerminateRanks(const std::string& why) override;
+  void TerminateRanks(const std::string& why, double grace_s) override;
   void KillRanks(const std::vector<int>& ranks) override;
   void ArmTimer(ControllerTimer timer, double seconds) override;
   void CancelTimer(ControllerTimer timer) override;
@@ -125,7 +126,13 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
 
 Status Supervisor::Impl::Start() {
   started_ns_ = clock_->MonotonicNs();
-  HF_ASSIGN_OR_RETURN(plan_, MakeLaunchPlan(alloc_, job_.nproc, {}));
+  // Devices: what CUDA_VISIBLE_DEVICES (Slurm's --gres=gpu sets it) makes
+  // visible, else none (ranks on the CPU). The daemon itself never opens a GPU.
+  std::vector<int> devices;
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    HF_ASSIGN_OR_RETURN(devices, ParseVisibleDevices(visible));
+  }
+  HF_ASSIGN_OR_RETURN(plan_, MakeLaunchPlan(alloc_, job_.nproc, devices));
   std::error_code ec;
   std::filesystem::create_directories(opts_.run_dir + "/logs", ec);
   if (ec) return IoError("create " + opts_.run_dir + "/logs: " + ec.message());
@@ -219,10 +226,11 @@ Status Supervisor::Impl::LaunchGeneration(int generation, int64_t resume_step) {
   return Status::Ok();
 }
 
-void Supervisor::Impl::TerminateRanks(const std::string& why) {
+void Supervisor::Impl::TerminateRanks(const std::string& why, double grace_s) {
   StopMsg m;
   m.generation = controller_->generation();
   m.why = why;
+  m.grace_s = grace_s;
   Broadcast(m);
   ranks_.SignalAll(SIGTERM);
   ranks_.SignalAll(SIGCONT);  // a stopped rank must be able to act on TERM (or die by KILL)

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
+#include "lineage/incident.h"
 
 namespace holdfast {
 namespace {
@@ -35,37 +35,36 @@ const char* ProcStateWords(char s) {
   }
 }
 
-nlohmann::json RankJson(int64_t now_ns, const RankView& r) {
+// What the supervisor saw of one rank, as lineage keeps it.
+RankEvidence RankEvidenceOf(int64_t now_ns, const RankView& r) {
   const ProgressRecordLayout& p = r.progress.record;
-  nlohmann::json j = {{"rank", r.rank},
-                      {"node", r.node},
-                      {"pid", r.pid},
-                      {"alive", r.alive},
-                      {"proc_state", std::string(1, r.proc_state)},
-                      {"record_valid", r.progress.valid},
-                      {"record_torn", r.progress.torn}};
+  RankEvidence e;
+  e.rank = r.rank;
+  e.node = r.node;
+  e.host = r.host;
+  e.pid = r.pid;
+  e.alive = r.alive;
+  e.proc_state = std::string(1, r.proc_state);
+  e.record_valid = r.progress.valid;
+  e.record_torn = r.progress.torn;
   if (r.progress.valid) {
-    j["step"] = p.step;
-    j["phase"] = PhaseName(static_cast<Phase>(p.phase));
-    j["phase_age_s"] = p.phase_started_ns > 0 ? Seconds(now_ns - p.phase_started_ns) : 0.0;
-    j["heartbeat_age_s"] = p.heartbeat_ns > 0 ? Seconds(now_ns - p.heartbeat_ns) : 0.0;
-    j["collectives_issued"] = p.collectives_issued;
-    j["collectives_done"] = p.collectives_done;
-    j["waiting_on"] = p.waiting_on;
-    j["last_step_ms"] = static_cast<double>(p.last_step_ns) / 1e6;
-    j["checkpoint_step"] = p.checkpoint_step;
-    nlohmann::json ring = nlohmann::json::array();
+    e.step = p.step;
+    e.phase = PhaseName(static_cast<Phase>(p.phase));
+    e.phase_age_s = p.phase_started_ns > 0 ? Seconds(now_ns - p.phase_started_ns) : 0.0;
+    e.heartbeat_age_s = p.heartbeat_ns > 0 ? Seconds(now_ns - p.heartbeat_ns) : 0.0;
+    e.collectives_issued = p.collectives_issued;
+    e.collectives_done = p.collectives_done;
+    e.waiting_on = p.waiting_on;
+    e.last_step_ms = static_cast<double>(p.last_step_ns) / 1e6;
+    e.checkpoint_step = p.checkpoint_step;
     const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
     for (uint64_t i = 0; i < n; ++i) {
-      const CollectiveEntry& e = p.ring[(p.ring_head - n + i) % kProgressRingSize];
-      ring.push_back({{"seq", e.seq},
-                      {"kind", CollectiveKindName(static_cast<CollectiveKind>(e.kind))},
-                      {"bytes", e.bytes},
-                      {"done", e.completed_ns != 0}});
+      const CollectiveEntry& c = p.ring[(p.ring_head - n + i) % kProgressRingSize];
+      e.ring.push_back(CollectiveEvidence{c.seq, CollectiveKindName(static_cast<CollectiveKind>(c.kind)), c.bytes,
+                                          c.completed_ns != 0});
     }
-    j["recent_collectives"] = ring;
   }
-  return j;
+  return e;
 }
 
 std::string Doing(int64_t now_ns, const RankView& r) {
@@ -174,8 +173,8 @@ std::string DescribeWaitStatus(int wstatus) {
 
 Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const HangDetector::Verdict& verdict) {
   Incident inc;
-  inc.kind = "hang";
-  inc.runbook = "runbooks/hang.md";
+  inc.kind = event_kind::kHang;
+  inc.runbook = RunbookFor(inc.kind);
   // Ranks blocked in a collective, and the newest collective anyone waits in.
   uint64_t w = 0;
   std::vector<int> waiting;
@@ -257,21 +256,21 @@ Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const Ha
   }
   inc.summary += " (no step for " + Fixed1(verdict.stalled_s) + " s; " + verdict.allowance + " allowance " +
                  Fixed1(verdict.timeout_s) + " s)";
-  nlohmann::json ev = {{"stalled_s", verdict.stalled_s},
-                       {"timeout_s", verdict.timeout_s},
-                       {"allowance", verdict.allowance},
-                       {"culprits", inc.culprits},
-                       {"ranks", nlohmann::json::array()}};
-  for (const RankView& r : ranks) ev["ranks"].push_back(RankJson(now_ns, r));
-  inc.evidence_json = ev.dump();
+  IncidentEvidence ev;
+  ev.stalled_s = verdict.stalled_s;
+  ev.timeout_s = verdict.timeout_s;
+  ev.allowance = verdict.allowance;
+  ev.culprits = inc.culprits;
+  for (const RankView& r : ranks) ev.ranks.push_back(RankEvidenceOf(now_ns, r));
+  inc.evidence_json = ToJson(ev);
   return inc;
 }
 
 Incident TriageExit(int64_t now_ns, const std::vector<RankView>& ranks, int rank, int wstatus,
                     const std::vector<std::string>& log_tail) {
   Incident inc;
-  inc.kind = "crash";
-  inc.runbook = "runbooks/crash.md";
+  inc.kind = event_kind::kCrash;
+  inc.runbook = RunbookFor(inc.kind);
   inc.culprits = {rank};
   const RankView* self = nullptr;
   for (const RankView& r : ranks) {
@@ -283,14 +282,14 @@ Incident TriageExit(int64_t now_ns, const std::vector<RankView>& ranks, int rank
     where = " in " + std::string(PhaseName(static_cast<Phase>(p.phase))) + " of step " + std::to_string(p.step + 1);
   }
   inc.summary = "rank " + std::to_string(rank) + " " + DescribeWaitStatus(wstatus) + where;
-  nlohmann::json ev = {{"rank", rank},
-                       {"status", DescribeWaitStatus(wstatus)},
-                       {"exit_code", WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1},
-                       {"signal", WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0},
-                       {"log_tail", log_tail},
-                       {"ranks", nlohmann::json::array()}};
-  for (const RankView& r : ranks) ev["ranks"].push_back(RankJson(now_ns, r));
-  inc.evidence_json = ev.dump();
+  IncidentEvidence ev;
+  ev.rank = rank;
+  ev.exit_status = DescribeWaitStatus(wstatus);
+  ev.exit_code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+  ev.signal = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
+  ev.log_tail = log_tail;
+  for (const RankView& r : ranks) ev.ranks.push_back(RankEvidenceOf(now_ns, r));
+  inc.evidence_json = ToJson(ev);
   return inc;
 }
 

@@ -53,8 +53,8 @@ Result<LaunchPlan> MakeLaunchPlan(const Allocation& alloc, int nproc_per_node, c
   }
   if (!devices.empty() && static_cast<size_t>(nproc_per_node) > devices.size()) {
     return InvalidArgumentError(
-        "nproc_per_node " + std::to_string(nproc_per_node) + " needs one GPU per rank but this node sees " +
-        std::to_string(devices.size()) + " (CUDA_VISIBLE_DEVICES): set nproc_per_node to at most " +
+        std::to_string(nproc_per_node) + " ranks per node ([job] nproc) need one GPU each but this node sees " +
+        std::to_string(devices.size()) + " (CUDA_VISIBLE_DEVICES): set nproc to at most " +
         std::to_string(devices.size()) + " or make more GPUs visible (ranks never share a GPU: NCCL refuses it)");
   }
   LaunchPlan plan;

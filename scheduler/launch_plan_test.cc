@@ -72,7 +72,7 @@ TEST(LaunchPlanTest, MoreRanksThanGpusIsAnError) {
   Result<LaunchPlan> p = MakeLaunchPlan(Nodes({"gpu-a1"}), 4, {0, 1});
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(p.status().message().find("set nproc_per_node to at most 2"), std::string::npos) << p.status().message();
+  EXPECT_NE(p.status().message().find("set nproc to at most 2"), std::string::npos) << p.status().message();
 }
 
 TEST(LaunchPlanTest, BadShapesAreErrors) {

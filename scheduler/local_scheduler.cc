@@ -291,7 +291,10 @@ LocalScheduler::LocalScheduler(LocalSchedulerOptions options) : options_(std::mo
 
 SchedulerCapabilities LocalScheduler::capabilities() const {
   SchedulerCapabilities caps;
-  caps.requeue = true;  // a local relaunch (what `runctl resume` does, too)
+  // A local machine has no queue: the recovery policy must not choose a
+  // requeue here (a lost node or a preemption would relaunch in a loop).
+  // Requeue() still works as the detached relaunch `runctl resume` uses.
+  caps.requeue = false;
   caps.exclude_hosts = false;
   caps.drain = false;
   return caps;

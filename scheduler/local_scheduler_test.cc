@@ -204,10 +204,10 @@ TEST_F(LocalSchedulerTest, BadFlagsSayWhatToFix) {
   }
 }
 
-TEST_F(LocalSchedulerTest, CanRelaunchButNotExcludeOrDrain) {
+TEST_F(LocalSchedulerTest, OffersNoQueueExclusionOrDrainToThePolicy) {
   LocalScheduler s(Options());
   SchedulerCapabilities caps = s.capabilities();
-  EXPECT_TRUE(caps.requeue);
+  EXPECT_FALSE(caps.requeue) << "no queue: the policy stops instead (runctl resume relaunches)";
   EXPECT_FALSE(caps.exclude_hosts);
   EXPECT_FALSE(caps.drain);
   Status d = s.Drain("gpu-a17", "xid 79");

@@ -1,0 +1,189 @@
+// Cluster protocol: a RankView (process state + progress record) as JSON, its clock readings as ages.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/cluster_protocol.h"
+#include "daemon/cluster_protocol_internal.h"
+
+namespace holdfast {
+namespace cluster_internal {
+namespace {
+
+constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
+// The checkpoint error text, without the record's terminating NUL.
+constexpr size_t kMaxCheckpointErrorBytes = kProgressErrorSize - 1;
+constexpr uint32_t kMaxPhase = static_cast<uint32_t>(Phase::kDone);
+constexpr uint32_t kMaxCollectiveKind = static_cast<uint32_t>(CollectiveKind::kAllgather);
+
+// ---- clocks: local times <-> ages ----
+
+// A local CLOCK_MONOTONIC reading as an age at now; -1 when unset (<= 0). A
+// reading after now (the record was written after now was taken) is age 0.
+int64_t Age(int64_t t, int64_t now) {
+  if (t <= 0) return -1;
+  if (t >= now) return 0;
+  return now - t;
+}
+
+// An age back into a local reading; 0 (unset) for -1. An age older than this
+// machine's clock becomes 1, the oldest reading that still means "set".
+int64_t Back(int64_t age, int64_t now) {
+  if (age < 0) return 0;
+  if (age >= now) return 1;
+  return now - age;
+}
+
+// ---- encoding ----
+
+// A record the receiver can interpret: every enumerated value known to this build.
+bool KnownRecord(const ProgressRecordLayout& p) {
+  if (p.phase > kMaxPhase || p.collective_kind > kMaxCollectiveKind) return false;
+  const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (p.ring[(p.ring_head - n + i) % kProgressRingSize].kind > kMaxCollectiveKind) return false;
+  }
+  return true;
+}
+
+ojson ViewToJson(const RankView& v, int64_t now) {
+  CheckRange(v.rank, 0, kMaxClusterWorldSize - 1, "RankView::rank");
+  CheckRange(v.node, 0, kMaxClusterNodes - 1, "RankView::node");
+  CheckRange(v.pid, 0, kPidMax, "RankView::pid");
+  const bool known = KnownRecord(v.progress.record);
+  const ProgressRecordLayout p = known ? v.progress.record : ProgressRecordLayout{};
+  const unsigned char state = static_cast<unsigned char>(v.proc_state);
+  ojson ring = ojson::array();
+  const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
+  for (uint64_t i = 0; i < n; ++i) {
+    const CollectiveEntry& e = p.ring[(p.ring_head - n + i) % kProgressRingSize];
+    ring.push_back(ojson::array({e.seq, e.kind, e.bytes, Age(e.issued_ns, now), Age(e.completed_ns, now)}));
+  }
+  const std::string error(p.checkpoint_error, strnlen(p.checkpoint_error, sizeof(p.checkpoint_error)));
+  ojson j;
+  j["rank"] = v.rank;
+  j["node"] = v.node;
+  j["host"] = Text(v.host, kMaxClusterHostBytes);
+  j["pid"] = static_cast<int64_t>(v.pid);
+  j["alive"] = v.alive;
+  j["state"] = std::string(1, state > 0x20 && state < 0x7f ? v.proc_state : '?');
+  j["valid"] = known && v.progress.valid;
+  j["torn"] = v.progress.torn;
+  j["step"] = p.step;
+  j["phase"] = p.phase;
+  j["kind"] = p.collective_kind;
+  j["issued"] = p.collectives_issued;
+  j["done"] = p.collectives_done;
+  j["waiting_on"] = p.waiting_on;
+  j["phase_age"] = Age(p.phase_started_ns, now);
+  j["step_age"] = Age(p.step_started_ns, now);
+  j["heartbeat_age"] = Age(p.heartbeat_ns, now);
+  j["last_step_ns"] = p.last_step_ns;
+  j["checkpoint_step"] = p.checkpoint_step;
+  j["checkpoint_failures"] = p.checkpoint_failures;
+  j["checkpoint_failed_step"] = p.checkpoint_failed_step;
+  j["checkpoint_error"] = Text(error, kMaxCheckpointErrorBytes);
+  j["ring_head"] = p.ring_head;
+  j["ring"] = std::move(ring);
+  return j;
+}
+
+// ---- parsing ----
+
+Result<RankView> ParseView(const json& j, const std::string& where, int64_t now) {
+  if (!j.is_object()) return InvalidArgumentError(where + " must be an object, got " + Shown(j));
+  Fields f(j, where);
+  RankView v;
+  ProgressRecordLayout& p = v.progress.record;
+  HF_RETURN_IF_ERROR(f.Int("rank", 0, kMaxClusterWorldSize - 1, &v.rank));
+  HF_RETURN_IF_ERROR(f.Int("node", 0, kMaxClusterNodes - 1, &v.node));
+  HF_RETURN_IF_ERROR(f.Text("host", kMaxClusterHostBytes, &v.host));
+  HF_RETURN_IF_ERROR(f.Int("pid", 0, kPidMax, &v.pid));
+  HF_RETURN_IF_ERROR(f.Bool("alive", &v.alive));
+  std::string state;
+  HF_RETURN_IF_ERROR(f.Text("state", 1, &state));
+  if (state.size() != 1 || static_cast<unsigned char>(state[0]) <= 0x20 || static_cast<unsigned char>(state[0]) >= 0x7f) {
+    return f.Error("\"state\" must be one printable ASCII character (R, S, D, T, Z, ?...), got " + Shown(state));
+  }
+  v.proc_state = state[0];
+  HF_RETURN_IF_ERROR(f.Bool("valid", &v.progress.valid));
+  HF_RETURN_IF_ERROR(f.Bool("torn", &v.progress.torn));
+  HF_RETURN_IF_ERROR(f.Int("step", kInt64Min, kInt64Max, &p.step));
+  HF_RETURN_IF_ERROR(f.Int("phase", 0, kMaxPhase, &p.phase));
+  HF_RETURN_IF_ERROR(f.Int("kind", 0, kMaxCollectiveKind, &p.collective_kind));
+  HF_RETURN_IF_ERROR(f.Unsigned("issued", &p.collectives_issued));
+  HF_RETURN_IF_ERROR(f.Unsigned("done", &p.collectives_done));
+  HF_RETURN_IF_ERROR(f.Unsigned("waiting_on", &p.waiting_on));
+  int64_t age = 0;
+  HF_RETURN_IF_ERROR(f.Int("phase_age", -1, kInt64Max, &age));
+  p.phase_started_ns = Back(age, now);
+  HF_RETURN_IF_ERROR(f.Int("step_age", -1, kInt64Max, &age));
+  p.step_started_ns = Back(age, now);
+  HF_RETURN_IF_ERROR(f.Int("heartbeat_age", -1, kInt64Max, &age));
+  p.heartbeat_ns = Back(age, now);
+  HF_RETURN_IF_ERROR(f.Int("last_step_ns", kInt64Min, kInt64Max, &p.last_step_ns));
+  HF_RETURN_IF_ERROR(f.Int("checkpoint_step", kInt64Min, kInt64Max, &p.checkpoint_step));
+  HF_RETURN_IF_ERROR(f.Unsigned("checkpoint_failures", &p.checkpoint_failures));
+  HF_RETURN_IF_ERROR(f.Int("checkpoint_failed_step", kInt64Min, kInt64Max, &p.checkpoint_failed_step));
+  std::string error;
+  HF_RETURN_IF_ERROR(f.Text("checkpoint_error", kMaxCheckpointErrorBytes, &error));
+  if (error.find('\0') != std::string::npos) return f.Error("\"checkpoint_error\" must not contain NUL");
+  std::memcpy(p.checkpoint_error, error.data(), error.size());  // the rest stays zero
+  HF_RETURN_IF_ERROR(f.Unsigned("ring_head", &p.ring_head));
+  HF_ASSIGN_OR_RETURN(const json* ring, f.Array("ring", kProgressRingSize));
+  const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
+  if (ring->size() != n) {
+    return f.Error("\"ring\" has " + std::to_string(ring->size()) + " entries; ring_head " +
+                   std::to_string(p.ring_head) + " means " + std::to_string(n));
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    const json& e = (*ring)[i];
+    const std::string at = where + ": ring[" + std::to_string(i) + "]";
+    if (!e.is_array() || e.size() != 5) {
+      return InvalidArgumentError(at + " must be [seq, kind, bytes, issued_age, completed_age], got " + Shown(e));
+    }
+    CollectiveEntry& c = p.ring[(p.ring_head - n + i) % kProgressRingSize];
+    int64_t kind = 0;
+    int64_t issued = 0;
+    int64_t completed = 0;
+    if (!e[0].is_number_unsigned() || !IntIn(e[1], 0, kMaxCollectiveKind, &kind) || !e[2].is_number_unsigned() ||
+        !IntIn(e[3], -1, kInt64Max, &issued) || !IntIn(e[4], -1, kInt64Max, &completed)) {
+      return InvalidArgumentError(at + " must be [seq >= 0, kind in [0, " + std::to_string(kMaxCollectiveKind) +
+                                  "], bytes >= 0, issued_age >= -1, completed_age >= -1], got " + Shown(e));
+    }
+    c.seq = e[0].get<uint64_t>();
+    c.kind = static_cast<uint32_t>(kind);
+    c.bytes = e[2].get<uint64_t>();
+    c.issued_ns = Back(issued, now);
+    c.completed_ns = Back(completed, now);
+  }
+  p.rank = v.rank;
+  p.pid = v.pid;
+  return v;
+}
+
+}  // namespace
+
+ojson ViewsToJson(const std::vector<RankView>& views, int64_t now) {
+  CheckCount(views.size(), kMaxClusterNodeRanks, "rank views");
+  ojson out = ojson::array();
+  for (const RankView& v : views) out.push_back(ViewToJson(v, now));
+  return out;
+}
+
+Result<std::vector<RankView>> ParseViews(Fields& f, const std::string& where, int64_t now) {
+  HF_ASSIGN_OR_RETURN(const json* ranks, f.Array("ranks", kMaxClusterNodeRanks));
+  std::vector<RankView> out;
+  out.reserve(ranks->size());
+  for (size_t i = 0; i < ranks->size(); ++i) {
+    HF_ASSIGN_OR_RETURN(RankView v, ParseView((*ranks)[i], where + ": ranks[" + std::to_string(i) + "]", now));
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+}  // namespace cluster_internal
+}  // namespace holdfast

@@ -1,0 +1,159 @@
+// Cluster protocol wire primitives: UTF-8 repair, encoder range checks, the typed JSON field reader.
+#include <string>
+#include <string_view>
+
+#include "daemon/cluster_protocol_internal.h"
+
+namespace holdfast {
+namespace cluster_internal {
+namespace {
+
+// ---- UTF-8 ----
+
+// Length of the well-formed UTF-8 sequence at s[0..n) (Unicode table 3-7:
+// no overlongs, no surrogates, nothing above U+10FFFF), or 0 when there is none.
+size_t Utf8SequenceLength(const unsigned char* s, size_t n) {
+  const unsigned char c = s[0];
+  if (c < 0x80) return 1;
+  auto cont = [&](size_t i, unsigned char lo = 0x80, unsigned char hi = 0xBF) {
+    return i < n && s[i] >= lo && s[i] <= hi;
+  };
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;
+  if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) return cont(1) && cont(2) ? 3 : 0;
+  if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;
+  if (c == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
+  if (c >= 0xF1 && c <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
+  if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
+  return 0;
+}
+
+}  // namespace
+
+// `s` with every byte that does not start a well-formed sequence replaced by U+FFFD.
+std::string ValidUtf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t len = Utf8SequenceLength(p + i, s.size() - i);
+    if (len == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(s.data() + i, len);
+      i += len;
+    }
+  }
+  return out;
+}
+
+// Valid UTF-8 of at most max_bytes: cut at a character boundary.
+std::string Text(std::string_view raw, size_t max_bytes) {
+  std::string s = ValidUtf8(raw);
+  if (s.size() <= max_bytes) return s;
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  s.resize(cut);
+  return s;
+}
+
+// ---- encoding checks ----
+
+void CheckRange(int64_t v, int64_t lo, int64_t hi, const char* what) {
+  HF_CHECK_MSG(v >= lo && v <= hi, std::string("EncodeClusterMessage: ") + what + " = " + std::to_string(v) +
+                                       " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+void CheckCount(size_t n, size_t max, const char* what) {
+  HF_CHECK_MSG(n <= max, std::string("EncodeClusterMessage: ") + std::to_string(n) + " " + what +
+                             "; at most " + std::to_string(max) + " fit one message");
+}
+
+// ---- parsing ----
+
+// A JSON value in a message, quoted for an error message (cut when long).
+std::string Shown(const json& v) {
+  std::string text = Dump(v);
+  if (text.size() > 40) text = text.substr(0, 40) + "...";
+  return text;
+}
+
+std::string RangeText(int64_t lo, int64_t hi) {
+  if (hi == kInt64Max) return ">= " + std::to_string(lo);
+  return "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+}
+
+// Reads an integer JSON value in [lo, hi]; false when it is not one.
+bool IntIn(const json& v, int64_t lo, int64_t hi, int64_t* out) {
+  int64_t x = 0;
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(kInt64Max)) return false;
+    x = static_cast<int64_t>(u);
+  } else if (v.is_number_integer()) {
+    x = v.get<int64_t>();
+  } else {
+    return false;
+  }
+  if (x < lo || x > hi) return false;
+  *out = x;
+  return true;
+}
+
+// ---- Fields ----
+
+Status Fields::Bool(const char* key, bool* out) {
+  HF_ASSIGN_OR_RETURN(const json* v, Find(key, "true or false"));
+  if (!v->is_boolean()) return Wrong(key, "true or false", *v);
+  *out = v->get<bool>();
+  return Status::Ok();
+}
+
+Status Fields::Double(const char* key, double lo, double hi, double* out) {
+  HF_ASSIGN_OR_RETURN(const json* v, Find(key, "a number"));
+  const std::string want = "a number in [" + Dump(json(lo)) + ", " + Dump(json(hi)) + "]";
+  if (!v->is_number()) return Wrong(key, want, *v);
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi)) return Wrong(key, want, *v);
+  *out = x;
+  return Status::Ok();
+}
+
+Status Fields::Text(const char* key, size_t max_bytes, std::string* out) {
+  HF_ASSIGN_OR_RETURN(const json* v, Find(key, "a string"));
+  if (!v->is_string()) return Wrong(key, "a string", *v);
+  const std::string& s = v->get_ref<const std::string&>();
+  if (s.size() > max_bytes) {
+    return InvalidArgumentError(where_ + ": \"" + key + "\" is " + std::to_string(s.size()) +
+                                " bytes; the limit is " + std::to_string(max_bytes));
+  }
+  *out = s;
+  return Status::Ok();
+}
+
+Result<const json*> Fields::Array(const char* key, size_t max_entries) {
+  HF_ASSIGN_OR_RETURN(const json* v, Find(key, "an array"));
+  if (!v->is_array()) return Wrong(key, "an array", *v);
+  if (v->size() > max_entries) {
+    return InvalidArgumentError(where_ + ": \"" + key + "\" has " + std::to_string(v->size()) +
+                                " entries; the limit is " + std::to_string(max_entries));
+  }
+  return v;
+}
+
+Status Fields::Error(const std::string& what) const { return InvalidArgumentError(where_ + ": " + what); }
+
+Result<const json*> Fields::Find(const char* key, const char* want) const {
+  auto it = j_.find(key);
+  if (it == j_.end()) return InvalidArgumentError(where_ + ": missing \"" + key + "\" (" + want + ")");
+  return &*it;
+}
+
+Status Fields::Wrong(const char* key, const std::string& want, const json& got) const {
+  return InvalidArgumentError(where_ + ": \"" + key + "\" must be " + want + ", got " + Shown(got));
+}
+
+}  // namespace cluster_internal
+}  // namespace holdfast

@@ -1,0 +1,168 @@
+// Incident evidence and runbooks: what holdfastd writes into an event's
+// `evidence_json` and `runbook` columns (lineage_db.h EventRecord), and what
+// `runctl triage` reads back — typed here, in one place, so that the writer
+// and the reader cannot drift apart key by key.
+//
+// RunbookFor() is the one map from an event kind to its on-call guide under
+// runbooks/. IncidentEvidence is the JSON object of a crash, hang, checkpoint
+// failure or straggler: who, where, what every rank was doing (from its
+// shared-memory progress record), how the culprit ended, the tail of its log.
+// The JSON keys are the ones holdfastd has always written, so files written by
+// older daemons read back; ParseIncidentEvidence() takes any of them, missing
+// keys included, and fails (without throwing) only on a key of the wrong type.
+//
+// Thread-safety: plain values and pure functions; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "lineage/lineage_db.h"
+
+namespace holdfast {
+
+// ---- runbooks ----
+
+struct RunbookEntry {
+  const char* kind;     // event_kind::*
+  const char* runbook;  // path under the source tree; "" when the kind needs none
+};
+
+// Every event kind in lineage_db.h's event_kind, each with its runbook. An
+// empty runbook is a decision too (an action, an operator's stop), so a kind
+// missing from this table is a bug that incident_test catches.
+//  - A rank that could not start because of bad input is recorded as a crash.
+//  - A health incident names the runbook of the check that failed
+//    (health/check.h CheckResult::runbook); the one here is for a decision that
+//    names no check.
+//  - A daemon stopped by a signal records a stop with the crash runbook
+//    (RunbookFor(event_kind::kCrash)); an operator's stop has none.
+inline constexpr RunbookEntry kRunbooks[] = {
+    {event_kind::kCrash, "runbooks/crash.md"},
+    {event_kind::kHang, "runbooks/hang.md"},
+    {event_kind::kHealth, "runbooks/health-host.md"},
+    {event_kind::kPreempt, "runbooks/preempted.md"},
+    {event_kind::kNodeLost, "runbooks/crash.md"},
+    {event_kind::kCheckpointFailed, "runbooks/checkpoint-failed.md"},
+    {event_kind::kCheckpointCorrupt, "runbooks/checkpoint-failed.md"},
+    {event_kind::kBudgetExhausted, "runbooks/restart-budget.md"},
+    {event_kind::kDaemonRestart, "runbooks/crash.md"},
+    {event_kind::kStraggler, "runbooks/straggler.md"},
+    {event_kind::kStragglerRecovered, "runbooks/straggler.md"},
+    {event_kind::kRestart, ""},
+    {event_kind::kRequeue, ""},
+    {event_kind::kResume, ""},
+    {event_kind::kStop, ""},
+};
+
+// The runbook for an event kind ("runbooks/hang.md"), "" when it has none or
+// the kind is unknown (a newer daemon's). Never null; points at static storage.
+const char* RunbookFor(std::string_view kind);
+
+// ---- evidence ----
+
+// One entry of a rank's ring of recent collectives ("recent_collectives").
+struct CollectiveEvidence {
+  uint64_t seq = 0;  // 1-based, per rank
+  std::string kind;  // "allreduce", "broadcast", ... (common/progress_record.h)
+  uint64_t bytes = 0;
+  bool done = false;
+};
+
+// A rank's pace while it ran (straggler evidence; daemon/straggler.h RankPace).
+struct PaceEvidence {
+  double steps_per_s = 0;
+  double step_ms_p50 = 0;
+  double step_ms_p99 = 0;
+  double compute_ms_p50 = 0;
+  double wait_ms_p50 = 0;
+};
+
+// One rank at the moment of the incident. The progress-record fields (step
+// through ring) come from the rank's shared-memory record and are present only
+// when it had reported (record_valid); an unset optional is a key the file did
+// not have.
+struct RankEvidence {
+  int rank = -1;
+  int node = -1;          // index of its node in the allocation; -1 unknown
+  std::string host;       // its node's host name; "" in files from before it was kept
+  int64_t pid = 0;        // 0 unknown (never started)
+  bool alive = true;
+  std::string proc_state;  // /proc state letter: R, S, D, T, t, Z, ? ; "" unknown
+  bool record_valid = false;  // absent in a file: true when it has progress fields
+  bool record_torn = false;   // the record was mid-update when read
+  std::optional<int64_t> step;  // completed optimiser steps
+  std::string phase;            // "forward", "collective", ... ; "" unknown
+  std::optional<double> phase_age_s;
+  std::optional<double> heartbeat_age_s;
+  std::optional<uint64_t> collectives_issued;
+  std::optional<uint64_t> collectives_done;
+  uint64_t waiting_on = 0;  // seq of the collective it waits in; 0 none
+  std::optional<double> last_step_ms;
+  std::optional<int64_t> checkpoint_step;  // newest commit it saw; -1 none
+  std::vector<CollectiveEvidence> ring;    // "recent_collectives", oldest first
+  std::optional<PaceEvidence> pace;        // straggler evidence only
+};
+
+// One rank's report of a failed checkpoint save ("reports").
+struct SaveFailureEvidence {
+  std::optional<int> rank;
+  std::string host;  // key "node"
+  std::string error;
+  uint64_t missed_failures = 0;  // earlier failures it could not report one by one
+};
+
+// The evidence of one incident. Which fields are set depends on its kind:
+//   hang:              culprits, stalled_s, timeout_s, allowance, ranks
+//   crash:             rank, exit_status, exit_code, signal, log_tail, ranks
+//   checkpoint_failed: rank, step, newest_committed_step, reports
+//   straggler:         rank, ratio, held_s, ranks (with pace)
+// Other kinds' evidence (health reports) has keys this does not model; they
+// are ignored on reading.
+struct IncidentEvidence {
+  std::vector<int> culprits;  // the rank(s) that held everyone up (hang)
+  // The rank it is about: the one that ended (crash), whose save failed first
+  // (checkpoint_failed), the straggler.
+  std::optional<int> rank;
+
+  // How the rank ended (crash).
+  std::string exit_status;        // "killed by signal 9 (SIGKILL)"; key "status"
+  std::optional<int> exit_code;   // -1 when it did not exit
+  std::optional<int> signal;      // 0 when not signalled
+  std::vector<std::string> log_tail;  // its last log lines, oldest first
+
+  // Why it counts as a hang.
+  std::optional<double> stalled_s;  // no step for this long
+  std::optional<double> timeout_s;  // the allowance that applied
+  std::string allowance;            // "startup", "step", "checkpoint", "eval"
+
+  // checkpoint_failed.
+  std::optional<int64_t> step;
+  std::optional<int64_t> newest_committed_step;  // -1 none
+  std::vector<SaveFailureEvidence> reports;
+
+  // straggler.
+  std::optional<double> ratio;   // its compute time over the others' median
+  std::optional<double> held_s;  // how long the ratio held
+
+  std::vector<RankEvidence> ranks;  // every rank, by rank
+};
+
+// A JSON object (no whitespace, keys sorted as holdfastd has always written
+// them). Unset optionals, empty strings and empty lists are left out, except
+// that a rank's record fields are all written when record_valid. Invalid UTF-8
+// in log lines is replaced (U+FFFD), never an error.
+std::string ToJson(const IncidentEvidence& evidence);
+
+// Reads what ToJson or any earlier holdfastd wrote. Missing keys are left at
+// their defaults and unknown keys ignored; empty text is empty evidence. Not
+// JSON, not an object, or a known key of the wrong type is kInvalidArgument
+// naming the key ("evidence: ranks[2].step: expected an integer, got string").
+// Never throws.
+Result<IncidentEvidence> ParseIncidentEvidence(std::string_view json);
+
+}  // namespace holdfast
