@@ -461,7 +461,7 @@ def torchrun_round(args, work, n, monitor):
 def run_latency(args, work):
     rows = {"hf": [], "tr_default": [], "tr_fast": []}
     for n in range(args.rounds):
-        for side in ("hf", "tr_default", "tr_fast"):
+        for side in args.sides.split(","):
             log(f"latency round {n + 1}/{args.rounds}: {side} (load {loadavg()})")
             try:
                 if side == "hf":
@@ -781,6 +781,9 @@ def main():
     ap.add_argument("--cpu-ranks", type=int, default=8)
     ap.add_argument("--fast-monitor", type=float, default=0.1)
     ap.add_argument("--only", default="latency,cpu,ratio")
+    ap.add_argument("--sides", default="hf,tr_default,tr_fast",
+                    help="latency sides to run: hf (holdfastd), tr_default, tr_fast (torchrun); "
+                         "e.g. hf alone to compare two holdfastd builds")
     ap.add_argument("--no-docs", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, lineage.db)")
     ap.add_argument("--seed", type=int, default=1)

@@ -1,5 +1,6 @@
 // Cluster protocol messages: each message type to and from its JSON line, and the version/type dispatch.
 #include "daemon/cluster_protocol.h"
+#include "daemon/json_line.h"
 
 #include <cmath>
 #include <exception>
@@ -153,16 +154,6 @@ struct Encoder {
 
 // ---- parsing ----
 
-// "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> "parse error at ..."
-std::string CleanJsonError(const char* what) {
-  std::string s(what);
-  if (!s.empty() && s[0] == '[') {
-    const size_t end = s.find("] ");
-    if (end != std::string::npos) s.erase(0, end + 2);
-  }
-  return s;
-}
-
 Result<ClusterMessage> ParseHello(const json& j, int version) {
   Fields f(j, "hello");
   HelloMsg m;
@@ -291,40 +282,7 @@ Result<ClusterMessage> ParseFinish(const json& j) {
 constexpr char kTypes[] = "hello, progress, rank_exit, health, reject, start, stop, signal, kill, finish";
 
 Result<ClusterMessage> Parse(std::string_view line, int64_t now) {
-  if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
-  if (line.size() + 1 > kMaxClusterMessageBytes) {
-    return InvalidArgumentError("cluster message is " + std::to_string(line.size() + 1) +
-                                " bytes with its newline; the limit is " + std::to_string(kMaxClusterMessageBytes));
-  }
-  if (line.find('\n') != std::string_view::npos) {
-    return InvalidArgumentError("cluster message must be one line: newline at byte " +
-                                std::to_string(line.find('\n')));
-  }
-  if (line.find_first_not_of(" \t\r") == std::string_view::npos) {
-    return InvalidArgumentError("cluster message is an empty line; expected a JSON object");
-  }
-  bool too_deep = false;
-  json::parser_callback_t limit_depth = [&too_deep](int depth, json::parse_event_t event, json&) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth >= kMaxClusterJsonDepth) {
-      too_deep = true;
-      return false;  // discard the subtree; the flag rejects the message below
-    }
-    return true;
-  };
-  json j;
-  try {
-    j = json::parse(line.begin(), line.end(), limit_depth);
-  } catch (const json::exception& e) {
-    return InvalidArgumentError("cluster message is not JSON: " + CleanJsonError(e.what()));
-  }
-  if (too_deep) {
-    return InvalidArgumentError("cluster message nests deeper than " + std::to_string(kMaxClusterJsonDepth) +
-                                " levels");
-  }
-  if (!j.is_object()) {
-    return InvalidArgumentError("cluster message must be a JSON object, got " + std::string(j.type_name()));
-  }
+  HF_ASSIGN_OR_RETURN(json j, ParseJsonObjectLine(line, kMaxClusterMessageBytes, kMaxClusterJsonDepth, "cluster message"));
   auto type_it = j.find("type");
   if (type_it == j.end() || !type_it->is_string()) {
     return InvalidArgumentError("cluster message needs \"type\" as a string, one of: " + std::string(kTypes));

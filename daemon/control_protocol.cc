@@ -1,5 +1,6 @@
 // Control protocol framing: requests, responses, their error codes, and peer credentials.
 #include "daemon/control_protocol.h"
+#include "daemon/json_line.h"
 
 #include <sys/socket.h>
 
@@ -17,55 +18,10 @@ using json = nlohmann::json;
 using control_internal::Dump;
 
 // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> "parse error at ..."
-std::string CleanJsonError(const char* what) {
-  std::string s(what);
-  if (!s.empty() && s[0] == '[') {
-    size_t end = s.find("] ");
-    if (end != std::string::npos) s.erase(0, end + 2);
-  }
-  return s;
-}
-
 // Parses one protocol line into a JSON object. `what` names the message
 // ("request", "reply") in errors. Never throws.
 Result<json> ParseLine(std::string_view line, const char* what) {
-  if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
-  if (line.size() + 1 > kMaxControlMessageBytes) {
-    return InvalidArgumentError(std::string(what) + " is " + std::to_string(line.size() + 1) +
-                                " bytes with its newline; the limit is " +
-                                std::to_string(kMaxControlMessageBytes));
-  }
-  if (line.find('\n') != std::string_view::npos) {
-    return InvalidArgumentError(std::string(what) + " must be one line: newline at byte " +
-                                std::to_string(line.find('\n')));
-  }
-  if (line.find_first_not_of(" \t\r") == std::string_view::npos) {
-    return InvalidArgumentError(std::string(what) + " is an empty line; expected a JSON object");
-  }
-  bool too_deep = false;
-  json::parser_callback_t limit_depth = [&too_deep](int depth, json::parse_event_t event, json&) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth >= kMaxControlJsonDepth) {
-      too_deep = true;
-      return false;  // discard the subtree; the flag rejects the message below
-    }
-    return true;
-  };
-  json j;
-  try {
-    j = json::parse(line.begin(), line.end(), limit_depth);
-  } catch (const json::exception& e) {
-    return InvalidArgumentError(std::string(what) + " is not JSON: " + CleanJsonError(e.what()));
-  }
-  if (too_deep) {
-    return InvalidArgumentError(std::string(what) + " nests deeper than " +
-                                std::to_string(kMaxControlJsonDepth) + " levels");
-  }
-  if (!j.is_object()) {
-    return InvalidArgumentError(std::string(what) + " must be a JSON object, got " +
-                                std::string(j.type_name()));
-  }
-  return j;
+  return ParseJsonObjectLine(line, kMaxControlMessageBytes, kMaxControlJsonDepth, what);
 }
 
 Status CheckVersion(const json& j, const char* what) {

@@ -20,12 +20,6 @@ namespace {
 
 bool ExitedWith(int ws, int code) { return WIFEXITED(ws) && WEXITSTATUS(ws) == code; }
 
-std::string Seconds2(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f", s);
-  return buf;
-}
-
 RunState StateFor(StopOutcome o) {
   switch (o) {
     case StopOutcome::kFailed: return RunState::kFailed;
@@ -318,21 +312,19 @@ void RunController::HandleIncident(Facts facts, const std::vector<RankView>& vie
 }
 
 std::string RunController::ActionText(const Facts& facts, const RecoveryDecision& d) const {
-  std::string text = state_ == State::kRunning ? "stopped all ranks; " : "";
+  // "stopped all ranks; restart generation 2 from step 1200 [recovery: restart in place now (restart 1 of 3): ...]"
+  std::string text = state_ == State::kRunning ? "stopped all ranks"
+                     : state_ == State::kIdle  ? "did not launch"
+                                               : "restart cancelled";
   if (d.action == RecoveryAction::kRestartInPlace) {
     const int64_t from = recorder_->NewestCommittedStep();
-    text += "restart generation " + std::to_string(generation_ + 1) + " from " +
-            (from >= 0 ? "step " + std::to_string(from) : "the start") + " (restart " +
-            std::to_string(restarts_used_ + 1) + " of " + std::to_string(opts_.supervise.restart_budget) +
-            (d.backoff_s > 0 ? ", after " + Seconds2(d.backoff_s) + " s" : "") + ")";
-  } else {
-    text += d.reason;
+    text += "; restart generation " + std::to_string(generation_ + 1) + " from " +
+            (from >= 0 ? "step " + std::to_string(from) : "the start");
   }
   if (facts.kind == IncidentKind::kHealth) {
     text += std::string(" [health policy: ") + health::ActionName(facts.health_action) + "]";
   }
-  text += std::string(" [recovery: ") + RecoveryActionName(d.action) + ": " + d.reason + "]";
-  return text;
+  return text + " [recovery: " + d.reason + "]";
 }
 
 void RunController::OnTimer(ControllerTimer timer) {

@@ -1,0 +1,52 @@
+#include "daemon/json_line.h"
+
+namespace holdfast {
+
+using json = nlohmann::json;
+
+std::string CleanJsonError(const char* what) {
+  std::string s(what);
+  if (!s.empty() && s[0] == '[') {
+    size_t end = s.find("] ");
+    if (end != std::string::npos) s.erase(0, end + 2);
+  }
+  return s;
+}
+
+Result<json> ParseJsonObjectLine(std::string_view line, size_t max_bytes, int max_depth, const std::string& what) {
+  if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+  if (line.size() + 1 > max_bytes) {
+    return InvalidArgumentError(what + " is " + std::to_string(line.size() + 1) +
+                                " bytes with its newline; the limit is " + std::to_string(max_bytes));
+  }
+  if (line.find('\n') != std::string_view::npos) {
+    return InvalidArgumentError(what + " must be one line: newline at byte " + std::to_string(line.find('\n')));
+  }
+  if (line.find_first_not_of(" \t\r") == std::string_view::npos) {
+    return InvalidArgumentError(what + " is an empty line; expected a JSON object");
+  }
+  bool too_deep = false;
+  json::parser_callback_t limit_depth = [&too_deep, max_depth](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= max_depth) {
+      too_deep = true;
+      return false;  // discard the subtree; the flag rejects the message below
+    }
+    return true;
+  };
+  json j;
+  try {
+    j = json::parse(line.begin(), line.end(), limit_depth);
+  } catch (const json::exception& e) {
+    return InvalidArgumentError(what + " is not JSON: " + CleanJsonError(e.what()));
+  }
+  if (too_deep) {
+    return InvalidArgumentError(what + " nests deeper than " + std::to_string(max_depth) + " levels");
+  }
+  if (!j.is_object()) {
+    return InvalidArgumentError(what + " must be a JSON object, got " + std::string(j.type_name()));
+  }
+  return j;
+}
+
+}  // namespace holdfast
