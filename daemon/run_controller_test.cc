@@ -270,6 +270,31 @@ TEST_F(RunControllerTest, AnOperatorStopGivesTheRanksTheCheckpointAllowanceAndEn
   EXPECT_EQ(Events().back().kind, "stop");
 }
 
+TEST_F(RunControllerTest, TheSchedulersWarningCheckpointsAndEndsPreemptedWithoutAQueue) {
+  Make();
+  controller_->Launch();
+  Train(4);
+  controller_->OnStopRequest(IncidentKind::kPreemption, "the scheduler's warning signal (SIGUSR1)");
+  EXPECT_DOUBLE_EQ(actions_.armed.at(ControllerTimer::kKillGrace), 300.0) << "time to commit a checkpoint";
+  ExitAll(Exited(kRankExitPreempted), 4);
+  EXPECT_TRUE(actions_.requeued.empty()) << "a local machine has no queue";
+  EXPECT_EQ(actions_.finished, kDaemonExitPreempted);
+  EXPECT_EQ(Run().state, RunState::kPreempted);
+  EXPECT_EQ(Events().back().kind, "preempt");
+}
+
+TEST_F(RunControllerTest, TheSchedulersWarningRequeuesWhereThereIsAQueue) {
+  Make(SchedulerCapabilities{true, true, false});
+  controller_->Launch();
+  Train(4);
+  controller_->OnStopRequest(IncidentKind::kPreemption, "the scheduler's warning signal (SIGUSR1)");
+  ExitAll(Exited(kRankExitPreempted), 4);
+  ASSERT_EQ(actions_.requeued.size(), 1u);
+  EXPECT_TRUE(actions_.requeued[0].empty()) << "nothing to exclude: no node is at fault";
+  EXPECT_EQ(actions_.finished, kDaemonExitPreempted);
+  EXPECT_EQ(Run().state, RunState::kPreempted) << "resumable by the requeued job";
+}
+
 TEST_F(RunControllerTest, SighupStopsTheRunAndSaysSo) {
   Make();
   controller_->Launch();
