@@ -14,6 +14,8 @@
 //     └──── (followers joining)                                  ▼
 //                                                            kFinished
 //
+// run_controller.cc turns inputs into incidents and decisions;
+// run_controller_execute.cc carries a decision out once the ranks are gone.
 // Time comes from an injected TimeSource and timers are requested from
 // RunActions (ArmTimer/CancelTimer, delivered back as OnTimer), so the whole
 // machine runs in unit tests on a fake clock with a recording RunActions

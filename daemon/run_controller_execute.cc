@@ -1,0 +1,136 @@
+// RunController, second half: carrying out what the recovery policy decided
+// once every rank of the generation has exited (restart after the backoff,
+// drain and requeue, or stop with the right final state), and the end of a run.
+#include <sys/wait.h>
+
+#include <spdlog/spdlog.h>
+
+#include "common/launch_contract.h"
+#include "daemon/exit_codes.h"
+#include "daemon/run_controller.h"
+#include "lineage/incident.h"
+
+namespace holdfast {
+namespace {
+
+bool ExitedWith(int ws, int code) { return WIFEXITED(ws) && WEXITSTATUS(ws) == code; }
+
+RunState StateFor(StopOutcome o) {
+  switch (o) {
+    case StopOutcome::kFailed: return RunState::kFailed;
+    case StopOutcome::kStopped: return RunState::kStopped;
+    case StopOutcome::kPreempted: return RunState::kPreempted;
+  }
+  return RunState::kFailed;
+}
+
+}  // namespace
+
+void RunController::Execute() {
+  const RecoveryDecision d = *pending_;
+  const Facts facts = *pending_facts_;
+  const std::string& why = facts.triage.summary;
+  switch (d.action) {
+    case RecoveryAction::kRestartInPlace: {
+      ++restarts_used_;
+      state_ = State::kBackoff;
+      spdlog::info("restarting in {:.2f} s (restart {} of {})", d.backoff_s, restarts_used_,
+                   opts_.supervise.restart_budget);
+      actions_->ArmTimer(ControllerTimer::kRestart, d.backoff_s);
+      return;
+    }
+    case RecoveryAction::kRequeueExcluding:
+    case RecoveryAction::kDrainAndRequeue: {
+      for (const std::string& host : d.drain_hosts) {
+        Status s = actions_->Drain(host, why);
+        EventRecord ev = recorder_->NewEvent(event_kind::kRequeue, host);
+        ev.summary = s.ok() ? "drained " + host + ": " + why : "could not drain " + host + ": " + s.message();
+        ev.action = s.ok() ? "drain" : "requeue without draining";
+        recorder_->RecordEvent(ev);
+      }
+      if (facts.kind == IncidentKind::kPreemption) {
+        EventRecord pe = recorder_->NewEvent(event_kind::kPreempt);
+        pe.summary = why;
+        pe.action = "requeue";
+        pe.runbook = RunbookFor(pe.kind);
+        recorder_->RecordEvent(pe);
+        EndGeneration(RunState::kPreempted, why);
+      }
+      Status s = actions_->Requeue(d.exclude_hosts, why);
+      if (!s.ok()) {
+        FinishRun(RunState::kFailed, "requeue failed (" + s.message() + "); " + why, kDaemonExitFailed);
+        return;
+      }
+      EventRecord ev = recorder_->NewEvent(event_kind::kRequeue);
+      ev.summary = d.reason;
+      ev.action = "requeued" + (d.exclude_hosts.empty() ? std::string() : " excluding " + [&] {
+        std::string h;
+        for (const auto& x : d.exclude_hosts) h += (h.empty() ? "" : ",") + x;
+        return h;
+      }());
+      recorder_->RecordEvent(ev);
+      // The attempt ends as the policy says; the run stays resumable for the next one.
+      recorder_->EndAttempt(StateFor(d.outcome), why);
+      FinishRun(RunState::kPreempted, "requeued: " + d.reason, kDaemonExitPreempted);
+      return;
+    }
+    case RecoveryAction::kStop: break;
+  }
+  // Stop. Did every rank commit a final checkpoint on its way out?
+  bool all_committed = !exits_.empty();
+  for (const auto& [r, s] : exits_) {
+    all_committed = all_committed && (ExitedWith(s, kRankExitPreempted) || ExitedWith(s, kRankExitOk));
+  }
+  if (facts.kind == IncidentKind::kStopRequest || facts.kind == IncidentKind::kDaemonSignal) {
+    const std::string cause = all_committed ? why + "; the ranks committed step " +
+                                                  std::to_string(recorder_->last_committed_step()) + " first"
+                                            : why;
+    EndGeneration(RunState::kStopped, cause);
+    EventRecord ev = recorder_->NewEvent(event_kind::kStop);
+    ev.summary = cause;
+    ev.action = "stopped; resume with `runctl resume " + recorder_->run_id() + "`";
+    ev.runbook = facts.kind == IncidentKind::kDaemonSignal ? RunbookFor(event_kind::kCrash) : RunbookFor(ev.kind);
+    recorder_->RecordEvent(ev);
+    FinishRun(RunState::kStopped, cause, all_committed ? kDaemonExitPreempted : kDaemonExitStopped);
+    return;
+  }
+  if (facts.kind == IncidentKind::kPreemption) {
+    EndGeneration(RunState::kPreempted, why);
+    EventRecord ev = recorder_->NewEvent(event_kind::kPreempt);
+    ev.summary = why;
+    ev.action = "stopped; resume with `runctl resume " + recorder_->run_id() + "`";
+    ev.runbook = RunbookFor(ev.kind);
+    recorder_->RecordEvent(ev);
+    FinishRun(RunState::kPreempted, why, kDaemonExitPreempted);
+    return;
+  }
+  std::string cause = why;
+  if (d.budget_exhausted) {
+    cause = "restart budget of " + std::to_string(opts_.supervise.restart_budget) + " exhausted; last incident: " + why;
+    EventRecord ev = recorder_->NewEvent(event_kind::kBudgetExhausted);
+    ev.summary = cause;
+    ev.action = "stopped the run";
+    ev.runbook = RunbookFor(ev.kind);
+    recorder_->RecordEvent(ev);
+  }
+  const int code = facts.kind == IncidentKind::kBadInput ? kDaemonExitUsage : kDaemonExitFailed;
+  FinishRun(StateFor(d.outcome), cause, code);
+}
+
+void RunController::EndGeneration(RunState state, const std::string& cause) {
+  recorder_->UpdateStep(max_step_seen_, /*force=*/true);  // where it ended, not where it was last sampled
+  recorder_->EndGeneration(state, cause);
+}
+
+void RunController::FinishRun(RunState state, const std::string& cause, int code) {
+  if (state_ == State::kFinished) return;
+  state_ = State::kFinished;
+  exit_code_ = code;
+  actions_->CancelTimer(ControllerTimer::kKillGrace);
+  actions_->CancelTimer(ControllerTimer::kRestart);
+  recorder_->EndRun(state, cause);
+  spdlog::info("run {} {}{}{}", recorder_->run_id(), RunStateName(state), cause.empty() ? "" : ": ", cause);
+  actions_->Finish(code);
+}
+
+}  // namespace holdfast
