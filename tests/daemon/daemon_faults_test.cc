@@ -110,6 +110,18 @@ TEST_F(DaemonFaultTest, ACommandThatCannotBeExecutedIsNotRestarted) {
   EXPECT_NE(triage.output.find("no-such-trainer"), std::string::npos) << triage.output;
 }
 
+TEST_F(DaemonFaultTest, HoldfastdsOwnFlagErrorsExitTwoNamingTheFlag) {
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--bogus"}, {"--nodes", "x"}, {"--nodes", "0"}, {"--from-step", "-3"}}) {
+    std::vector<std::string> argv = {BuildPath("daemon/holdfastd"), "--run-dir", dir_ / "run"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    ProcessResult r = RunProcess(argv);
+    EXPECT_EQ(r.exit_code, 2) << extra[0] << ": " << r.output;
+    EXPECT_NE(r.output.find(extra[0]), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(RunProcess({BuildPath("daemon/holdfastd"), "--help"}).exit_code, 0);
+}
+
 TEST_F(DaemonFaultTest, ATrainerFlagTypoIsNotRestarted) {
   WriteJob("", "");
   std::string job = ReadFile(dir_ / "job.toml");
