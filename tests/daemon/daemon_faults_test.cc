@@ -50,10 +50,10 @@ TEST_F(DaemonFaultTest, ASecondDaemonIsRefusedWhileTheFirstIsStoppedAndSilent) {
   EXPECT_NE(resume.output.find("pid " + std::to_string(first.pid())), std::string::npos) << resume.output;
   first.Signal(SIGCONT);
   ExpectFinishedBitExact(first);
-  auto db = Lineage();
-  ASSERT_NE(db, nullptr);
-  auto run = db->LatestRun();
-  ASSERT_TRUE(run.ok());
+  auto rec = LatestRun();
+  ASSERT_TRUE(rec.has_value());
+  auto& db = rec->db;
+  const RunRecord* run = &rec->run;
   auto attempts = db->Attempts(run->run_id);
   ASSERT_TRUE(attempts.ok());
   EXPECT_EQ(attempts->size(), 1u) << "nobody else took the run over";
@@ -78,10 +78,9 @@ TEST_F(DaemonFaultTest, SighupStopsTheRunWithATrueRecordAndLeftoversAreCleaned) 
   daemon.Signal(SIGHUP);
   const int code = daemon.Wait();
   EXPECT_TRUE(code == 3 || code == 75) << code << "\n" << ReadFile(dir_ / "daemon.log");
-  auto db = Lineage();
-  ASSERT_NE(db, nullptr);
-  auto run = db->LatestRun();
-  ASSERT_TRUE(run.ok());
+  auto rec = LatestRun();
+  ASSERT_TRUE(rec.has_value());
+  const RunRecord* run = &rec->run;
   EXPECT_EQ(run->state, RunState::kStopped);
   EXPECT_NE(run->cause.find("SIGHUP"), std::string::npos) << run->cause;
   EXPECT_TRUE(Leftovers().empty()) << Leftovers().front();
@@ -97,10 +96,10 @@ TEST_F(DaemonFaultTest, ACommandThatCannotBeExecutedIsNotRestarted) {
   WriteFile(dir_ / "job.toml", job);
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
   EXPECT_EQ(daemon.Wait(), 2) << ReadFile(dir_ / "daemon.log");
-  auto db = Lineage();
-  ASSERT_NE(db, nullptr);
-  auto run = db->LatestRun();
-  ASSERT_TRUE(run.ok());
+  auto rec = LatestRun();
+  ASSERT_TRUE(rec.has_value());
+  auto& db = rec->db;
+  const RunRecord* run = &rec->run;
   EXPECT_EQ(run->state, RunState::kFailed);
   auto gens = db->Generations(run->run_id);
   ASSERT_TRUE(gens.ok());
@@ -129,10 +128,10 @@ TEST_F(DaemonFaultTest, ATrainerFlagTypoIsNotRestarted) {
   WriteFile(dir_ / "job.toml", job);
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
   EXPECT_EQ(daemon.Wait(), 2) << ReadFile(dir_ / "daemon.log");
-  auto db = Lineage();
-  ASSERT_NE(db, nullptr);
-  auto run = db->LatestRun();
-  ASSERT_TRUE(run.ok());
+  auto rec = LatestRun();
+  ASSERT_TRUE(rec.has_value());
+  auto& db = rec->db;
+  const RunRecord* run = &rec->run;
   auto gens = db->Generations(run->run_id);
   ASSERT_TRUE(gens.ok());
   EXPECT_EQ(gens->size(), 1u);
@@ -155,10 +154,10 @@ TEST_F(DaemonFaultTest, CommitsBetweenTwoPollsAreEachRecorded) {
   WriteFile(dir_ / "job.toml", job);
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
   ExpectFinishedBitExact(daemon);
-  auto db = Lineage();
-  ASSERT_NE(db, nullptr);
-  auto run = db->LatestRun();
-  ASSERT_TRUE(run.ok());
+  auto rec = LatestRun();
+  ASSERT_TRUE(rec.has_value());
+  auto& db = rec->db;
+  const RunRecord* run = &rec->run;
   auto ckpts = db->Checkpoints(run->run_id);
   ASSERT_TRUE(ckpts.ok());
   std::set<int64_t> committed;
@@ -174,10 +173,10 @@ TEST_F(DaemonFaultTest, PrunedCheckpointsAreMarkedAndCannotBeResumedFrom) {
   WriteJob();  // a checkpoint every 5 steps; the trainer keeps the newest 3
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
   ExpectFinishedBitExact(daemon);
-  auto db = Lineage();
-  ASSERT_NE(db, nullptr);
-  auto run = db->LatestRun();
-  ASSERT_TRUE(run.ok());
+  auto rec = LatestRun();
+  ASSERT_TRUE(rec.has_value());
+  auto& db = rec->db;
+  const RunRecord* run = &rec->run;
   auto ckpts = db->Checkpoints(run->run_id);
   ASSERT_TRUE(ckpts.ok());
   std::set<int64_t> committed, pruned;
@@ -235,10 +234,10 @@ TEST_F(DaemonFaultTest, AStragglerIsNamedInStatusAndRecorded) {
   }
   EXPECT_NE(shown.find("slowest"), std::string::npos) << shown;
   ExpectFinishedBitExact(daemon);
-  auto db = Lineage();
-  ASSERT_NE(db, nullptr);
-  auto run = db->LatestRun();
-  ASSERT_TRUE(run.ok());
+  auto rec = LatestRun();
+  ASSERT_TRUE(rec.has_value());
+  auto& db = rec->db;
+  const RunRecord* run = &rec->run;
   auto events = db->Events(run->run_id, 0);
   ASSERT_TRUE(events.ok());
   bool recorded = false;
@@ -257,10 +256,10 @@ TEST_F(DaemonFaultTest, RunctlStopEndsTheRunStoppedAfterAFinalCheckpoint) {
   EXPECT_NE(stop.output.find("stopped"), std::string::npos) << stop.output;
   EXPECT_EQ(daemon.Wait(), 75) << "the ranks committed a final checkpoint: resume later\n"
                                << ReadFile(dir_ / "daemon.log");
-  auto db = Lineage();
-  ASSERT_NE(db, nullptr);
-  auto run = db->LatestRun();
-  ASSERT_TRUE(run.ok());
+  auto rec = LatestRun();
+  ASSERT_TRUE(rec.has_value());
+  auto& db = rec->db;
+  const RunRecord* run = &rec->run;
   EXPECT_EQ(run->state, RunState::kStopped);
   EXPECT_NE(run->cause.find("stopped with runctl"), std::string::npos) << run->cause;
   auto gens = db->Generations(run->run_id);

@@ -109,6 +109,21 @@ class SupervisedRunTest : public ::testing::Test {
     }
   }
 
+  // The newest run of lineage.db with the database it was read from;
+  // nullopt (and a failed expectation) when there is none.
+  struct Recorded {
+    std::unique_ptr<LineageDb> db;
+    RunRecord run;
+  };
+  std::optional<Recorded> LatestRun() const {
+    auto db = Lineage();
+    if (db == nullptr) return std::nullopt;
+    auto run = db->LatestRun();
+    EXPECT_TRUE(run.ok()) << run.status().ToString();
+    if (!run.ok()) return std::nullopt;
+    return Recorded{std::move(db), *run};
+  }
+
   std::unique_ptr<LineageDb> Lineage() const {
     LineageOptions o;
     o.read_only = true;
