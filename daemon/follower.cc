@@ -53,6 +53,7 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   void Reap();
   void StopRanks(double grace_s);
   void Done(int code);
+  void WaitForRanksThenStop();
 
   asio::io_context& io_;
   FollowerOptions opts_;
@@ -271,17 +272,17 @@ void Follower::Impl::Done(int code) {
     return;
   }
   // Wait for this node's ranks to go (TERM sent; KILL after the grace) before leaving.
-  auto wait = std::make_shared<std::function<void()>>();
-  *wait = [self = shared_from_this(), wait] {
-    self->ranks_.Reap();
-    if (!self->ranks_.AnyAlive()) {
-      self->io_.stop();
-      return;
-    }
-    self->poll_timer_.expires_after(std::chrono::milliseconds(50));
-    self->poll_timer_.async_wait([wait](const boost::system::error_code&) { (*wait)(); });
-  };
-  (*wait)();
+  WaitForRanksThenStop();
+}
+
+void Follower::Impl::WaitForRanksThenStop() {
+  ranks_.Reap();
+  if (!ranks_.AnyAlive()) {
+    io_.stop();
+    return;
+  }
+  poll_timer_.expires_after(std::chrono::milliseconds(50));
+  poll_timer_.async_wait([self = shared_from_this()](const boost::system::error_code&) { self->WaitForRanksThenStop(); });
 }
 
 Follower::Follower(boost::asio::io_context* io, FollowerOptions options, Scheduler* scheduler, const TimeSource* clock)
