@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <spdlog/spdlog.h>
 
@@ -66,6 +67,13 @@ Status RankGroup::Launch(const GenerationSpec& spec, const std::vector<RankPlace
     s.env["GROUP_RANK"] = std::to_string(p.node);
     s.env["MASTER_ADDR"] = master_addr;
     s.env["MASTER_PORT"] = std::to_string(spec.master_port);
+    {
+      // Every rank log says whose it is: a log copied out of the run dir still names its run.
+      std::ofstream log(s.log_path, std::ios::app);
+      log << "holdfastd: run " << spec.run_id << " attempt " << spec.attempt << " generation " << spec.generation
+          << ": rank " << p.global_rank << " of " << spec.world_size << " (local " << p.local_rank << ") on "
+          << p.host << ", device " << p.device << "\n";
+    }
     auto proc = RankProcess::Start(s);
     if (!proc.ok()) return proc.status().WithContext("start rank " + std::to_string(p.global_rank));
     ranks_.push_back(std::move(proc).value());

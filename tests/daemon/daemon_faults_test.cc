@@ -203,6 +203,10 @@ TEST_F(DaemonFaultTest, RanksInheritOnlyStdinStdoutAndStderr) {
   EXPECT_EQ(daemon.Wait(), 0) << ReadFile(dir_ / "daemon.log");
   for (const char* rank : {"0", "1"}) {
     std::istringstream in(ReadFile(dir_ / (std::string("run/logs/a1-g0-rank") + rank + ".log")));
+    std::string header;
+    std::getline(in, header);  // holdfastd's line naming the run and the rank
+    EXPECT_NE(header.find(std::string("holdfastd: run r-")), std::string::npos) << header;
+    EXPECT_NE(header.find(std::string(": rank ") + rank + " of 2"), std::string::npos) << header;
     std::set<std::string> fds;
     for (std::string fd; in >> fd;) fds.insert(fd);
     EXPECT_EQ(fds, (std::set<std::string>{"0", "1", "2", "3"})) << "rank " << rank;
