@@ -1,7 +1,5 @@
 #include "daemon/checkpoint_tracker.h"
 
-#include <sys/stat.h>
-
 #include <filesystem>
 
 #include "checkpoint/checkpoint_loader.h"
@@ -31,26 +29,22 @@ std::vector<int64_t> CheckpointTracker::StepsOnDisk() const {
   return out;
 }
 
-Status CheckpointTracker::Verify(int64_t step) {
-  const std::string manifest = (std::filesystem::path(StepDir(step)) / kManifestFileName).string();
-  struct stat st {};
-  if (::stat(manifest.c_str(), &st) != 0) {
-    verdicts_.erase(step);
-    return NotFoundError("no committed checkpoint of step " + std::to_string(step) + " in " + root_);
+Status CheckpointTracker::Verify(int64_t step) const {
+  HF_ASSIGN_OR_RETURN(Manifest m, CheckpointLoader(root_).ReadManifest(step));
+  for (const ManifestShard& shard : m.shards) {
+    const std::filesystem::path path = std::filesystem::path(StepDir(step)) / shard.file;
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    if (ec) return NotFoundError("checkpoint step " + std::to_string(step) + ": shard " + path.string() + ": " + ec.message());
+    if (size != shard.size) {
+      return CorruptionError("checkpoint step " + std::to_string(step) + ": shard " + path.string() + " is " +
+                             std::to_string(size) + " bytes, the manifest says " + std::to_string(shard.size));
+    }
   }
-  const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-  auto it = verdicts_.find(step);
-  if (it != verdicts_.end() && it->second.mtime_ns == mtime && it->second.size == st.st_size) return it->second.status;
-  auto m = CheckpointLoader(root_).Verify(step);
-  Verdict v;
-  v.mtime_ns = mtime;
-  v.size = st.st_size;
-  v.status = m.ok() ? Status::Ok() : m.status();
-  verdicts_[step] = v;
-  return v.status;
+  return Status::Ok();
 }
 
-int64_t CheckpointTracker::NewestVerified() {
+int64_t CheckpointTracker::NewestVerified() const {
   for (int64_t s : StepsOnDisk()) {
     if (Verify(s).ok()) return s;
   }

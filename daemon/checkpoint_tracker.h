@@ -2,17 +2,19 @@
 // one place that resolves the checkpoint root ([job] checkpoint_dir, relative
 // to [job] workdir) and answers "which step would the trainer resume from?".
 //
-// "Committed" here means what the trainer will actually load: the manifest
-// parses and every shard has its size and checksum (CheckpointLoader::Verify),
-// not merely that a manifest exists. Verification reads every byte, so a
-// verdict is cached per step folder (keyed by the manifest's mtime and size)
-// and a step is verified at most once unless its folder changes.
+// "Committed" here means the trainer's loader would take it up: the manifest
+// parses and its own checksum holds, and every shard it names is on disk with
+// the size the manifest records — so a manifest left beside a missing,
+// truncated or half-pruned shard does not count. Shard contents are not
+// checksummed here: the trainer checksums every byte as it loads (and skips,
+// reports and falls back from a corrupt one), and reading a checkpoint twice
+// on the daemon's event loop would stall supervision and double restore time
+// for large checkpoints. A check is a manifest read and a stat per shard.
 //
 // Thread-safety: none; owned by the daemon's event-loop thread.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -35,22 +37,16 @@ class CheckpointTracker {
 
   // Step folders on disk with a manifest (not verified), newest first.
   std::vector<int64_t> StepsOnDisk() const;
-  // The newest step that verifies completely; -1 when none (or no root).
-  int64_t NewestVerified();
-  // Whether step verifies completely (cached); the error says why not.
-  Status Verify(int64_t step);
+  // The newest step that checks out (see above); -1 when none (or no root).
+  int64_t NewestVerified() const;
+  // Whether step checks out; the error says why not.
+  Status Verify(int64_t step) const;
   std::string StepDir(int64_t step) const;
   // Bytes of the step folder's files (0 when missing).
   int64_t StepBytes(int64_t step) const;
 
  private:
-  struct Verdict {
-    int64_t mtime_ns = 0;
-    int64_t size = 0;
-    Status status;
-  };
   std::string root_;
-  std::map<int64_t, Verdict> verdicts_;
 };
 
 }  // namespace holdfast

@@ -252,6 +252,8 @@ Result<std::unique_ptr<RankProcess>> RankProcess::Start(const RankSpawn& spawn) 
   return proc;
 }
 
+bool ExitedWithCode(int wstatus, int code) { return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == code; }
+
 bool IsExecFailureStatus(int wstatus) {
   return WIFEXITED(wstatus) && (WEXITSTATUS(wstatus) == 126 || WEXITSTATUS(wstatus) == 127);
 }

@@ -87,6 +87,8 @@ class RankProcess {
 // this catches wrapper commands (`sh -c`, `env`, `srun`) whose inner exec
 // failed: a restart cannot help them either.
 bool IsExecFailureStatus(int wstatus);
+// Whether `wstatus` (as from waitpid) is a normal exit with `code`.
+bool ExitedWithCode(int wstatus, int code);
 
 // Exposed for tests: the fd sweep the forked child runs before exec.
 namespace rank_process_internal {

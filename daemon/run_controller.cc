@@ -1,7 +1,6 @@
 #include "daemon/run_controller.h"
 
 #include <signal.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -16,11 +15,6 @@
 #include "lineage/incident.h"
 
 namespace holdfast {
-namespace {
-
-bool ExitedWith(int ws, int code) { return WIFEXITED(ws) && WEXITSTATUS(ws) == code; }
-
-}  // namespace
 
 RunController::RunController(ControllerOptions options, const TimeSource* clock, RunRecorder* recorder,
                              RunActions* actions)
@@ -153,10 +147,10 @@ void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& v
   }
   if (state_ != State::kRunning) return;
   const int ws = e.wstatus;
-  if (e.exec_error.empty() && (ExitedWith(ws, kRankExitOk) || ExitedWith(ws, kRankExitPreempted))) {
+  if (e.exec_error.empty() && (ExitedWithCode(ws, kRankExitOk) || ExitedWithCode(ws, kRankExitPreempted))) {
     if (!all_exited) return;  // the others follow; one that does not is a hang
     bool all_clean = true;
-    for (const auto& [r, s] : exits_) all_clean = all_clean && ExitedWith(s, kRankExitOk);
+    for (const auto& [r, s] : exits_) all_clean = all_clean && ExitedWithCode(s, kRankExitOk);
     if (all_clean) {
       EndGeneration(RunState::kSucceeded, "");
       FinishRun(RunState::kSucceeded, "", kDaemonExitOk);
@@ -177,7 +171,7 @@ void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& v
   f.triage = TriageExit(clock_->MonotonicNs(), views, e.rank, ws, e.log_tail);
   f.event_kind = event_kind::kCrash;
   f.hosts = {opts_.host_of_rank(e.rank)};
-  const bool usage = ExitedWith(ws, kRankExitUsage);
+  const bool usage = ExitedWithCode(ws, kRankExitUsage);
   if (!e.exec_error.empty()) {
     f.kind = IncidentKind::kBadInput;
     f.triage.summary = "rank " + std::to_string(e.rank) + " could not be started: " + e.exec_error;

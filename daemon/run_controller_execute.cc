@@ -1,19 +1,16 @@
 // RunController, second half: carrying out what the recovery policy decided
 // once every rank of the generation has exited (restart after the backoff,
 // drain and requeue, or stop with the right final state), and the end of a run.
-#include <sys/wait.h>
-
 #include <spdlog/spdlog.h>
 
 #include "common/launch_contract.h"
 #include "daemon/exit_codes.h"
+#include "daemon/rank_process.h"
 #include "daemon/run_controller.h"
 #include "lineage/incident.h"
 
 namespace holdfast {
 namespace {
-
-bool ExitedWith(int ws, int code) { return WIFEXITED(ws) && WEXITSTATUS(ws) == code; }
 
 RunState StateFor(StopOutcome o) {
   switch (o) {
@@ -79,7 +76,7 @@ void RunController::Execute() {
   // Stop. Did every rank commit a final checkpoint on its way out?
   bool all_committed = !exits_.empty();
   for (const auto& [r, s] : exits_) {
-    all_committed = all_committed && (ExitedWith(s, kRankExitPreempted) || ExitedWith(s, kRankExitOk));
+    all_committed = all_committed && (ExitedWithCode(s, kRankExitPreempted) || ExitedWithCode(s, kRankExitOk));
   }
   if (facts.kind == IncidentKind::kStopRequest || facts.kind == IncidentKind::kDaemonSignal) {
     const std::string cause = all_committed ? why + "; the ranks committed step " +

@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "checkpoint/checkpoint_loader.h"
 #include "health/report.h"
 #include "lineage/incident.h"
 
@@ -172,9 +171,7 @@ std::map<std::string, int> RunRecorder::HostIncidents() {
 }
 
 int64_t RunRecorder::NewestCommittedStep() {
-  const int64_t verified = tracker_.NewestVerified();
-  if (!tracker_.enabled()) return last_committed_step_;
-  return verified;
+  return tracker_.enabled() ? tracker_.NewestVerified() : last_committed_step_;
 }
 
 void RunRecorder::ObserveCheckpoints(const std::vector<RankView>& views, int world_size) {
@@ -189,11 +186,8 @@ void RunRecorder::ObserveCheckpoints(const std::vector<RankView>& views, int wor
   // Every step committed since the last look, not only the newest: two saves
   // can complete between two polls.
   std::vector<int64_t> steps;
-  if (tracker_.enabled()) {
-    CheckpointLoader loader(tracker_.root());
-    for (int64_t s : tracker_.StepsOnDisk()) {
-      if (s > last_committed_step_ && s < committed && loader.ReadManifest(s).ok()) steps.push_back(s);
-    }
+  for (int64_t s : tracker_.StepsOnDisk()) {
+    if (s > last_committed_step_ && s < committed && tracker_.Verify(s).ok()) steps.push_back(s);
   }
   steps.push_back(committed);
   std::sort(steps.begin(), steps.end());

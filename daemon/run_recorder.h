@@ -51,7 +51,6 @@ class RunRecorder {
   int generation() const { return generation_; }
   // The step the attempt's first generation must start from (--from-step), or -1.
   int64_t requested_start_step() const { return requested_start_step_; }
-  CheckpointTracker& checkpoints() { return tracker_; }
   // Newest checkpoint recorded or seen this attempt (-1: none).
   int64_t last_committed_step() const { return last_committed_step_; }
 
@@ -75,7 +74,7 @@ class RunRecorder {
   // (every step folder in between, not only the newest), marks checkpoints
   // the trainer pruned from disk, and records failed saves the ranks report.
   void ObserveCheckpoints(const std::vector<RankView>& views, int world_size);
-  // The step a restart resumes from: the newest that verifies completely.
+  // The step a restart resumes from: the newest the trainer's loader would take.
   int64_t NewestCommittedStep();
 
   // ---- health ----

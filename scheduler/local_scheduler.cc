@@ -158,23 +158,31 @@ Result<uint64_t> ProcessStartTime(int pid) {
 }
 
 std::string FormatLeaderStamp(const LeaderStamp& stamp) {
-  return stamp.addr + " " + std::to_string(stamp.pid) + " " + std::to_string(stamp.start_time) + "\n";
+  return stamp.addr + " " + std::to_string(stamp.pid) + " " + std::to_string(stamp.start_time) +
+         (stamp.machine.empty() ? "" : " " + stamp.machine) + "\n";
 }
 
 Result<LeaderStamp> ParseLeaderStamp(const std::string& text) {
   std::istringstream in(text);
   LeaderStamp s;
   std::string extra;
-  if (!(in >> s.addr >> s.pid >> s.start_time) || (in >> extra) || s.pid <= 0) {
-    return InvalidArgumentError(Quote(text) + " is not 'ADDR PID STARTTIME'");
+  if (!(in >> s.addr >> s.pid >> s.start_time) || s.pid <= 0 || ((in >> s.machine) && (in >> extra))) {
+    return InvalidArgumentError(Quote(text) + " is not 'ADDR PID STARTTIME [MACHINE]'");
   }
   return s;
 }
 
-bool LeaderStampIsLive(const LeaderStamp& stamp) {
-  Result<uint64_t> t = ProcessStartTime(stamp.pid);
-  return t.ok() && *t == stamp.start_time;
+std::string WhyLeaderStampIsStale(const LeaderStamp& stamp) {
+  Result<std::string> here = MachineHostName();
+  if (!stamp.machine.empty() && here.ok() && *here != stamp.machine) return "";  // another machine's
+  Result<uint64_t> start = ProcessStartTime(stamp.pid);
+  if (start.ok() && *start == stamp.start_time) return "";
+  return "it names " + stamp.addr + " of pid " + std::to_string(stamp.pid) + ", " +
+         (start.ok() ? "now a different process (that leader exited and its pid was reused)"
+                     : "which is not running (a leader that has exited)");
 }
+
+bool LeaderStampIsLive(const LeaderStamp& stamp) { return WhyLeaderStampIsStale(stamp).empty(); }
 
 // ---- StartDetachedDaemon ----
 
@@ -371,6 +379,7 @@ Status LocalScheduler::PublishLeader(const std::string& addr) {
   stamp.addr = addr;
   stamp.pid = static_cast<int>(getpid());
   HF_ASSIGN_OR_RETURN(stamp.start_time, ProcessStartTime(stamp.pid));
+  HF_ASSIGN_OR_RETURN(stamp.machine, MachineHostName());
   const std::string text = FormatLeaderStamp(stamp);
   const std::string path = leader_file();
   const std::string tmp = path + ".tmp." + std::to_string(stamp.pid);
@@ -428,13 +437,10 @@ Result<std::string> LocalScheduler::FindLeader(std::chrono::milliseconds timeout
     } else {
       Result<LeaderStamp> stamp = ParseLeaderStamp(*text);
       if (!stamp.ok()) {
-        seen = "it holds " + Quote(*text) + ", not 'ADDR PID STARTTIME'";
+        seen = "it holds " + Quote(*text) + ", not 'ADDR PID STARTTIME' and the leader's machine";
       } else {
-        Result<uint64_t> start = ProcessStartTime(stamp->pid);
-        if (start.ok() && *start == stamp->start_time) return stamp->addr;
-        seen = "it names " + stamp->addr + " of pid " + std::to_string(stamp->pid) + ", " +
-               (start.ok() ? "now a different process (that leader exited and its pid was reused)"
-                           : "which is not running (a leader that has exited)");
+        seen = WhyLeaderStampIsStale(*stamp);
+        if (seen.empty()) return stamp->addr;
       }
     }
     const auto now = std::chrono::steady_clock::now();
@@ -444,8 +450,8 @@ Result<std::string> LocalScheduler::FindLeader(std::chrono::milliseconds timeout
   char secs[32];
   std::snprintf(secs, sizeof(secs), "%.1f", static_cast<double>(timeout.count()) / 1000.0);
   return TimeoutError("no live leader published its address in " + path + " within " + secs + " s (" + seen +
-                      "): start the node-0 holdfastd with the same --run-dir, or give --leader host:port "
-                      "(needed when the leader runs on another machine: its pid cannot be checked from here)");
+                      "): start the node-0 holdfastd with the same --run-dir (shared by every node), or give "
+                      "--leader host:port");
 }
 
 Status LocalScheduler::Requeue(const std::string& run_id, const std::vector<std::string>& exclude_hosts,

@@ -124,11 +124,16 @@ struct LeaderStamp {
   std::string addr;
   int pid = 0;
   uint64_t start_time = 0;
+  std::string machine;  // gethostname() of the leader's machine; "" = unknown (an older stamp)
 };
-std::string FormatLeaderStamp(const LeaderStamp& stamp);  // "ADDR PID STARTTIME\n"
-// kInvalidArgument when `text` is not one "ADDR PID STARTTIME" line.
+std::string FormatLeaderStamp(const LeaderStamp& stamp);  // "ADDR PID STARTTIME MACHINE\n"
+// kInvalidArgument when `text` is not one "ADDR PID STARTTIME [MACHINE]" line.
 Result<LeaderStamp> ParseLeaderStamp(const std::string& text);
-// Whether the stamped process is running with the stamped start time.
+// "" when the stamp may be used: its process runs with the stamped start time,
+// or it was written on another machine (a pid there cannot be checked from
+// here; a follower that cannot connect reads the file again). Otherwise why
+// it is stale, in words.
+std::string WhyLeaderStampIsStale(const LeaderStamp& stamp);
 bool LeaderStampIsLive(const LeaderStamp& stamp);
 
 }  // namespace holdfast

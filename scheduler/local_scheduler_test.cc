@@ -222,8 +222,10 @@ TEST_F(LocalSchedulerTest, FollowerFindsThePublishedLeader) {
   ASSERT_TRUE(leader.PublishLeader("127.0.0.1:4242").ok());
   Result<uint64_t> start = ProcessStartTime(static_cast<int>(getpid()));
   ASSERT_TRUE(start.ok());
-  EXPECT_EQ(ReadAll(dir_ / "cluster.addr"),
-            "127.0.0.1:4242 " + std::to_string(getpid()) + " " + std::to_string(*start) + "\n");
+  char machine[256] = {};
+  gethostname(machine, sizeof(machine) - 1);
+  EXPECT_EQ(ReadAll(dir_ / "cluster.addr"), "127.0.0.1:4242 " + std::to_string(getpid()) + " " +
+                                                std::to_string(*start) + " " + machine + "\n");
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir_.path())) {
     ++files;
@@ -272,7 +274,7 @@ TEST_F(LocalSchedulerTest, DeadLeadersAddressIsIgnoredAndALiveOneFound) {
   old_leader.Exit();
   // Exited but not reaped: a zombie is dead too.
   ASSERT_TRUE(WaitUntil([&] { return !ProcessStartTime(old_leader.pid()).ok(); }));
-  WriteAll(dir_ / "cluster.addr", FormatLeaderStamp({"127.0.0.1:1111", old_leader.pid(), *start}));
+  WriteAll(dir_ / "cluster.addr", FormatLeaderStamp({"127.0.0.1:1111", old_leader.pid(), *start, ""}));
 
   LocalScheduler follower(Options(2, 1));
   Result<std::string> found = follower.FindLeader(milliseconds(150));
@@ -286,7 +288,7 @@ TEST_F(LocalSchedulerTest, DeadLeadersAddressIsIgnoredAndALiveOneFound) {
   Sleeper live_leader;
   Result<uint64_t> live_start = ProcessStartTime(live_leader.pid());
   ASSERT_TRUE(live_start.ok());
-  WriteAll(dir_ / "cluster.addr", FormatLeaderStamp({"127.0.0.1:2222", live_leader.pid(), *live_start}));
+  WriteAll(dir_ / "cluster.addr", FormatLeaderStamp({"127.0.0.1:2222", live_leader.pid(), *live_start, ""}));
   found = follower.FindLeader(milliseconds(5000));
   ASSERT_TRUE(found.ok()) << found.status().ToString();
   EXPECT_EQ(*found, "127.0.0.1:2222");
@@ -296,7 +298,7 @@ TEST_F(LocalSchedulerTest, ReusedPidIsNotTheLeader) {
   Result<uint64_t> start = ProcessStartTime(static_cast<int>(getpid()));
   ASSERT_TRUE(start.ok());
   // Our pid, but another process's start time: the leader died and its pid was reused.
-  WriteAll(dir_ / "cluster.addr", FormatLeaderStamp({"127.0.0.1:1111", static_cast<int>(getpid()), *start + 1}));
+  WriteAll(dir_ / "cluster.addr", FormatLeaderStamp({"127.0.0.1:1111", static_cast<int>(getpid()), *start + 1, ""}));
   Result<std::string> found = LocalScheduler(Options(2, 1)).FindLeader(milliseconds(150));
   ASSERT_FALSE(found.ok());
   EXPECT_NE(found.status().message().find("pid was reused"), std::string::npos) << found.status().message();
@@ -320,7 +322,7 @@ TEST_F(LocalSchedulerTest, WithdrawRemovesOnlyOurOwnAddress) {
   Sleeper newer;
   Result<uint64_t> start = ProcessStartTime(newer.pid());
   ASSERT_TRUE(start.ok());
-  WriteAll(dir_ / "cluster.addr", FormatLeaderStamp({"127.0.0.1:3333", newer.pid(), *start}));
+  WriteAll(dir_ / "cluster.addr", FormatLeaderStamp({"127.0.0.1:3333", newer.pid(), *start, ""}));
   leader.WithdrawLeader();
   Result<std::string> found = LocalScheduler(Options(2, 1)).FindLeader(milliseconds(0));
   ASSERT_TRUE(found.ok()) << found.status().ToString();
@@ -333,15 +335,21 @@ TEST_F(LocalSchedulerTest, PublishRejectsAnAddressWithSpaces) {
 }
 
 TEST(LeaderStampTest, RoundTripsAndRejectsJunk) {
-  Result<LeaderStamp> s = ParseLeaderStamp(FormatLeaderStamp({"[::1]:9", 42, 1234567}));
+  Result<LeaderStamp> s = ParseLeaderStamp(FormatLeaderStamp({"[::1]:9", 42, 1234567, ""}));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(s->addr, "[::1]:9");
   EXPECT_EQ(s->pid, 42);
   EXPECT_EQ(s->start_time, 1234567u);
-  for (const char* junk : {"", "127.0.0.1:9", "127.0.0.1:9 x 1", "127.0.0.1:9 1 2 3", "127.0.0.1:9 0 5"}) {
+  Result<LeaderStamp> m = ParseLeaderStamp(FormatLeaderStamp({"10.0.0.1:9", 42, 7, "gpu-a17"}));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->machine, "gpu-a17");
+  for (const char* junk : {"", "127.0.0.1:9", "127.0.0.1:9 x 1", "127.0.0.1:9 1 2 3 4", "127.0.0.1:9 0 5"}) {
     EXPECT_FALSE(ParseLeaderStamp(junk).ok()) << junk;
   }
   EXPECT_FALSE(ProcessStartTime(0).ok());
+  // A pid of another machine cannot be checked here: the stamp is taken, the connect decides.
+  EXPECT_TRUE(LeaderStampIsLive({"10.0.0.1:9", 999999, 1, "some-other-machine"}));
+  EXPECT_FALSE(LeaderStampIsLive({"10.0.0.1:9", 999999, 1, ""})) << "an unknown machine is this one";
   EXPECT_TRUE(ProcessStartTime(static_cast<int>(getpid())).ok());
 }
 
