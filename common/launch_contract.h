@@ -16,6 +16,7 @@ inline constexpr const char* kEnvProgressPath = "HOLDFAST_PROGRESS_PATH";
 inline constexpr const char* kEnvRunId = "HOLDFAST_RUN_ID";
 inline constexpr const char* kEnvNode = "HOLDFAST_NODE";
 inline constexpr const char* kEnvDevice = "HOLDFAST_DEVICE";  // the rank's device ordinal, -1 = CPU
+inline constexpr const char* kEnvNodeAddr = "HOLDFAST_NODE_ADDR";  // the address the rank's node binds and advertises
 inline constexpr const char* kEnvHost = "HOLDFAST_HOST";  // the rank's node's host name
 // Set only for `runctl resume --from-step N`: the checkpoint step to resume from.
 inline constexpr const char* kEnvResumeFromStep = "HOLDFAST_RESUME_FROM_STEP";

@@ -186,6 +186,7 @@ void Follower::Impl::OnMessage(const ClusterMessage& msg) {
     spec.store_addr = m->store_addr;
     spec.master_port = m->master_port;
     spec.resume_step = m->resume_step;
+    spec.node_addr = opts_.allocation.self().addr;
     Status s = ranks_.Launch(spec, m->ranks);
     if (!s.ok()) {
       // The leader decides what a launch failure means.

@@ -51,7 +51,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--leader", local.leader, "followers: host:port of the leader (default: read DIR/cluster.addr)");
   app.add_option("--host", local.host, "this node's name (default: the hostname; '<hostname>-n<K>' with --nodes > 1)");
-  app.add_option("--addr", local.addr, "the address this node binds and advertises (default 127.0.0.1)");
+  app.add_option("--addr", local.addr,
+                 "the address this node binds and advertises (default 127.0.0.1 only when every node runs on this "
+                 "machine; required otherwise)");
   app.add_option("--cluster-port", cluster_port, "leader: TCP port followers join on (0 = any)");
   app.add_flag("--wait-for-lock", wait_for_lock, "wait for another holdfastd on DIR to exit instead of refusing");
   try {

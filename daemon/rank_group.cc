@@ -57,6 +57,7 @@ Status RankGroup::Launch(const GenerationSpec& spec, const std::vector<RankPlace
     s.env[kEnvRunId] = spec.run_id;
     s.env[kEnvNode] = std::to_string(p.node);
     s.env[kEnvHost] = p.host;
+    s.env[kEnvNodeAddr] = spec.node_addr;
     s.env[kEnvDevice] = std::to_string(p.device);
     if (spec.resume_step >= 0) s.env[kEnvResumeFromStep] = std::to_string(spec.resume_step);
     // torchrun's contract, for PyTorch jobs.

@@ -28,6 +28,7 @@ struct GenerationSpec {
   std::string store_addr;   // host:port of the rendezvous store
   uint16_t master_port = 0; // MASTER_PORT for PyTorch jobs
   int64_t resume_step = -1; // HOLDFAST_RESUME_FROM_STEP; -1 = newest
+  std::string node_addr;    // this node's reachable address (HOLDFAST_NODE_ADDR)
 };
 
 // A rank that left: reaped by Reap().

@@ -199,6 +199,7 @@ Status Supervisor::Impl::LaunchGeneration(int generation, int64_t resume_step) {
   spec.store_addr = alloc_.self().addr + ":" + std::to_string(store_->port());
   spec.master_port = PickFreePort(io_, alloc_.self().addr);
   spec.resume_step = resume_step;
+  spec.node_addr = alloc_.self().addr;
   for (auto& [n, views] : followers_) {
     StartMsg m;
     m.run_id = spec.run_id;

@@ -56,7 +56,9 @@ struct DistConfig {
   std::string backend = "gloo";  // gloo | nccl
   double bucket_mb = 4.0;
   bool overlap = true;           // allreduce buckets while backward runs
-  std::string host = "127.0.0.1";
+  // The address this rank's Gloo connections and a local launcher's store bind:
+  // "" = the node's address from its supervisor (HOLDFAST_NODE_ADDR), else 127.0.0.1.
+  std::string host;
   int64_t timeout_s = 300;
 };
 

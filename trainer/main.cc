@@ -159,6 +159,14 @@ std::atomic<bool> g_checkpoint_signal{false};
 void OnStopSignal(int sig) { g_stop_signal.store(sig); }
 void OnCheckpointSignal(int) { g_checkpoint_signal.store(true); }
 
+// dist.host, or the address the supervisor gave this rank's node, or loopback
+// (one machine, no supervisor).
+std::string InterfaceHost(const TrainerConfig& cfg) {
+  if (!cfg.dist.host.empty()) return cfg.dist.host;
+  const char* node_addr = std::getenv(kEnvNodeAddr);
+  return node_addr != nullptr && *node_addr != '\0' ? node_addr : "127.0.0.1";
+}
+
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v == nullptr ? fallback : std::atoi(v);
@@ -184,7 +192,7 @@ Result<std::unique_ptr<Communicator>> MakeCommunicator(const TrainerConfig& cfg,
   opts.rank = rank;
   opts.world_size = world;
   opts.store = std::move(store);
-  opts.interface_host = cfg.dist.host;
+  opts.interface_host = InterfaceHost(cfg);
   opts.timeout = std::chrono::seconds(cfg.dist.timeout_s);
   opts.cuda_device = EnvInt(kEnvLocalRank, 0);
   if (cfg.dist.backend == "nccl") return MakeNcclCommunicator(opts);
@@ -563,7 +571,7 @@ int main(int argc, char** argv) {
   if (flags.nproc > 1 && std::getenv(kEnvRank) == nullptr) {
     LaunchOptions lo;
     lo.nproc = flags.nproc;
-    lo.host = cfg->dist.host;
+    lo.host = InterfaceHost(*cfg);
     return RunLocalRanks(std::vector<std::string>(argv, argv + argc), lo);
   }
   return Run(flags, *cfg);
