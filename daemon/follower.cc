@@ -92,6 +92,17 @@ Status Follower::Impl::Start() {
       self->Reap();
       return;
     }
+    // A scheduler's warning or requeue signal reaches every node's daemon at
+    // once (srun forwards it to each task): the leader got it too and decides.
+    // This node's ranks are told (a trainer checkpoints on it) and report
+    // their exit to the leader as usual.
+    const std::optional<SignalMeaning> meant = self->scheduler_->ExplainSignal(sig);
+    if (meant ? meant->preemption : MeaningOf(sig).kind == IncidentKind::kPreemption) {
+      spdlog::warn("{} ({}): passing it to this node's ranks; the leader decides", SignalName(sig),
+                   meant ? meant->why : MeaningOf(sig).why);
+      if (self->ranks_.AnyAlive()) self->ranks_.SignalAll(sig);
+      return;
+    }
     // The leader decides about the run; this node's daemon was told to go.
     spdlog::warn("{}: stopping this node's ranks and leaving the run", SignalName(sig));
     self->StopRanks(self->opts_.job.supervise.term_grace_s);

@@ -3,6 +3,7 @@
 //   holdfastd --run-dir DIR --config job.toml              start (or continue) the run in DIR
 //   holdfastd --run-dir DIR --resume RUN [--from-step N]   a new attempt of RUN
 //   holdfastd ... --nodes N --node-id K                    one of N daemons (0 leads)
+//   srun --ntasks-per-node=1 holdfastd --run-dir DIR -c job.toml   under Slurm (examples/slurm/)
 //
 // main() only wires objects together: flags, the job config, the scheduler,
 // the run lock, the event loop, and the Supervisor (leader) or Follower.
@@ -22,6 +23,9 @@
 #include "daemon/supervisor.h"
 #include "lineage/lineage_db.h"
 #include "scheduler/local_scheduler.h"
+#ifdef HOLDFAST_HAVE_SLURM
+#include "scheduler/slurm_scheduler.h"
+#endif
 
 namespace {
 
@@ -56,6 +60,17 @@ int main(int argc, char** argv) {
                  "machine; required otherwise)");
   app.add_option("--cluster-port", cluster_port, "leader: TCP port followers join on (0 = any)");
   app.add_flag("--wait-for-lock", wait_for_lock, "wait for another holdfastd on DIR to exit instead of refusing");
+  std::string scheduler_name = "auto", requeue_path = "auto";
+  double slurm_timeout_s = 120;
+  app.add_option("--scheduler", scheduler_name,
+                 "auto (slurm inside a Slurm job, else local), local or slurm")
+      ->check(CLI::IsMember({"auto", "local", "slurm"}));
+  app.add_option("--requeue-path", requeue_path,
+                 "slurm: how a requeue keeps bad nodes out: epilog (holdfast-slurmctld-epilog is the cluster's "
+                 "EpilogSlurmctld), resubmit (a new job with --exclude; needs no admin), auto (epilog when configured)")
+      ->check(CLI::IsMember({"auto", "epilog", "resubmit"}));
+  app.add_option("--slurm-timeout", slurm_timeout_s, "slurm: seconds to retry an unreachable slurmctld")
+      ->check(CLI::PositiveNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -73,9 +88,35 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(run_dir, ec);
   if (ec) return Usage("cannot create run dir " + run_dir + ": " + ec.message());
 
-  LocalScheduler scheduler(local);
+  const bool in_slurm_job = std::getenv("SLURM_JOB_ID") != nullptr && std::getenv("SLURM_STEP_ID") != nullptr;
+  const bool use_slurm = scheduler_name == "slurm" || (scheduler_name == "auto" && in_slurm_job);
+  std::unique_ptr<Scheduler> scheduler_owner;
+  if (use_slurm) {
+#ifdef HOLDFAST_HAVE_SLURM
+    if (local.nodes != 1 || local.node_id != 0 || !local.leader.empty() || !local.host.empty()) {
+      return Usage("--nodes, --node-id, --leader and --host come from Slurm under --scheduler slurm: drop them "
+                   "(or use --scheduler local)");
+    }
+    SlurmSchedulerOptions so;
+    so.run_dir = run_dir;
+    so.addr = local.addr;
+    so.requeue_path = ParseRequeuePath(requeue_path).value();
+    so.rpc_deadline_s = slurm_timeout_s;
+    scheduler_owner = std::make_unique<SlurmScheduler>(so);
+#else
+    return Usage("this holdfastd was built without libslurm (install libslurm-dev and rebuild), so --scheduler slurm "
+                 "is not available; use --scheduler local");
+#endif
+  } else {
+    scheduler_owner = std::make_unique<LocalScheduler>(local);
+  }
+  Scheduler& scheduler = *scheduler_owner;
   auto alloc = scheduler.Discover();
   if (!alloc.ok()) return Usage(alloc.status().message());
+  if (alloc->this_node > 0) {
+    spdlog::set_pattern("[%H:%M:%S.%e] [holdfastd node " + std::to_string(alloc->this_node) + " " + alloc->self().host +
+                        "] [%^%l%$] %v");
+  }
 
   // The leader owns the run directory for its whole life (held until exit,
   // released by the kernel however it exits).

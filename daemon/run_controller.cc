@@ -83,6 +83,7 @@ void RunController::OnTick(const std::vector<RankView>& views) {
     if (v.progress.valid) step = std::max(step, v.progress.record.step);
   }
   max_step_seen_ = std::max(max_step_seen_, step);
+  ObserveSaves(clock_->MonotonicNs(), views);
   if (state_ != State::kRunning) return;
   recorder_->UpdateStep(step);
   // Ranks that finished cleanly are not waiting for anyone.
@@ -228,6 +229,38 @@ void RunController::OnNodeLost(const std::string& host, const std::vector<int>& 
     return;
   }
   HandleIncident(std::move(f), {});
+}
+
+void RunController::ObserveSaves(int64_t now, const std::vector<RankView>& views) {
+  int64_t committed = -1;
+  for (const RankView& v : views) {
+    if (!v.progress.valid) continue;
+    const auto& r = v.progress.record;
+    committed = std::max(committed, r.checkpoint_step);
+    if (static_cast<Phase>(r.phase) == Phase::kCheckpoint && r.step > committed && save_started_ns_.count(r.step) == 0) {
+      save_started_ns_[r.step] = now;
+    }
+  }
+  for (auto it = save_started_ns_.begin(); it != save_started_ns_.end() && it->first <= committed;) {
+    measured_save_s_ = std::max(measured_save_s_, static_cast<double>(now - it->second) / 1e9);
+    it = save_started_ns_.erase(it);
+  }
+}
+
+void RunController::NoteLeadTime(double lead_time_s) {
+  if (lead_time_s < 0 || measured_save_s_ < 0 || lead_time_s >= measured_save_s_) return;
+  char text[256];
+  std::snprintf(text, sizeof(text),
+                "the scheduler's lead time (%.0f s) is shorter than this run's measured checkpoint save (%.1f s): "
+                "the final checkpoint may not commit; give the job more warning (sbatch --signal=B:USR1@N, "
+                "KillWait) or save less state",
+                lead_time_s, measured_save_s_);
+  spdlog::warn("{}", text);
+  EventRecord ev = recorder_->NewEvent(event_kind::kPreempt);
+  ev.summary = text;
+  ev.action = "warning";
+  ev.runbook = RunbookFor(ev.kind);
+  recorder_->RecordEvent(ev);
 }
 
 void RunController::OnStopRequest(IncidentKind kind, const std::string& why) {

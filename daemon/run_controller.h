@@ -64,6 +64,8 @@ class RunActions {
   virtual void CancelTimer(ControllerTimer timer) = 0;
   virtual Status Drain(const std::string& host, const std::string& reason) = 0;
   virtual Status Requeue(const std::vector<std::string>& exclude_hosts, const std::string& reason) = 0;
+  // After a successful Requeue: what the scheduler did, for lineage ("" = nothing to add).
+  virtual std::string RequeueNote() const { return ""; }
   // The run is over: tear down and leave the loop with `exit_code`.
   virtual void Finish(int exit_code) = 0;
 };
@@ -101,6 +103,13 @@ class RunController {
   // kStopRequest, kDaemonSignal or kPreemption.
   void OnStopRequest(IncidentKind kind, const std::string& why);
   void OnTimer(ControllerTimer timer);
+  // The scheduler's lead time before it kills the job (< 0 unknown), told with
+  // a preemption signal: a lineage warning when it is shorter than this run's
+  // measured checkpoint save time.
+  void NoteLeadTime(double lead_time_s);
+  // The longest checkpoint save seen in this attempt (a rank entering the
+  // checkpoint phase at step S until S is committed), seconds; < 0 none yet.
+  double measured_save_s() const { return measured_save_s_; }
 
   State state() const { return state_; }
   const char* state_name() const;
@@ -145,6 +154,10 @@ class RunController {
   int restarts_used_ = 0;
   int failures_without_progress_ = 0;
   int64_t max_step_seen_ = -1;       // this generation
+  // Checkpoint saves: step -> when a rank was first seen saving it.
+  std::map<int64_t, int64_t> save_started_ns_;
+  double measured_save_s_ = -1;
+  void ObserveSaves(int64_t now, const std::vector<RankView>& views);
   std::map<int, int> exits_;         // this generation: global rank -> wait status
   // The incident being handled and what the policy decided about it.
   std::optional<Facts> pending_facts_;

@@ -65,6 +65,7 @@ void RunController::Execute() {
         for (const auto& x : d.exclude_hosts) h += (h.empty() ? "" : ",") + x;
         return h;
       }());
+      if (const std::string note = actions_->RequeueNote(); !note.empty()) ev.action += " (" + note + ")";
       recorder_->RecordEvent(ev);
       // The attempt ends as the policy says; the run stays resumable for the next one.
       recorder_->EndAttempt(StateFor(d.outcome), why);

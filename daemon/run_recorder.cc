@@ -56,6 +56,20 @@ Status RunRecorder::OpenRun() {
     if (!r.ok()) return r.status().WithContext("resume " + opts_.resume_run);
     existing = *r;
     kind = event_kind::kResume;
+  } else if (opts_.allocation.scheduler == "slurm") {
+    // Under Slurm the run directory is the run: a requeued or rerun job finds
+    // its run by job id, whatever its last attempt ended as; a new submission
+    // continues the directory's newest run unless that one succeeded.
+    HF_ASSIGN_OR_RETURN(std::optional<RunRecord> found, RunOfSlurmJob(opts_.allocation.job_id));
+    if (!found) {
+      auto r = db_->LatestRun();
+      if (r.ok() && r->state != RunState::kSucceeded) found = *r;
+      if (!r.ok() && r.status().code() != StatusCode::kNotFound) return r.status();
+    }
+    if (found) {
+      existing = *found;
+      kind = found->state == RunState::kRunning ? event_kind::kDaemonRestart : event_kind::kResume;
+    }
   } else {
     auto r = db_->LatestRun();
     if (r.ok() && (r->state == RunState::kRunning || r->state == RunState::kPreempted)) {
@@ -105,6 +119,10 @@ Status RunRecorder::OpenRun() {
     ev.summary = kind == event_kind::kDaemonRestart
                      ? "holdfastd restarted while the run was running (the previous daemon died); continuing"
                      : "run resumed as a new attempt";
+    if (opts_.allocation.scheduler == "slurm") {
+      ev.summary += " (Slurm job " + opts_.allocation.job_id + ", restart " +
+                    std::to_string(opts_.allocation.restart_count) + ", previous attempt " + RunStateName(existing->state) + ")";
+    }
     ev.action = "attempt " + std::to_string(attempt_) + " from " + from;
     ev.runbook = RunbookFor(kind);
     RecordEvent(ev);
@@ -113,6 +131,17 @@ Status RunRecorder::OpenRun() {
   spdlog::info("run {} attempt {} in {} ({} ranks: {})", run_id_, attempt_, opts_.run_dir, opts_.world_size,
                job.command.front());
   return Status::Ok();
+}
+
+Result<std::optional<RunRecord>> RunRecorder::RunOfSlurmJob(const std::string& job_id) {
+  HF_ASSIGN_OR_RETURN(std::vector<RunRecord> runs, db_->ListRuns(0));
+  for (const RunRecord& run : runs) {
+    HF_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts, db_->Attempts(run.run_id));
+    for (const AttemptRecord& a : attempts) {
+      if (a.slurm_job_id == job_id) return std::optional<RunRecord>(run);
+    }
+  }
+  return std::optional<RunRecord>();
 }
 
 int RunRecorder::StartGeneration(int64_t start_step) {

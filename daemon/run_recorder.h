@@ -89,6 +89,8 @@ class RunRecorder {
  private:
   RunRecorder(const RecorderOptions& options, const TimeSource* clock);
   Status OpenRun();
+  // The run that has an attempt of Slurm job `job_id` (newest first), if any.
+  Result<std::optional<RunRecord>> RunOfSlurmJob(const std::string& job_id);
   void RecordCommitted(int64_t step, int world_size);
   void RecordPruned();
   void RecordCheckpointFailures(const std::vector<RankView>& views);

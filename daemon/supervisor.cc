@@ -81,6 +81,7 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
   Status Requeue(const std::vector<std::string>& exclude, const std::string& reason) override {
     return scheduler_->Requeue(recorder_->run_id(), exclude, reason);
   }
+  std::string RequeueNote() const override { return scheduler_->last_requeue(); }
   void Finish(int code) override;
 
  private:
@@ -313,7 +314,14 @@ void Supervisor::Impl::OnSignal(int sig) {
     Reap();
     return;
   }
-  const DaemonSignalMeaning m = MeaningOf(sig);
+  DaemonSignalMeaning m = MeaningOf(sig);
+  double lead_time_s = -1;
+  if (const std::optional<SignalMeaning> s = scheduler_->ExplainSignal(sig)) {
+    m.kind = s->preemption ? IncidentKind::kPreemption : IncidentKind::kStopRequest;
+    m.why = s->why;
+    lead_time_s = s->lead_time_s;
+  }
+  if (m.kind == IncidentKind::kPreemption) controller_->NoteLeadTime(lead_time_s);
   if (controller_->state() == RunController::State::kStopping && m.kind == IncidentKind::kStopRequest) {
     spdlog::warn("{} again while stopping: killing the ranks now", SignalName(sig));
     KillRanks({});

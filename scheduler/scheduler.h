@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,15 @@ struct SchedulerCapabilities {
   bool drain = false;          // a host can be drained with a reason (needs privilege under Slurm)
 };
 
+// What a termination signal to holdfastd means under a scheduler (Slurm sends
+// SIGTERM for a time limit, a requeue and a cancel alike; only the job's state
+// tells them apart).
+struct SignalMeaning {
+  bool preemption = false;  // checkpoint, requeue, resume later; false: an operator's stop
+  std::string why;          // one sentence for lineage
+  double lead_time_s = -1;  // seconds left before the scheduler kills the job; < 0 unknown
+};
+
 class Scheduler {
  public:
   virtual ~Scheduler() = default;
@@ -76,6 +86,13 @@ class Scheduler {
   // Takes `host` out of service with `reason`. kFailedPrecondition where the
   // scheduler cannot (capabilities().drain false, or no privilege).
   virtual Status Drain(const std::string& host, const std::string& reason) = 0;
+
+  // What `sig` (SIGTERM, SIGUSR1, ...) to holdfastd means; nullopt: the
+  // daemon's own meaning (daemon/daemon_signals.h). May ask the scheduler.
+  virtual std::optional<SignalMeaning> ExplainSignal(int sig) { return std::nullopt; }
+  // After a successful Requeue: what was done, in words for lineage
+  // ("requeued job 42; holdfast-slurmctld-epilog excludes n2"). "" when nothing to add.
+  virtual std::string last_requeue() const { return ""; }
 };
 
 }  // namespace holdfast

@@ -1,0 +1,119 @@
+// SlurmScheduler: holdfastd inside a Slurm job (one holdfastd per node, started
+// by `srun --ntasks-per-node=1` from the batch script; examples/slurm/).
+// Everything goes through libslurm (scheduler/slurm_client.h):
+//
+//   Discover()       the job from its environment: SLURM_JOB_ID,
+//                    SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST) expanded to
+//                    node names, this node (SLURMD_NODENAME, else SLURM_NODEID),
+//                    SLURM_RESTART_COUNT; each node's address is its Slurm
+//                    NodeAddr (slurm_load_node), this node's replaced by --addr.
+//                    The leader is the step's first node.
+//   PublishLeader()  RUN_DIR/cluster-slurm.addr: "ADDR JOBID RESTARTCOUNT". A
+//   FindLeader()     follower takes only a line with its own job id and restart
+//                    count: an earlier job's (or run's) leader is never dialled.
+//   Requeue()        puts the job back in the queue, keeping hosts out, by one
+//                    of two paths (RequeuePath, below).
+//   Drain()          drains the node with the reason (root or SlurmUser only:
+//                    capabilities().drain says whether this daemon may).
+//   ExplainSignal()  SIGTERM/SIGUSR1 from Slurm, from the job's state.
+//
+// Requeue paths. A job cannot requeue itself *and* change its excluded nodes
+// (exc_nodes changes only on a pending job; a requeue from inside kills the
+// caller first), and Slurm holds a requeued job back ~120 s (BeginTime). So:
+//   epilog     the daemon writes its request into the job's comment
+//              ("holdfast-requeue exclude=n2 run=R") and calls slurm_requeue;
+//              `holdfast-slurmctld-epilog` (EpilogSlurmctld= on the controller,
+//              scheduler/slurmctld_epilog.h) finishes it once the job is
+//              pending: excluded nodes, no BeginTime hold. Same job id,
+//              restart count + 1. Needs the admin's slurm.conf line.
+//   resubmit   the daemon submits the job's own batch script again as a new
+//              job (same options, excluded nodes added,
+//              --dependency=afterany:<this job>) and this job ends. Needs no
+//              admin setting; a new job id, found by the run directory.
+//   auto       epilog where the controller's EpilogSlurmctld names
+//              holdfast-slurmctld-epilog, else resubmit. The default.
+// When Slurm is already requeueing the job itself (scontrol requeue, a
+// preemption with PreemptMode=REQUEUE) and no host is to be excluded, Requeue
+// does nothing more.
+//
+// Thread-safety: like every Scheduler, one thread (the daemon's event loop).
+// Calls block for libslurm RPCs, which retry an unreachable slurmctld with
+// backoff for up to `rpc_deadline_s`.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "scheduler/scheduler.h"
+#include "scheduler/slurm_client.h"
+
+namespace holdfast {
+
+enum class RequeuePath { kAuto, kEpilog, kResubmit };
+const char* RequeuePathName(RequeuePath p);  // "auto", "epilog", "resubmit"
+// kInvalidArgument naming the choices.
+Result<RequeuePath> ParseRequeuePath(const std::string& text);
+
+// The comment tag of a requeue request (written by the daemon, read by the
+// slurmctld epilog).
+inline constexpr const char* kRequeueRequestTag = "holdfast-requeue";
+struct RequeueRequest {
+  std::vector<std::string> exclude;  // node names
+  std::string run_id;
+};
+std::string FormatRequeueRequest(const RequeueRequest& r);  // "holdfast-requeue exclude=n2,n3 run=R"
+// nullopt when `comment` carries no request; the request is the comment's last
+// ';'-separated part (a user's own comment stays in front).
+std::optional<RequeueRequest> ParseRequeueRequest(const std::string& comment);
+// `comment` without the request (what the epilog writes back).
+std::string StripRequeueRequest(const std::string& comment);
+
+struct SlurmSchedulerOptions {
+  std::string run_dir;
+  std::string addr;  // --addr: this node's address, instead of its NodeAddr
+  RequeuePath requeue_path = RequeuePath::kAuto;
+  double rpc_deadline_s = 120;  // how long an unreachable slurmctld is retried
+};
+
+class SlurmScheduler : public Scheduler {
+ public:
+  explicit SlurmScheduler(SlurmSchedulerOptions options);
+
+  const char* name() const override { return "slurm"; }
+  SchedulerCapabilities capabilities() const override;
+
+  // kInvalidArgument, saying what to change, outside a Slurm job or with more
+  // than one holdfastd per node; Slurm's error when the controller cannot say
+  // the nodes' addresses.
+  Result<Allocation> Discover() override;
+  Status PublishLeader(const std::string& addr) override;
+  void WithdrawLeader() override;
+  Result<std::string> FindLeader(std::chrono::milliseconds timeout) override;
+  Status Requeue(const std::string& run_id, const std::vector<std::string>& exclude_hosts,
+                 const std::string& reason) override;
+  Status Drain(const std::string& host, const std::string& reason) override;
+  std::optional<SignalMeaning> ExplainSignal(int sig) override;
+  std::string last_requeue() const override { return last_requeue_; }
+
+  std::string leader_file() const { return options_.run_dir + "/cluster-slurm.addr"; }
+  uint32_t job_id() const { return job_id_; }
+
+ private:
+  Status RequeueByEpilog(const SlurmJob& job, const std::string& run_id, const std::vector<std::string>& exclude);
+  Status Resubmit(const SlurmJob& job, const std::vector<std::string>& exclude);
+
+  SlurmSchedulerOptions options_;
+  SlurmClient client_;
+  uint32_t job_id_ = 0;
+  int restart_count_ = 0;
+  bool may_drain_ = false;
+  std::string last_requeue_;
+};
+
+// The environment a resubmitted job gets: this process's, without the
+// variables Slurm sets for a job, step or task (SLURM_* but SLURM_CONF,
+// SLURMD_*), so that the new job describes itself.
+std::vector<std::string> ResubmitEnvironment(char** environ_);
+
+}  // namespace holdfast

@@ -1,0 +1,120 @@
+// The parts of the Slurm scheduler that need no cluster: host lists (through
+// libslurm's own parser), the requeue request the daemon writes into a job's
+// comment and the slurmctld epilog reads back, the --signal line a
+// resubmission carries over, the resubmitted environment, Slurm's errors as
+// ours, and Discover() refusing to run outside a job. Everything that talks to
+// slurmctld is tested on a real cluster (tests/slurm/, `ctest -L slurm`).
+#include "scheduler/slurm_scheduler.h"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <gtest/gtest.h>
+#include <slurm/slurm_errno.h>
+
+namespace holdfast {
+namespace {
+
+TEST(SlurmHostlist, ExpandsRangesAndCompressesBack) {
+  auto hosts = ExpandSlurmHostlist("n[1-3],gpu7");
+  ASSERT_TRUE(hosts.ok()) << hosts.status().ToString();
+  EXPECT_EQ(*hosts, (std::vector<std::string>{"n1", "n2", "n3", "gpu7"}));
+  EXPECT_EQ(CompressSlurmHostlist({"n1", "n3"}), "n[1,3]");
+  EXPECT_EQ(CompressSlurmHostlist({}), "");
+}
+
+TEST(RequeueRequest, RoundTripsThroughAJobComment) {
+  RequeueRequest r;
+  r.exclude = {"n2", "n5"};
+  r.run_id = "r-20261130-ab12";
+  const std::string text = FormatRequeueRequest(r);
+  EXPECT_EQ(text, "holdfast-requeue exclude=n2,n5 run=r-20261130-ab12");
+  auto back = ParseRequeueRequest("my own note; " + text);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->exclude, r.exclude);
+  EXPECT_EQ(back->run_id, r.run_id);
+  EXPECT_EQ(StripRequeueRequest("my own note; " + text), "my own note");
+  EXPECT_EQ(StripRequeueRequest(text), "");
+}
+
+TEST(RequeueRequest, AUserCommentIsNotARequest) {
+  EXPECT_FALSE(ParseRequeueRequest("").has_value());
+  EXPECT_FALSE(ParseRequeueRequest("lr sweep 3").has_value());
+  EXPECT_FALSE(ParseRequeueRequest("holdfast-requeue exclude=n2; later note").has_value());
+  EXPECT_EQ(StripRequeueRequest("lr sweep 3"), "lr sweep 3");
+  auto bare = ParseRequeueRequest("holdfast-requeue");
+  ASSERT_TRUE(bare.has_value());
+  EXPECT_TRUE(bare->exclude.empty());
+}
+
+TEST(ScriptWarnSignal, ReadsTheSbatchSignalLine) {
+  auto w = ScriptWarnSignal("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --signal=B:USR1@90\nsrun x\n");
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->sig, SIGUSR1);
+  EXPECT_EQ(w->time_s, 90);
+  EXPECT_TRUE(w->batch_only);
+  auto plain = ScriptWarnSignal("#SBATCH --signal=TERM\n");
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(plain->sig, SIGTERM);
+  EXPECT_EQ(plain->time_s, 60);  // Slurm's default
+  EXPECT_FALSE(plain->batch_only);
+  EXPECT_FALSE(ScriptWarnSignal("#!/bin/bash\nsrun x --signal=USR1\n").has_value());
+  EXPECT_FALSE(ScriptWarnSignal("#SBATCH --signal=NOPE@10\n").has_value());
+  EXPECT_EQ(ParseSignal("10"), 10);
+  EXPECT_EQ(ParseSignal("SIGUSR2"), SIGUSR2);
+  EXPECT_EQ(ParseSignal(""), 0);
+}
+
+TEST(ResubmitEnvironment, DropsWhatSlurmSetsForThisJobButKeepsTheConfig) {
+  const char* env[] = {"PATH=/usr/bin", "SLURM_JOB_ID=42", "SLURM_CONF=/tmp/s/slurm.conf", "SLURMD_NODENAME=n1",
+                       "HOME=/root", "SLURM_RESTART_COUNT=1", nullptr};
+  EXPECT_EQ(ResubmitEnvironment(const_cast<char**>(env)),
+            (std::vector<std::string>{"PATH=/usr/bin", "SLURM_CONF=/tmp/s/slurm.conf", "HOME=/root"}));
+}
+
+TEST(SlurmError, CarriesSlurmsMessageAndNumber) {
+  Status s = SlurmError("requeue job 42", ESLURM_DISABLED);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("requeue job 42: "), std::string::npos);
+  EXPECT_NE(s.message().find("(slurm error " + std::to_string(ESLURM_DISABLED) + ")"), std::string::npos);
+  EXPECT_EQ(SlurmError("load job 7", ESLURM_INVALID_JOB_ID).code(), StatusCode::kNotFound);
+  Status down = SlurmError("requeue job 42", SLURM_COMMUNICATIONS_CONNECTION_ERROR);
+  EXPECT_EQ(down.code(), StatusCode::kUnavailable);
+  EXPECT_NE(down.message().find("scontrol ping"), std::string::npos);
+  EXPECT_TRUE(IsSlurmCommunicationError(SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR));
+  EXPECT_FALSE(IsSlurmCommunicationError(ESLURM_INVALID_JOB_ID));
+}
+
+TEST(SlurmScheduler, RefusesToRunOutsideAJob) {
+  unsetenv("SLURM_JOB_ID");
+  SlurmScheduler s(SlurmSchedulerOptions{"/tmp", "", RequeuePath::kAuto, 1});
+  auto a = s.Discover();
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("srun"), std::string::npos);
+}
+
+TEST(SlurmScheduler, RefusesSeveralDaemonsPerNode) {
+  setenv("SLURM_JOB_ID", "42", 1);
+  setenv("SLURM_STEP_NUM_TASKS", "4", 1);
+  setenv("SLURM_STEP_NUM_NODES", "2", 1);
+  SlurmScheduler s(SlurmSchedulerOptions{"/tmp", "", RequeuePath::kAuto, 1});
+  auto a = s.Discover();
+  unsetenv("SLURM_JOB_ID");
+  unsetenv("SLURM_STEP_NUM_TASKS");
+  unsetenv("SLURM_STEP_NUM_NODES");
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("--ntasks-per-node=1"), std::string::npos);
+}
+
+TEST(RequeuePath, ParsesTheThreeChoices) {
+  EXPECT_EQ(*ParseRequeuePath("epilog"), RequeuePath::kEpilog);
+  EXPECT_EQ(*ParseRequeuePath("resubmit"), RequeuePath::kResubmit);
+  EXPECT_EQ(*ParseRequeuePath("auto"), RequeuePath::kAuto);
+  auto bad = ParseRequeuePath("scontrol");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("auto, epilog, resubmit"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace holdfast
