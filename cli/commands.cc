@@ -307,10 +307,19 @@ std::string StateAndCause(const std::string& state, const std::string& cause) {
 
 // ---- status ----
 
+// "job 42 (restart 1) on n1,n3": a Slurm attempt, live or recorded. The
+// restart count shows even when 0, so a first run is told from a requeue.
+std::string SlurmJobText(const std::string& job_id, int restart_count,
+                         const std::vector<std::string>& hosts) {
+  return "job " + job_id + " (restart " + std::to_string(restart_count) + ")" +
+         (hosts.empty() ? "" : " on " + Join(hosts, ","));
+}
+
 void PrintLiveStatus(const CliContext& c, const RunStatus& s) {
   std::ostream& os = *c.out;
   os << "run " << s.run_id << " (" << s.name << ")  " << s.state << "  attempt " << s.attempt
      << ", generation " << s.generation << ", step " << s.step << "\n";
+  if (s.scheduler == "slurm") os << "slurm " << SlurmJobText(s.job_id, s.restart_count, s.hosts) << "\n";
   os << "world size " << s.world_size << ", restarts " << s.restarts_used << "/"
      << s.restart_budget << ", last checkpoint step " << OptText(s.last_checkpoint_step)
      << ", up " << FormatDuration(s.uptime_s) << "\n\n";
@@ -366,12 +375,21 @@ int PrintRecordedStatus(const CliContext& c, const std::string& spec, const std:
   }
   const AttemptRecord* attempt = attempts->empty() ? nullptr : &attempts->back();
   const GenerationRecord* gen = gens->empty() ? nullptr : &gens->back();
+  const bool slurm = attempt != nullptr && !attempt->slurm_job_id.empty();
   if (c.json) {
+    // "slurm" repeats the newest attempt's job fields under the live status's names.
+    json slurm_json = nullptr;
+    if (slurm) {
+      slurm_json = {{"job_id", attempt->slurm_job_id},
+                    {"restart_count", attempt->restart_count},
+                    {"hosts", attempt->nodes}};
+    }
     PrintJson(c, {{"live", false},
                   {"source", "lineage.db"},
                   {"daemon", why},
                   {"run", RunJson(run)},
                   {"attempt", attempt ? AttemptJson(*attempt) : json(nullptr)},
+                  {"slurm", std::move(slurm_json)},
                   {"generation", gen ? GenerationJson(*gen) : json(nullptr)},
                   {"last_checkpoint", *ckpt ? CheckpointJson(**ckpt) : json(nullptr)},
                   {"last_incident", *incident ? EventJson(**incident) : json(nullptr)}});
@@ -388,6 +406,7 @@ int PrintRecordedStatus(const CliContext& c, const std::string& spec, const std:
                           (attempt->ended_ms ? ", ended " + FormatTime(*attempt->ended_ms) : "") +
                           ", " + RunStateName(attempt->state)});
   }
+  if (slurm) t.Add({"slurm", SlurmJobText(attempt->slurm_job_id, attempt->restart_count, attempt->nodes)});
   if (gen) {
     t.Add({"generation", std::to_string(gen->generation) + ", last step " +
                              OptText(gen->last_step) +

@@ -362,6 +362,50 @@ TEST_F(RunctlTest, StatusWithoutADaemonFallsBackToLineage) {
   EXPECT_EQ(j["last_incident"]["kind"], "hang");
 }
 
+TEST_F(RunctlTest, RecordedStatusOfASlurmRunShowsItsJobRestartCountAndHosts) {
+  BuildLineage();  // run A is local: no slurm row
+  const std::string run = "r-20250102-5151";
+  {
+    std::unique_ptr<LineageDb> d = OpenWriter();
+    RunRecord r;
+    r.run_id = run;
+    r.name = "gpt-slurm";
+    r.run_dir = dir_;
+    r.world_size = 16;
+    r.nodes = {"n1", "n2"};
+    r.scheduler = SchedulerKind::kSlurm;
+    r.slurm_job_id = "41";
+    ASSERT_TRUE(d->CreateRun(r).ok());
+    AttemptStart first;
+    first.slurm_job_id = "41";
+    first.nodes = {"n1", "n2"};
+    ASSERT_TRUE(d->StartAttempt(run, first).ok());
+    ASSERT_TRUE(d->EndAttempt(run, 1, RunState::kPreempted, "n2 lost; requeued without it").ok());
+    AttemptStart requeued;  // Slurm requeues under the same job id, one restart on
+    requeued.slurm_job_id = "41";
+    requeued.restart_count = 1;
+    requeued.nodes = {"n1", "n3"};
+    ASSERT_TRUE(d->StartAttempt(run, requeued).ok());
+  }
+  Outcome o = Run({"status", run});
+  ASSERT_EQ(o.exit, 0) << o.err;
+  EXPECT_TRUE(Has(o.out, "holdfastd is not running; last recorded state:")) << o.out;
+  EXPECT_TRUE(Has(o.out, "job 41 (restart 1) on n1,n3")) << o.out;
+  EXPECT_FALSE(Has(o.out, "(restart 0)")) << "the newest attempt's, not the first's:\n" << o.out;
+  EXPECT_TRUE(Has(o.out, "\nslurm ")) << "a 'slurm' row in\n" << o.out;
+
+  json j = RunJson({"status", run});
+  EXPECT_EQ(j["slurm"]["job_id"], "41");
+  EXPECT_EQ(j["slurm"]["restart_count"], 1);
+  EXPECT_EQ(j["slurm"]["hosts"], json::array({"n1", "n3"}));
+  EXPECT_EQ(j["attempt"]["attempt"], 2);
+
+  o = Run({"status", kRunA});
+  ASSERT_EQ(o.exit, 0) << o.err;
+  EXPECT_FALSE(Has(o.out, "slurm")) << o.out;
+  EXPECT_TRUE(RunJson({"status", kRunA})["slurm"].is_null());
+}
+
 // A stand-in holdfastd: answers `connections` requests on DIR/holdfastd.sock,
 // then stops listening (later connections are refused, as after a daemon's
 // exit); connections < 0: answers every request until destroyed.
@@ -449,6 +493,7 @@ TEST_F(RunctlTest, StatusFromALiveDaemonShowsTheRanks) {
                              "WAITING ON", "4242", "#9001", "812 ms", "forward"}) {
       EXPECT_TRUE(Has(o.out, want)) << "missing '" << want << "' in\n" << o.out;
     }
+    EXPECT_FALSE(Has(o.out, "slurm")) << "a local run has no slurm line:\n" << o.out;
   }
   {
     FakeDaemon daemon(dir_, [&](const ControlRequest& req) {
@@ -457,6 +502,30 @@ TEST_F(RunctlTest, StatusFromALiveDaemonShowsTheRanks) {
     json j = RunJson({"status"});
     EXPECT_EQ(j["live"], true);
     EXPECT_EQ(j["status"]["nodes"][0]["ranks"][0]["pid"], 4242);
+    EXPECT_EQ(j["status"]["scheduler"], "local");
+  }
+  // Under Slurm: the job, its restart count (0 too) and the hosts, after the header.
+  s.scheduler = "slurm";
+  s.job_id = "42";
+  s.restart_count = 0;
+  s.hosts = {"n1", "n3"};
+  {
+    FakeDaemon daemon(dir_, [&](const ControlRequest& req) {
+      return EncodeOkResponse(req.id, EncodeStatusResult(s));
+    });
+    Outcome o = Run({"status"});
+    ASSERT_EQ(o.exit, 0) << o.err;
+    EXPECT_TRUE(Has(o.out, "step 1234\nslurm job 42 (restart 0) on n1,n3\n")) << o.out;
+  }
+  {
+    FakeDaemon daemon(dir_, [&](const ControlRequest& req) {
+      return EncodeOkResponse(req.id, EncodeStatusResult(s));
+    });
+    json j = RunJson({"status"});
+    EXPECT_EQ(j["status"]["scheduler"], "slurm");
+    EXPECT_EQ(j["status"]["job_id"], "42");
+    EXPECT_EQ(j["status"]["restart_count"], 0);
+    EXPECT_EQ(j["status"]["hosts"], json::array({"n1", "n3"}));
   }
 }
 

@@ -182,6 +182,14 @@ struct RunStatus {
   // fewer than two ranks have a pace.
   std::optional<int> slowest_rank;
   std::optional<std::string> slowest_rank_note;
+  // What gave the run its nodes (scheduler/scheduler.h Allocation): "local" or
+  // "slurm", the Slurm job id and SLURM_RESTART_COUNT ("" and 0 when local),
+  // and the attempt's hosts in the scheduler's order. A daemon from before
+  // these fields sends none of them; they parse as "local", "", 0, {}.
+  std::string scheduler = "local";
+  std::string job_id;
+  int restart_count = 0;
+  std::vector<std::string> hosts;
 };
 
 std::string EncodeStatusResult(const RunStatus& status);  // a JSON object, no newline

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 namespace holdfast {
 namespace {
@@ -211,6 +213,10 @@ RunStatus SampleStatus() {
   s.last_incident = IncidentSummary{"hang", "rank 1 stuck", 1700000000000, "restarted", "runbooks/hang.md"};
   s.slowest_rank = 1;
   s.slowest_rank_note = "rank 1 computes 3.9x the median of the others for 45 s (812 ms vs 208 ms a step)";
+  s.scheduler = "slurm";
+  s.job_id = "42";
+  s.restart_count = 1;
+  s.hosts = {"gpu-a17", "gpu-a19"};
   return s;
 }
 
@@ -227,6 +233,15 @@ TEST(ControlProtocolTest, StatusResultRoundTrip) {
   EXPECT_EQ(back->nodes[0].ranks[1].phase, "forward");
   EXPECT_EQ(back->nodes[0].host, "gpu-a17") << "nodes are hosts";
   EXPECT_FALSE(back->nodes[0].ranks[1].waiting_on.has_value());
+  // What gave the run its nodes.
+  EXPECT_EQ(j["scheduler"], "slurm");
+  EXPECT_EQ(j["job_id"], "42");
+  EXPECT_EQ(j["restart_count"], 1);
+  EXPECT_EQ(j["hosts"], json::array({"gpu-a17", "gpu-a19"}));
+  EXPECT_EQ(back->scheduler, "slurm");
+  EXPECT_EQ(back->job_id, "42");
+  EXPECT_EQ(back->restart_count, 1);
+  EXPECT_EQ(back->hosts, (std::vector<std::string>{"gpu-a17", "gpu-a19"}));
 
   s.last_incident.reset();
   s.last_checkpoint_step.reset();
@@ -263,6 +278,28 @@ TEST(ControlProtocolTest, StatusResultRoundTrip) {
   ASSERT_TRUE(older.ok()) << older.status().ToString();
   EXPECT_FALSE(older->slowest_rank.has_value());
   EXPECT_FALSE(older->nodes[0].ranks[0].steps_per_s.has_value());
+
+  // A daemon from before Slurm support sends no scheduler fields: a local run.
+  json pre_slurm = json::parse(text);
+  for (const char* key : {"scheduler", "job_id", "restart_count", "hosts"}) pre_slurm.erase(key);
+  Result<RunStatus> local = ParseStatusResult(pre_slurm.dump());
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  EXPECT_EQ(local->scheduler, "local");
+  EXPECT_EQ(local->job_id, "");
+  EXPECT_EQ(local->restart_count, 0);
+  EXPECT_TRUE(local->hosts.empty());
+  EXPECT_EQ(local->run_id, s.run_id) << "the other fields still parse";
+  // Present but mistyped is still an error that names the field.
+  for (auto [key, value, want] : {std::tuple<const char*, json, const char*>{"hosts", json::array({"n1", 3}),
+                                                                             "\"hosts\" must be an array of strings"},
+                                  {"restart_count", "1", "\"restart_count\" must be an integer"},
+                                  {"job_id", 42, "\"job_id\" must be a string"}}) {
+    json mistyped = json::parse(text);
+    mistyped[key] = value;
+    Result<RunStatus> r = ParseStatusResult(mistyped.dump());
+    ASSERT_FALSE(r.ok()) << key;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
+  }
 
   json wrong = json::parse(text);
   wrong["slowest_rank_note"] = 3;

@@ -3,6 +3,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -73,6 +74,33 @@ class Fields {
     }
     if (!v->is_string()) return Wrong(key, "a string or null", *v);
     *out = v->get<std::string>();
+    return Status::Ok();
+  }
+  // Absent or null: `out` keeps its default.
+  Status OptionalStringOr(const char* key, std::string* out) {
+    const json* v = Find(key);
+    if (v == nullptr || v->is_null()) return Status::Ok();
+    if (!v->is_string()) return Wrong(key, "a string or null", *v);
+    *out = v->get<std::string>();
+    return Status::Ok();
+  }
+  template <typename T>
+  Status OptionalIntOr(const char* key, T* out) {
+    std::optional<T> v;
+    HF_RETURN_IF_ERROR(OptionalInt(key, &v));
+    if (v) *out = *v;
+    return Status::Ok();
+  }
+  Status OptionalStrings(const char* key, std::vector<std::string>* out) {
+    const json* v = Find(key);
+    if (v == nullptr || v->is_null()) return Status::Ok();
+    if (!v->is_array()) return Wrong(key, "an array of strings or null", *v);
+    std::vector<std::string> items;
+    for (const json& item : *v) {
+      if (!item.is_string()) return Wrong(key, "an array of strings or null", *v);
+      items.push_back(item.get<std::string>());
+    }
+    *out = std::move(items);
     return Status::Ok();
   }
   Result<const json*> Array(const char* key) {
@@ -170,7 +198,11 @@ std::string EncodeStatusResult(const RunStatus& s) {
             {"nodes", std::move(nodes)},
             {"last_incident", std::move(incident)},
             {"slowest_rank", opt_int(s.slowest_rank)},
-            {"slowest_rank_note", opt_int(s.slowest_rank_note)}};
+            {"slowest_rank_note", opt_int(s.slowest_rank_note)},
+            {"scheduler", s.scheduler},
+            {"job_id", s.job_id},
+            {"restart_count", s.restart_count},
+            {"hosts", s.hosts}};
   return Dump(j);
 }
 
@@ -225,6 +257,11 @@ Result<RunStatus> ParseStatusResult(std::string_view result_json) {
   }
   HF_RETURN_IF_ERROR(f.OptionalInt("slowest_rank", &s.slowest_rank));
   HF_RETURN_IF_ERROR(f.OptionalString("slowest_rank_note", &s.slowest_rank_note));
+  // Absent from daemons before Slurm support.
+  HF_RETURN_IF_ERROR(f.OptionalStringOr("scheduler", &s.scheduler));
+  HF_RETURN_IF_ERROR(f.OptionalStringOr("job_id", &s.job_id));
+  HF_RETURN_IF_ERROR(f.OptionalIntOr("restart_count", &s.restart_count));
+  HF_RETURN_IF_ERROR(f.OptionalStrings("hosts", &s.hosts));
   return s;
 }
 

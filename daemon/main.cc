@@ -7,7 +7,9 @@
 //
 // main() only wires objects together: flags, the job config, the scheduler,
 // the run lock, the event loop, and the Supervisor (leader) or Follower.
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -47,8 +49,13 @@ int main(int argc, char** argv) {
   bool wait_for_lock = false;
   app.add_option("--run-dir", run_dir, "the run's directory (lineage.db, logs, control socket)")->required();
   app.add_option("-c,--config", config_path, "job config (TOML; see examples/job.toml)");
-  app.add_option("--resume", resume, "continue run RUN (id, unique prefix or 'latest') as a new attempt");
-  app.add_option("--from-step", from_step, "with --resume: start from the checkpoint of step N")
+  // The environment carries a resume request across a Slurm resubmission; a flag overrides it.
+  app.add_option("--resume", resume,
+                 "continue run RUN (id, unique prefix or 'latest') as a new attempt (default: $HOLDFAST_RESUME)")
+      ->envname("HOLDFAST_RESUME");
+  app.add_option("--from-step", from_step,
+                 "with --resume: start from the checkpoint of step N (default: $HOLDFAST_FROM_STEP)")
+      ->envname("HOLDFAST_FROM_STEP")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--nodes", local.nodes, "number of nodes (daemons) in the run")->check(CLI::Range(1, 100000));
   app.add_option("--node-id", local.node_id, "this daemon's node: 0 leads, others follow")
@@ -83,6 +90,13 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("[%H:%M:%S.%e] [holdfastd" +
                       (local.node_id > 0 ? " node " + std::to_string(local.node_id) : std::string()) +
                       "] [%^%l%$] %v");
+  // A requeued Slurm job reruns with its first environment: a step asked for
+  // by `runctl resume --from-step` applies to the first run only.
+  if (const char* restarts = std::getenv("SLURM_RESTART_COUNT");
+      restarts && std::atoi(restarts) > 0 && from_step >= 0 &&
+      std::none_of(argv + 1, argv + argc, [](const char* a) { return std::strncmp(a, "--from-step", 11) == 0; })) {
+    from_step = -1;
+  }
   if (from_step >= 0 && resume.empty()) return Usage("--from-step needs --resume RUN");
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);

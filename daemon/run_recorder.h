@@ -49,6 +49,9 @@ class RunRecorder {
   const std::string& run_id() const { return run_id_; }
   int attempt() const { return attempt_; }
   int generation() const { return generation_; }
+  // What gave this attempt its nodes (scheduler, job id, restart count, hosts),
+  // as recorded with the attempt.
+  const Allocation& allocation() const { return opts_.allocation; }
   // The step the attempt's first generation must start from (--from-step), or -1.
   int64_t requested_start_step() const { return requested_start_step_; }
   // Newest checkpoint recorded or seen this attempt (-1: none).

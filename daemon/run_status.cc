@@ -18,6 +18,11 @@ RunStatus BuildRunStatus(const RunController& controller, const RunRecorder& rec
   st.restart_budget = job.supervise.restart_budget;
   if (recorder.last_committed_step() >= 0) st.last_checkpoint_step = recorder.last_committed_step();
   st.uptime_s = uptime_s;
+  const Allocation& alloc = recorder.allocation();
+  st.scheduler = alloc.scheduler;
+  st.job_id = alloc.job_id;
+  st.restart_count = alloc.restart_count;
+  st.hosts = alloc.hosts();
   std::map<int, NodeStatus> nodes;
   for (const RankView& v : views) {
     NodeStatus& node = nodes[v.node];

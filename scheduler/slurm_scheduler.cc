@@ -124,6 +124,8 @@ std::vector<std::string> ResubmitEnvironment(char** env) {
       continue;
     }
     if (kv.rfind("SLURM_", 0) == 0 || kv.rfind("SLURMD_", 0) == 0) continue;
+    // A resume request (runctl resume) was for the job that carried it.
+    if (kv.rfind("HOLDFAST_RESUME=", 0) == 0 || kv.rfind("HOLDFAST_FROM_STEP=", 0) == 0) continue;
     out.push_back(kv);
   }
   return out;
@@ -248,8 +250,13 @@ Status SlurmScheduler::Requeue(const std::string& run_id, const std::vector<std:
                                const std::string& reason) {
   last_requeue_.clear();
   HF_ASSIGN_OR_RETURN(SlurmJob job, client_.LoadJob(job_id_));
-  if (job.requeue_pending && exclude.empty()) {
-    last_requeue_ = "Slurm is already requeueing job " + std::to_string(job_id_);
+  // Slurm is putting the job back itself (scontrol requeue, a preemption with
+  // PreemptMode=REQUEUE): the job is completing with no end time, or already
+  // pending. A second requeue would fail, and a resubmission would run twice.
+  if (job.pending() || job.requeue_pending || (job.completing && job.end_time == 0)) {
+    last_requeue_ = "Slurm is already requeueing job " + std::to_string(job_id_) + " (state " + job.state +
+                    (job.completing ? "+COMPLETING" : "") + ")" +
+                    (exclude.empty() ? "" : "; " + Join(exclude, ",") + " could not be excluded");
     return Status::Ok();
   }
   RequeuePath path = options_.requeue_path;

@@ -18,7 +18,15 @@
 // comment, and sets BeginTime to now (releasing it if held), so the job runs
 // again within seconds on other nodes.
 //
-//   holdfast-slurmctld-epilog [--job ID] [--log FILE] [--wait SECONDS]
+// It also finishes what Slurm does after a failed Prolog (PrologFlags=Alloc):
+// the node is drained and the job requeued *held* with the ~120 s BeginTime
+// (reason launch_failed_requeued_held); the watcher releases it and starts it
+// now, so it runs at once on healthy nodes (the drained one is not eligible).
+//
+// slurmctld gives EpilogSlurmctld no PATH and no SLURM_CONF: the default
+// /etc/slurm/slurm.conf is read unless --slurm-conf names another.
+//
+//   holdfast-slurmctld-epilog [--job ID] [--log FILE] [--wait SECONDS] [--slurm-conf PATH]
 //
 // Exit code: 0 always once the job was read (an epilog failure would drain
 // nothing here, but slurmctld logs it); 2 on bad flags. What it did goes to
@@ -110,6 +118,8 @@ int main(int argc, char** argv) {
   double wait_s = 120;
   app.add_option("--job", job_id, "the job (default: SLURM_JOB_ID, as slurmctld sets it)");
   app.add_option("--log", log_path, "append what was done here (default " + log_path + "; stderr when not writable)");
+  std::string slurm_conf;
+  app.add_option("--slurm-conf", slurm_conf, "the cluster's slurm.conf (default: SLURM_CONF, else /etc/slurm/slurm.conf)");
   app.add_option("--wait", wait_s, "seconds to wait for the requeued job to become pending")->check(CLI::PositiveNumber);
   try {
     app.parse(argc, argv);
@@ -119,6 +129,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\nRun with --help for the flags.\n", e.what());
     return 2;
   }
+  if (!slurm_conf.empty()) setenv("SLURM_CONF", slurm_conf.c_str(), 1);
   if (job_id == 0) {
     const char* env = std::getenv("SLURM_JOB_ID");
     if (env == nullptr || *env == '\0') {
@@ -138,10 +149,16 @@ int main(int argc, char** argv) {
     Log("job " + std::to_string(job_id) + ": " + job.status().message());
     return 0;
   }
-  const std::optional<RequeueRequest> req = ParseRequeueRequest(job->comment);
-  if (!req) return 0;  // not a requeue holdfastd asked for
-  Log("job " + std::to_string(job_id) + ": holdfastd asked for a requeue" +
-      (req->exclude.empty() ? "" : " excluding " + CompressSlurmHostlist(req->exclude)) + "; watching it");
+  std::optional<RequeueRequest> req = ParseRequeueRequest(job->comment);
+  if (req) {
+    Log("job " + std::to_string(job_id) + ": holdfastd asked for a requeue" +
+        (req->exclude.empty() ? "" : " excluding " + CompressSlurmHostlist(req->exclude)) + "; watching it");
+  } else if (job->reason == "launch_failed_requeued_held") {
+    req = RequeueRequest{};
+    Log("job " + std::to_string(job_id) + ": a Prolog failed (its node is drained); releasing the job once pending");
+  } else {
+    return 0;  // a job that ended, or a requeue nobody asked holdfast to finish
+  }
   // Detach: slurmctld waits for this process, and the job stays COMPLETING until it exits.
   const pid_t child = fork();
   if (child < 0) {

@@ -14,6 +14,7 @@ PKGS=(
   googletest libgtest-dev libgmock-dev
   python3 python3-torch python3-numpy
   clang libclang-rt-14-dev
+  slurm-wlm slurmctld slurmd munge libslurm-dev iproute2
 )
 
 missing=()
