@@ -25,6 +25,9 @@
 #include "lineage/incident.h"
 #include "lineage/lineage_db.h"
 #include "scheduler/local_scheduler.h"
+#ifdef HOLDFAST_HAVE_SLURM
+#include "scheduler/slurm_scheduler.h"
+#endif
 
 extern char** environ;
 
@@ -1084,6 +1087,22 @@ int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_
                     ", answering or not); stop it first (runctl stop, or kill it), then resume");
   }
 
+  if (run.scheduler == SchedulerKind::kSlurm) {
+    // A Slurm run resumes as a Slurm job: its queued job released, or its saved submission again.
+#ifdef HOLDFAST_HAVE_SLURM
+    Result<std::string> what = ResumeSlurmRun(c.run_dir, run.run_id, run.slurm_job_id, from_step);
+    if (!what.ok()) return Fail(c, kRunctlFailure, what.status().message());
+    if (c.json) {
+      PrintJson(c, {{"run_id", run.run_id}, {"slurm", *what}, {"from_step", OptJson(from_step)}});
+      return kRunctlOk;
+    }
+    *c.out << *what << "\n  status:  runctl --run-dir " << c.run_dir << " status\n";
+    return kRunctlOk;
+#else
+    return Fail(c, kRunctlFailure, "run " + run.run_id + " runs under Slurm, and this runctl was built without "
+                                   "libslurm: rebuild with libslurm-dev installed, or sbatch the run's script again");
+#endif
+  }
   std::vector<std::string> looked;
   std::string daemon = FindTool("holdfastd", "RUNCTL_HOLDFASTD", "daemon", &looked);
   if (daemon.empty()) {

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 extern char** environ;
@@ -195,6 +196,15 @@ Result<Allocation> SlurmScheduler::Discover() {
   }
   auto conf = client_.LoadConfig();
   if (conf.ok()) may_drain_ = getuid() == 0 || getuid() == conf->slurm_user_id;
+  if (a.leader()) {
+    // For `runctl resume` once slurmctld has forgotten this job.
+    auto info = client_.LoadJob(job_id_);
+    auto script = info.ok() && info->batch ? client_.BatchScript(job_id_) : Result<std::string>(info.status());
+    Status saved = script.ok() ? SaveSubmission(SavedSubmissionPath(options_.run_dir),
+                                                SubmissionFromJob(*info, *script, ResubmitEnvironment(environ)))
+                               : script.status();
+    if (!saved.ok()) spdlog::warn("cannot save job {}'s submission for a later resume: {}", job, saved.message());
+  }
   spdlog::info("slurm job {} (restart {}): node {} of {} ({}, {}); {}", job, restart_count_, a.this_node,
                names.size(), a.self().host, a.self().addr,
                may_drain_ ? "may drain nodes" : "may not drain nodes (not root or SlurmUser): drains become exclusions");
@@ -294,12 +304,7 @@ Status SlurmScheduler::RequeueByEpilog(const SlurmJob& job, const std::string& r
   return Status::Ok();
 }
 
-Status SlurmScheduler::Resubmit(const SlurmJob& job, const std::vector<std::string>& exclude) {
-  if (!job.batch) {
-    return FailedPreconditionError("job " + std::to_string(job_id_) +
-                                   " is not a batch job (salloc/srun): there is no script to resubmit; submit with sbatch");
-  }
-  HF_ASSIGN_OR_RETURN(std::string script, client_.BatchScript(job_id_));
+SlurmSubmission SubmissionFromJob(const SlurmJob& job, const std::string& script, std::vector<std::string> environment) {
   SlurmSubmission sub;
   sub.script = script;
   sub.name = job.name;
@@ -324,6 +329,18 @@ Status SlurmScheduler::Resubmit(const SlurmJob& job, const std::vector<std::stri
     sub.warn_time_s = w->time_s;
     sub.warn_batch_only = w->batch_only;
   }
+  sub.exc_nodes = job.exc_nodes;
+  sub.environment = std::move(environment);
+  return sub;
+}
+
+Status SlurmScheduler::Resubmit(const SlurmJob& job, const std::vector<std::string>& exclude) {
+  if (!job.batch) {
+    return FailedPreconditionError("job " + std::to_string(job_id_) +
+                                   " is not a batch job (salloc/srun): there is no script to resubmit; submit with sbatch");
+  }
+  HF_ASSIGN_OR_RETURN(std::string script, client_.BatchScript(job_id_));
+  SlurmSubmission sub = SubmissionFromJob(job, script, ResubmitEnvironment(environ));
   std::vector<std::string> excluded;
   if (!job.exc_nodes.empty()) {
     auto prior = ExpandSlurmHostlist(job.exc_nodes);
@@ -334,7 +351,6 @@ Status SlurmScheduler::Resubmit(const SlurmJob& job, const std::vector<std::stri
   }
   sub.exc_nodes = Join(excluded, ",");
   sub.dependency = "afterany:" + std::to_string(job_id_);
-  sub.environment = ResubmitEnvironment(environ);
   HF_ASSIGN_OR_RETURN(uint32_t next, client_.Submit(sub));
   last_requeue_ = "submitted job " + std::to_string(next) + (excluded.empty() ? "" : " excluding " + sub.exc_nodes) +
                   " to continue once job " + std::to_string(job_id_) + " ends";
@@ -359,7 +375,8 @@ std::optional<SignalMeaning> SlurmScheduler::ExplainSignal(int sig) {
   m.preemption = true;
   const std::string id = "job " + std::to_string(job_id_);
   const std::time_t now = std::time(nullptr);
-  const bool limited = job.ok() && job->time_limit_min != 0 && job->time_limit_min != UINT32_MAX && job->end_time > 0;
+  // INFINITE and NO_VAL (0xffffffff, 0xfffffffe) mean no time limit.
+  const bool limited = job.ok() && job->time_limit_min != 0 && job->time_limit_min < 0xfffffffeu && job->end_time > 0;
   if (limited) m.lead_time_s = static_cast<double>(job->end_time - now);
   if (sig == SIGUSR1) {
     m.why = "Slurm's warning signal (SIGUSR1) to " + id +
@@ -386,6 +403,107 @@ std::optional<SignalMeaning> SlurmScheduler::ExplainSignal(int sig) {
     m.why = "SIGTERM from Slurm to " + id + " (state " + job->state + "): a preemption, time limit or node shutdown";
   }
   return m;
+}
+
+std::string SavedSubmissionPath(const std::string& run_dir) { return run_dir + "/slurm-job.json"; }
+
+Status SaveSubmission(const std::string& path, const SlurmSubmission& j) {
+  nlohmann::json o = {{"script", j.script},       {"name", j.name},
+                      {"partition", j.partition}, {"account", j.account},
+                      {"qos", j.qos},             {"work_dir", j.work_dir},
+                      {"std_out", j.std_out},     {"std_err", j.std_err},
+                      {"std_in", j.std_in},       {"comment", j.comment},
+                      {"exc_nodes", j.exc_nodes}, {"tres_per_node", j.tres_per_node},
+                      {"environment", j.environment}, {"num_nodes", j.num_nodes},
+                      {"num_tasks", j.num_tasks}, {"ntasks_per_node", j.ntasks_per_node},
+                      {"cpus_per_task", j.cpus_per_task}, {"pn_min_memory", j.pn_min_memory},
+                      {"time_limit_min", j.time_limit_min}, {"requeue", j.requeue},
+                      {"warn_signal", j.warn_signal}, {"warn_time_s", j.warn_time_s},
+                      {"warn_batch_only", j.warn_batch_only}};
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << o.dump(1) << '\n';
+    out.flush();
+    if (!out) return IoError("write " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return IoError("rename " + tmp + " to " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
+Result<SlurmSubmission> LoadSubmission(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFoundError(path + " does not exist: no Slurm job of this run saved its submission");
+  nlohmann::json o = nlohmann::json::parse(in, nullptr, false);
+  if (!o.is_object() || !o.contains("script") || !o["script"].is_string()) {
+    return CorruptionError(path + " is not a saved Slurm submission (JSON with a \"script\"): remove it and sbatch the "
+                           "run's script again");
+  }
+  SlurmSubmission j;
+  try {
+    j.script = o.value("script", "");
+    j.name = o.value("name", "");
+    j.partition = o.value("partition", "");
+    j.account = o.value("account", "");
+    j.qos = o.value("qos", "");
+    j.work_dir = o.value("work_dir", "");
+    j.std_out = o.value("std_out", "");
+    j.std_err = o.value("std_err", "");
+    j.std_in = o.value("std_in", "");
+    j.comment = o.value("comment", "");
+    j.exc_nodes = o.value("exc_nodes", "");
+    j.tres_per_node = o.value("tres_per_node", "");
+    j.environment = o.value("environment", std::vector<std::string>{});
+    j.num_nodes = o.value("num_nodes", 0u);
+    j.num_tasks = o.value("num_tasks", 0u);
+    j.ntasks_per_node = o.value("ntasks_per_node", static_cast<uint16_t>(0));
+    j.cpus_per_task = o.value("cpus_per_task", static_cast<uint16_t>(0));
+    j.pn_min_memory = o.value("pn_min_memory", static_cast<uint64_t>(0));
+    j.time_limit_min = o.value("time_limit_min", 0u);
+    j.requeue = o.value("requeue", true);
+    j.warn_signal = o.value("warn_signal", 0);
+    j.warn_time_s = o.value("warn_time_s", 0);
+    j.warn_batch_only = o.value("warn_batch_only", false);
+  } catch (const nlohmann::json::exception& e) {
+    return CorruptionError(path + ": " + e.what() + ": remove it and sbatch the run's script again");
+  }
+  return j;
+}
+
+Result<std::string> ResumeSlurmRun(const std::string& run_dir, const std::string& run_id,
+                                   const std::string& last_job_id, std::optional<int64_t> from_step) {
+  SlurmClient slurm(SlurmClient::RetryPolicy{0.5, 2, 20});
+  if (!last_job_id.empty()) {
+    auto job = slurm.LoadJob(static_cast<uint32_t>(std::strtoul(last_job_id.c_str(), nullptr, 10)));
+    if (job.ok() && (job->running() || job->completing)) {
+      return FailedPreconditionError("job " + last_job_id + " of run " + run_id + " is " + job->state +
+                                     (job->completing ? " (completing)" : "") +
+                                     ": it is the run's live attempt; `runctl stop` it first");
+    }
+    if (job.ok() && job->pending()) {
+      if (from_step) {
+        return FailedPreconditionError("job " + last_job_id + " is queued to continue run " + run_id +
+                                       " from its newest checkpoint; to pick step " + std::to_string(*from_step) +
+                                       " cancel it first (scancel " + last_job_id + ")");
+      }
+      SlurmJobUpdate u;
+      u.begin_now = true;
+      u.release = job->priority == 0;
+      HF_RETURN_IF_ERROR(slurm.UpdateJob(job->job_id, u));
+      return "job " + last_job_id + " was queued (" + job->reason + "): " + (u.release ? "released it and " : "") +
+             "set it to start now; it continues run " + run_id + " from its newest checkpoint";
+    }
+  }
+  HF_ASSIGN_OR_RETURN(SlurmSubmission sub, LoadSubmission(SavedSubmissionPath(run_dir)));
+  sub.environment.push_back("HOLDFAST_RESUME=" + run_id);
+  if (from_step) sub.environment.push_back("HOLDFAST_FROM_STEP=" + std::to_string(*from_step));
+  sub.comment = StripRequeueRequest(sub.comment);
+  HF_ASSIGN_OR_RETURN(uint32_t id, slurm.Submit(sub));
+  return "submitted job " + std::to_string(id) + " (" + (sub.name.empty() ? "the run's script" : sub.name) +
+         ") to resume run " + run_id + " from " +
+         (from_step ? "step " + std::to_string(*from_step) : std::string("its newest committed checkpoint"));
 }
 
 }  // namespace holdfast

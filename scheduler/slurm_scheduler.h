@@ -111,6 +111,25 @@ class SlurmScheduler : public Scheduler {
   std::string last_requeue_;
 };
 
+// The submission that reproduces `job` (its options as slurmctld keeps them,
+// `script`, and the --signal of the script's #SBATCH lines), with the
+// environment given. What a resubmission copies is listed in docs/slurm.md.
+SlurmSubmission SubmissionFromJob(const SlurmJob& job, const std::string& script, std::vector<std::string> environment);
+// RUN_DIR/slurm-job.json: the leader saves its job's submission there at the
+// start of every attempt, so `runctl resume` can submit the run again after
+// slurmctld has forgotten the job (MinJobAge).
+std::string SavedSubmissionPath(const std::string& run_dir);
+Status SaveSubmission(const std::string& path, const SlurmSubmission& sub);
+Result<SlurmSubmission> LoadSubmission(const std::string& path);
+
+// `runctl resume` of a Slurm run, from outside any job: when the run's last
+// job (`last_job_id`) is still queued, releases it and starts it now (held,
+// or waiting on BeginTime); when it is running, kFailedPrecondition; else
+// submits the saved submission again with HOLDFAST_RESUME=run_id (and
+// HOLDFAST_FROM_STEP). Returns what was done, in words.
+Result<std::string> ResumeSlurmRun(const std::string& run_dir, const std::string& run_id,
+                                   const std::string& last_job_id, std::optional<int64_t> from_step);
+
 // The environment a resubmitted job gets: this process's, without the
 // variables Slurm sets for a job, step or task (SLURM_* but SLURM_CONF,
 // SLURMD_*), so that the new job describes itself.

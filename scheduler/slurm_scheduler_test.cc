@@ -9,6 +9,9 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
 #include <slurm/slurm_errno.h>
 
@@ -114,6 +117,41 @@ TEST(RequeuePath, ParsesTheThreeChoices) {
   auto bad = ParseRequeuePath("scontrol");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("auto, epilog, resubmit"), std::string::npos);
+}
+
+TEST(SavedSubmission, RoundTripsAndRefusesGarbage) {
+  const std::string dir = ::testing::TempDir() + "/saved-submission";
+  std::filesystem::create_directories(dir);
+  SlurmJob job;
+  job.name = "gpt-7b";
+  job.partition = "main";
+  job.num_nodes = 2;
+  job.ntasks_per_node = 1;
+  job.time_limit_min = 90;
+  job.exc_nodes = "n5";
+  job.requeue_allowed = true;
+  SlurmSubmission sub = SubmissionFromJob(job, "#!/bin/bash\n#SBATCH --signal=B:USR1@120\nsrun holdfastd\n",
+                                          {"PATH=/usr/bin", "RUN_DIR=/shared/r1"});
+  EXPECT_EQ(sub.warn_signal, SIGUSR1);
+  EXPECT_EQ(sub.warn_time_s, 120);
+  const std::string path = SavedSubmissionPath(dir);
+  ASSERT_TRUE(SaveSubmission(path, sub).ok());
+  auto back = LoadSubmission(path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->script, sub.script);
+  EXPECT_EQ(back->name, "gpt-7b");
+  EXPECT_EQ(back->num_nodes, 2u);
+  EXPECT_EQ(back->ntasks_per_node, 1);
+  EXPECT_EQ(back->time_limit_min, 90u);
+  EXPECT_EQ(back->exc_nodes, "n5");
+  EXPECT_EQ(back->environment, sub.environment);
+  EXPECT_TRUE(back->warn_batch_only);
+  std::ofstream(path) << "{\"name\": 3}";
+  auto bad = LoadSubmission(path);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(bad.status().message().find("sbatch the run's script again"), std::string::npos);
+  EXPECT_EQ(LoadSubmission(dir + "/none.json").status().code(), StatusCode::kNotFound);
 }
 
 }  // namespace
