@@ -55,6 +55,11 @@ void RunController::Execute() {
       }
       Status s = actions_->Requeue(d.exclude_hosts, why);
       if (!s.ok()) {
+        EventRecord fe = recorder_->NewEvent(event_kind::kRequeue);
+        fe.summary = "requeue failed: " + s.message();
+        fe.action = "stopped the run; resume it with `runctl resume " + recorder_->run_id() + "` once the scheduler answers";
+        fe.runbook = RunbookFor(fe.kind);
+        recorder_->RecordEvent(fe);
         FinishRun(RunState::kFailed, "requeue failed (" + s.message() + "); " + why, kDaemonExitFailed);
         return;
       }

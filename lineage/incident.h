@@ -54,7 +54,7 @@ inline constexpr RunbookEntry kRunbooks[] = {
     {event_kind::kStraggler, "runbooks/straggler.md"},
     {event_kind::kStragglerRecovered, "runbooks/straggler.md"},
     {event_kind::kRestart, ""},
-    {event_kind::kRequeue, ""},
+    {event_kind::kRequeue, "runbooks/requeue-failed.md"},
     {event_kind::kResume, ""},
     {event_kind::kStop, ""},
 };

@@ -11,6 +11,7 @@ args=(--prolog)
 [ -r "$HEALTH_CONFIG" ] && args+=(--config "$HEALTH_CONFIG")
 reason=$("$HOLDFAST_HEALTH" "${args[@]}" 2>>/var/log/slurm/holdfast-prolog.log)
 rc=$?
+reason=${reason#holdfast: }
 if [ $rc -ne 0 ]; then
   # The drain reason Slurm shows is ours, not "Prolog error".
   scontrol update nodename="$SLURMD_NODENAME" state=drain reason="holdfast-health: ${reason:-failed (exit $rc)}" || true
