@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -145,7 +146,15 @@ Result<SlurmJob> SlurmClient::LoadJob(uint32_t job_id) const {
   out.state = BaseStateName(j.job_state);
   out.completing = (j.job_state & JOB_COMPLETING) != 0;
   out.requeue_pending = (j.job_state & (JOB_REQUEUE | JOB_REQUEUE_HOLD)) != 0;
-  out.reason = Str(slurm_job_reason_string(static_cast<enum job_state_reason>(j.state_reason)));
+  // Reason= as scontrol prints it: slurmctld's description where it set one
+  // (a job held after a failed Prolog has state_reason JobHeldUser and the
+  // description "launch failed requeued held"), spaces as '_'.
+  if (j.state_desc != nullptr && *j.state_desc != '\0') {
+    out.reason = j.state_desc;
+    std::replace_if(out.reason.begin(), out.reason.end(), [](unsigned char c) { return std::isspace(c) != 0; }, '_');
+  } else {
+    out.reason = Str(slurm_job_reason_string(static_cast<enum job_state_reason>(j.state_reason)));
+  }
   out.restart_count = j.restart_cnt;
   out.batch = j.batch_flag != 0;
   out.requeue_allowed = j.requeue != 0;

@@ -196,9 +196,12 @@ Result<Allocation> SlurmScheduler::Discover() {
   }
   auto conf = client_.LoadConfig();
   if (conf.ok()) may_drain_ = getuid() == 0 || getuid() == conf->slurm_user_id;
+  // The time limit, for the lead time of a warning signal (answered without
+  // an RPC: the controller may be the thing that is down).
+  auto info = client_.LoadJob(job_id_);
+  if (info.ok() && info->time_limit_min != 0 && info->time_limit_min < 0xfffffffeu) end_time_ = info->end_time;
   if (a.leader()) {
     // For `runctl resume` once slurmctld has forgotten this job.
-    auto info = client_.LoadJob(job_id_);
     auto script = info.ok() && info->batch ? client_.BatchScript(job_id_) : Result<std::string>(info.status());
     Status saved = script.ok() ? SaveSubmission(SavedSubmissionPath(options_.run_dir),
                                                 SubmissionFromJob(*info, *script, ResubmitEnvironment(environ)))
@@ -369,23 +372,24 @@ Status SlurmScheduler::Drain(const std::string& host, const std::string& reason)
 
 std::optional<SignalMeaning> SlurmScheduler::ExplainSignal(int sig) {
   if (sig != SIGTERM && sig != SIGUSR1) return std::nullopt;
-  SlurmClient quick(SlurmClient::RetryPolicy{0.2, 1, 3});
-  auto job = quick.LoadJob(job_id_);
   SignalMeaning m;
   m.preemption = true;
   const std::string id = "job " + std::to_string(job_id_);
   const std::time_t now = std::time(nullptr);
-  // INFINITE and NO_VAL (0xffffffff, 0xfffffffe) mean no time limit.
-  const bool limited = job.ok() && job->time_limit_min != 0 && job->time_limit_min < 0xfffffffeu && job->end_time > 0;
-  if (limited) m.lead_time_s = static_cast<double>(job->end_time - now);
   if (sig == SIGUSR1) {
+    // No RPC: a warning must be acted on at once, controller or not.
+    if (end_time_ > 0) m.lead_time_s = static_cast<double>(end_time_ - now);
     m.why = "Slurm's warning signal (SIGUSR1) to " + id +
-            (limited && m.lead_time_s > 0 ? " with " + std::to_string(static_cast<int64_t>(m.lead_time_s)) +
-                                                 " s left before its time limit"
-                                           : "") +
+            (m.lead_time_s > 0 ? " with " + std::to_string(static_cast<int64_t>(m.lead_time_s)) +
+                                     " s left before its time limit"
+                               : "") +
             ": checkpoint, requeue, resume";
     return m;
   }
+  SlurmClient quick(SlurmClient::RetryPolicy{0.2, 1, 3});
+  auto job = quick.LoadJob(job_id_);
+  // INFINITE and NO_VAL (0xffffffff, 0xfffffffe) mean no time limit.
+  const bool limited = job.ok() && job->time_limit_min != 0 && job->time_limit_min < 0xfffffffeu && job->end_time > 0;
   auto conf = quick.LoadConfig();
   m.lead_time_s = conf.ok() ? conf->kill_wait_s : SlurmConfig{}.kill_wait_s;  // SIGTERM -> SIGKILL
   if (!job.ok()) {

@@ -41,6 +41,7 @@
 // backoff for up to `rpc_deadline_s`.
 #pragma once
 
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
@@ -108,6 +109,7 @@ class SlurmScheduler : public Scheduler {
   uint32_t job_id_ = 0;
   int restart_count_ = 0;
   bool may_drain_ = false;
+  std::time_t end_time_ = 0;  // the job's time limit as an end time; 0 none
   std::string last_requeue_;
 };
 

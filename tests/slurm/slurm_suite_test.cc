@@ -1,0 +1,347 @@
+// The Slurm suite (`ctest -L slurm`, as root): holdfastd under a real Slurm
+// cluster whose nodes live in separate network namespaces. Each test submits
+// examples/slurm/holdfast.sbatch, injects a fault the way it happens in
+// production (a rank crash, a bad node, a failing Prolog, Slurm's warning
+// signal, a controller outage, a failed submission) and checks what a user
+// would see: the job's state in Slurm, the run's lineage, and final
+// parameters bit-identical to a fault-free run.
+#include <signal.h>
+
+#include <algorithm>
+#include <set>
+
+#include "tests/slurm/slurm_fixture.h"
+
+namespace holdfast {
+namespace {
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+// The run as lineage.db has it: the run, its attempts and events.
+struct Recorded {
+  RunRecord run;
+  std::vector<RunRecord> runs;
+  std::vector<AttemptRecord> attempts;
+  std::vector<EventRecord> events;
+
+  // The first event of `kind` whose summary or action contains `text`; nullptr when none.
+  const EventRecord* Find(const std::string& kind, const std::string& text) const {
+    for (const auto& e : events) {
+      if (e.kind == kind && (e.summary.find(text) != std::string::npos || e.action.find(text) != std::string::npos)) {
+        return &e;
+      }
+    }
+    return nullptr;
+  }
+  std::string EventList() const {
+    std::string s;
+    for (const auto& e : events) s += "  " + e.kind + " [" + e.node + "] " + e.summary + " -> " + e.action + "\n";
+    return s;
+  }
+};
+
+class SlurmJobs : public SlurmSuite {
+ protected:
+  // Fails (and returns nullopt) when there is no run in lineage.db.
+  std::optional<Recorded> Record() const {
+    auto db = Lineage();
+    if (db == nullptr) {
+      ADD_FAILURE() << "no lineage.db in " << D("run");
+      return std::nullopt;
+    }
+    Recorded r;
+    auto run = db->LatestRun();
+    auto runs = db->ListRuns(0);
+    if (!run.ok() || !runs.ok()) {
+      ADD_FAILURE() << "lineage: " << (run.ok() ? runs.status() : run.status()).ToString();
+      return std::nullopt;
+    }
+    r.run = *run;
+    r.runs = *runs;
+    auto attempts = db->Attempts(r.run.run_id);
+    auto events = db->Events(r.run.run_id, 0);
+    if (!attempts.ok() || !events.ok()) {
+      ADD_FAILURE() << "lineage: " << (attempts.ok() ? events.status() : attempts.status()).ToString();
+      return std::nullopt;
+    }
+    r.attempts = *attempts;
+    r.events = *events;
+    return r;
+  }
+
+  // Pids of this test's holdfastd processes (not the srun that started them).
+  std::vector<pid_t> Daemons() const {
+    ProcessResult r = RunProcess({Tool("pgrep"), "-f", "^" + BuildPath("daemon/holdfastd") + " --run-dir " + D("run") + "( |$)"});
+    std::vector<pid_t> pids;
+    std::stringstream ss(r.output);
+    for (long pid; ss >> pid;) pids.push_back(static_cast<pid_t>(pid));
+    return pids;
+  }
+};
+
+// Whether slurmctld (from its pid file) is alive: a zombie counts as gone.
+bool ControllerAlive(pid_t* pid_out = nullptr) {
+  const std::string text = ReadFile(SlurmStateDir() + "/run/slurmctld.pid");
+  const pid_t pid = static_cast<pid_t>(std::strtol(text.c_str(), nullptr, 10));
+  if (pid_out != nullptr) *pid_out = pid;
+  if (pid <= 0) return false;
+  const std::string status = ReadFile("/proc/" + std::to_string(pid) + "/status");
+  return ReadFile("/proc/" + std::to_string(pid) + "/comm") == "slurmctld\n" &&
+         status.find("State:\tZ") == std::string::npos && status.find("State:\tX") == std::string::npos;
+}
+
+// (a) A rank crashes once: holdfastd restarts it in place, inside the same job.
+TEST_F(SlurmJobs, RankCrashRestartsInPlace) {
+  WriteJob(Train::kShort, "crash@1:8");
+  const uint32_t job = Submit();
+  ASSERT_NE(job, 0u);
+  ASSERT_TRUE(WaitForJobsToEnd());
+
+  const std::string info = ShowJob(job);
+  EXPECT_EQ(Field(info, "JobState"), "COMPLETED") << info;
+  EXPECT_EQ(Field(info, "Restarts"), "0") << "a crash is restarted in place, not requeued: " << info;
+  auto rec = Record();
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->run.state, RunState::kSucceeded) << rec->run.cause;
+  ASSERT_EQ(rec->attempts.size(), 1u);
+  EXPECT_EQ(rec->attempts[0].slurm_job_id, std::to_string(job));
+  EXPECT_NE(rec->Find(event_kind::kCrash, "rank 1"), nullptr) << rec->EventList();
+  EXPECT_NE(JobOutputs().find("restart in place"), std::string::npos);
+  ExpectFinalParamsEqualReference(Train::kShort);
+}
+
+// The nodes are separate network namespaces; the run is wired over their
+// own addresses (10.77.0.x), never loopback.
+TEST_F(SlurmJobs, NodesInSeparateNetworkNamespacesJoinOneRun) {
+  WriteJob(Train::kShort);
+  const uint32_t job = Submit();
+  ASSERT_NE(job, 0u);
+  ASSERT_TRUE(WaitForJobsToEnd());
+
+  const std::string out = JobOutputs();
+  EXPECT_NE(out.find("node 0 of 2 (n1, 10.77.0.11)"), std::string::npos) << out;
+  EXPECT_NE(out.find("node 1 of 2 (n2, 10.77.0.12)"), std::string::npos) << out;
+  EXPECT_NE(out.find("waiting for followers on 10.77.0.11:"), std::string::npos) << out;
+  EXPECT_EQ(out.find("127.0.0.1"), std::string::npos) << out;
+
+  // What each rank was given, and which network it lived in.
+  const std::string n1 = ReadFile(D("env/n1-g0-r0")), n2 = ReadFile(D("env/n2-g0-r1"));
+  ASSERT_FALSE(n1.empty() || n2.empty()) << "rank 0 on n1 and rank 1 on n2 recorded nothing";
+  EXPECT_NE(n1.find("HOLDFAST_NODE_ADDR=10.77.0.11\n"), std::string::npos) << n1;
+  EXPECT_NE(n2.find("HOLDFAST_NODE_ADDR=10.77.0.12\n"), std::string::npos) << n2;
+  EXPECT_NE(n1.find("HOLDFAST_STORE_ADDR=10.77.0.11:"), std::string::npos) << n1;
+  EXPECT_NE(n2.find("HOLDFAST_STORE_ADDR=10.77.0.11:"), std::string::npos) << "rank 1 dials the store on n1: " << n2;
+  EXPECT_EQ((n1 + n2).find("127.0.0.1"), std::string::npos) << n1 << n2;
+  const std::string here = "NETNS=" + std::filesystem::read_symlink("/proc/self/ns/net").string() + "\n";
+  const std::string ns1 = n1.substr(n1.find("NETNS=")), ns2 = n2.substr(n2.find("NETNS="));
+  EXPECT_NE(ns1, ns2) << "the two ranks share a network namespace";
+  EXPECT_NE(ns1, here);
+  EXPECT_NE(ns2, here);
+
+  auto rec = Record();
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->run.state, RunState::kSucceeded) << rec->run.cause;
+  EXPECT_EQ(rec->run.scheduler, SchedulerKind::kSlurm);
+  EXPECT_EQ(Join(rec->run.nodes), "n1,n2");
+  ExpectFinalParamsEqualReference(Train::kShort);
+}
+
+// (b) Ranks on n2 crash twice: n2 is kept out and the job requeued through
+// holdfast-slurmctld-epilog (same job id), and the run finishes on n1, n3.
+TEST_F(SlurmJobs, NodeImplicatedTwiceIsExcludedAndTheJobRequeued) {
+  WriteJob(Train::kShort);
+  const uint32_t job = Submit({{"BAD_HOST", "n2"}});
+  ASSERT_NE(job, 0u);
+  ASSERT_TRUE(WaitForJobsToEnd());
+
+  const std::string info = ShowJob(job);
+  EXPECT_EQ(Field(info, "JobState"), "COMPLETED") << info;
+  EXPECT_EQ(Field(info, "Restarts"), "1") << info;
+  EXPECT_EQ(Field(info, "NodeList"), "n[1,3]") << info;
+  EXPECT_EQ(Field(info, "ExcNodeList"), "n2") << info;
+  auto rec = Record();
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->run.state, RunState::kSucceeded) << rec->run.cause << "\n" << rec->EventList();
+  const EventRecord* requeue = rec->Find(event_kind::kRequeue, "excluding n2");
+  EXPECT_NE(requeue, nullptr) << rec->EventList();
+  ASSERT_EQ(rec->attempts.size(), 2u) << rec->EventList();
+  EXPECT_EQ(Join(rec->attempts[0].nodes), "n1,n2");
+  EXPECT_EQ(Join(rec->attempts[1].nodes), "n1,n3");
+  EXPECT_EQ(rec->attempts[1].slurm_job_id, std::to_string(job)) << "the epilog path keeps the job id";
+  EXPECT_EQ(rec->attempts[1].restart_count, 1);
+  ExpectFinalParamsEqualReference(Train::kShort);
+}
+
+// (b) again, without the controller's epilog: holdfastd submits the job's
+// script again with n2 excluded; the new job continues the same run.
+TEST_F(SlurmJobs, ResubmitPathNeedsNoAdminSetting) {
+  WriteJob(Train::kShort);
+  const uint32_t job = Submit({{"BAD_HOST", "n2"}}, {"--requeue-path", "resubmit"});
+  ASSERT_NE(job, 0u);
+  ASSERT_TRUE(WaitForJobsToEnd());
+
+  auto rec = Record();
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->runs.size(), 1u) << "the resubmitted job must continue the run, not start another";
+  EXPECT_EQ(rec->run.state, RunState::kSucceeded) << rec->run.cause << "\n" << rec->EventList();
+  EXPECT_NE(rec->Find(event_kind::kRequeue, "excluding n2"), nullptr) << rec->EventList();
+  ASSERT_EQ(rec->attempts.size(), 2u) << rec->EventList();
+  EXPECT_EQ(rec->attempts[0].slurm_job_id, std::to_string(job));
+  const std::string next = rec->attempts[1].slurm_job_id;
+  EXPECT_NE(next, std::to_string(job)) << "a resubmission is a new job";
+  EXPECT_EQ(Join(rec->attempts[1].nodes), "n1,n3");
+  const std::string info = ShowJob(static_cast<uint32_t>(std::strtoul(next.c_str(), nullptr, 10)));
+  EXPECT_EQ(Field(info, "JobState"), "COMPLETED") << info;
+  EXPECT_EQ(Field(info, "ExcNodeList"), "n2") << info;
+  EXPECT_EQ(Field(info, "NodeList"), "n[1,3]") << info;
+  EXPECT_EQ(Field(ShowJob(job), "Restarts"), "0") << "the first job itself is not requeued";
+  ExpectFinalParamsEqualReference(Train::kShort);
+}
+
+// The shipped Prolog finds n2 unhealthy: it drains n2 with holdfast-health's
+// reason and the job runs on healthy nodes (the epilog releases the job Slurm
+// requeued held).
+TEST_F(SlurmJobs, FailingPrologDrainsItsNodeAndTheJobRunsElsewhere) {
+  const std::string bad = SuiteDir() + "/support/bad-prolog-nodes";
+  WriteFile(bad, "n2\n");
+  ScopeExit restore([&] {
+    WriteFile(bad, "");
+    Slurm("scontrol", {"update", "nodename=n2", "state=resume"});
+  });
+  WriteJob(Train::kShort);
+  const uint32_t job = Submit();
+  ASSERT_NE(job, 0u);
+  ASSERT_TRUE(WaitForJobsToEnd());
+
+  const std::string reason = Slurm("sinfo", {"-R", "-h", "-n", "n2", "-o", "%E"}).output;
+  EXPECT_NE(reason.find("holdfast-health: "), std::string::npos) << "n2's drain reason: " << reason;
+  EXPECT_NE(reason.find("ib.port_state mlx5_1/1 DOWN"), std::string::npos) << "n2's drain reason: " << reason;
+  const std::string info = ShowJob(job);
+  EXPECT_EQ(Field(info, "JobState"), "COMPLETED") << info;
+  EXPECT_EQ(Field(info, "NodeList"), "n[1,3]") << info;
+  auto rec = Record();
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->run.state, RunState::kSucceeded) << rec->run.cause << "\n" << rec->EventList();
+  ASSERT_FALSE(rec->attempts.empty());
+  EXPECT_EQ(Join(rec->attempts.back().nodes), "n1,n3");
+  ExpectFinalParamsEqualReference(Train::kShort);
+}
+
+// (c) Slurm's warning signal (what --signal=B:USR1@N sends): the ranks
+// commit a checkpoint, the job is requeued, and attempt 2 resumes from it.
+TEST_F(SlurmJobs, PreemptionSignalCheckpointsRequeuesAndLosesNothing) {
+  WriteJob(Train::kLong);
+  const uint32_t job = Submit();
+  ASSERT_NE(job, 0u);
+  const std::optional<int64_t> seen = WaitForCheckpoint(40);
+  ASSERT_TRUE(seen);
+  ProcessResult sig = Slurm("scancel", {"--signal=USR1", "--batch", std::to_string(job)});
+  ASSERT_EQ(sig.exit_code, 0) << sig.output;
+  ASSERT_TRUE(WaitForJobsToEnd());
+
+  const std::string info = ShowJob(job);
+  EXPECT_EQ(Field(info, "JobState"), "COMPLETED") << info;
+  EXPECT_EQ(Field(info, "Restarts"), "1") << info;
+  auto rec = Record();
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->run.state, RunState::kSucceeded) << rec->run.cause << "\n" << rec->EventList();
+  EXPECT_NE(rec->Find(event_kind::kRequeue, "requeue after a checkpoint: preemption"), nullptr) << rec->EventList();
+  ASSERT_EQ(rec->attempts.size(), 2u) << rec->EventList();
+  EXPECT_EQ(rec->attempts[0].state, RunState::kPreempted);
+  ASSERT_TRUE(rec->attempts[1].resumed_from_step.has_value());
+  EXPECT_GE(*rec->attempts[1].resumed_from_step, *seen) << "attempt 2 must resume from the checkpoint the signal asked for";
+  EXPECT_NE(JobOutputs().find("exited with code 75"), std::string::npos);
+  ExpectFinalParamsEqualReference(Train::kLong);
+}
+
+// The warning signal arrives while slurmctld is down: holdfastd checkpoints,
+// retries its requeue with backoff, and the requeue goes through once the
+// controller is back (restarted with its state).
+TEST_F(SlurmJobs, RequeueWhileSlurmctldIsDownIsRetried) {
+  WriteJob(Train::kLong);
+  const uint32_t job = Submit();
+  ASSERT_NE(job, 0u);
+  const std::optional<int64_t> seen = WaitForCheckpoint(40);
+  ASSERT_TRUE(seen);
+
+  // Whatever happens below, the next test gets a controller (its state kept: no -i).
+  ScopeExit restart([] {
+    if (!ControllerAlive()) RunProcess({Tool("slurmctld"), "-f", std::getenv("SLURM_CONF")});
+  });
+  pid_t ctld = 0;
+  ASSERT_TRUE(ControllerAlive(&ctld));
+  ASSERT_EQ(kill(ctld, SIGTERM), 0);
+  ASSERT_TRUE(WaitFor("slurmctld to stop", std::chrono::seconds(30), [] { return !ControllerAlive(); }));
+  const auto down = std::chrono::steady_clock::now();
+
+  // What srun forwards: USR1 to the holdfastd on each node.
+  const std::vector<pid_t> daemons = Daemons();
+  ASSERT_EQ(daemons.size(), 2u) << "one holdfastd per node";
+  for (pid_t pid : daemons) ASSERT_EQ(kill(pid, SIGUSR1), 0);
+  // Each libslurm attempt against a dead controller takes ~18 s here, so the
+  // first retry shows ~40 s after the signal; bring the controller back then.
+  ASSERT_TRUE(WaitFor("holdfastd to retry its requeue (\"retrying in\")", std::chrono::seconds(150), [&] {
+    return JobOutputs().find("retrying in") != std::string::npos;
+  }));
+  const double outage_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - down).count();
+  ProcessResult up = RunProcess({Tool("slurmctld"), "-f", std::getenv("SLURM_CONF")});
+  ASSERT_EQ(up.exit_code, 0) << up.output;
+  ASSERT_TRUE(WaitFor("slurmctld to answer", std::chrono::seconds(30),
+                      [] { return Slurm("scontrol", {"ping"}).output.find("is UP") != std::string::npos; }));
+  ASSERT_TRUE(WaitForJobsToEnd());
+
+  const std::string info = ShowJob(job);
+  EXPECT_EQ(Field(info, "JobState"), "COMPLETED") << info;
+  EXPECT_EQ(Field(info, "Restarts"), "1") << info;
+  auto rec = Record();
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->run.state, RunState::kSucceeded) << rec->run.cause << "\n" << rec->EventList();
+  EXPECT_NE(rec->Find(event_kind::kRequeue, "requeue after a checkpoint"), nullptr) << rec->EventList();
+  ASSERT_EQ(rec->attempts.size(), 2u) << rec->EventList();
+  ASSERT_TRUE(rec->attempts[1].resumed_from_step.has_value());
+  EXPECT_GE(*rec->attempts[1].resumed_from_step, *seen);
+  ExpectFinalParamsEqualReference(Train::kLong);
+  std::cerr << "slurmctld was down " << outage_s << " s\n";
+}
+
+// A run directory submitted twice: the first job fails (no restart budget),
+// the second continues the same run from its newest checkpoint.
+TEST_F(SlurmJobs, TwoSubmissionsOfOneRunDirectoryContinueOneRun) {
+  WriteJob(Train::kShort, "crash@1:18", "restart_budget = 0\n");
+  const uint32_t first = Submit();
+  ASSERT_NE(first, 0u);
+  ASSERT_TRUE(WaitForJobsToEnd());
+  const std::string first_info = ShowJob(first);
+  EXPECT_EQ(Field(first_info, "JobState"), "FAILED") << first_info;
+  EXPECT_EQ(Field(first_info, "ExitCode"), "1:0") << "holdfastd: 1, the run failed: " << first_info;
+  auto failed = Record();
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(failed->run.state, RunState::kFailed);
+  ASSERT_EQ(failed->attempts.size(), 1u);
+  // The newest checkpoint on disk: the one a resume must pick (later ones are pruned).
+  const int64_t newest = NewestCheckpointOnDisk();
+  ASSERT_GT(newest, 0) << "the failed job committed no checkpoint";
+
+  WriteJob(Train::kShort);
+  const uint32_t second = Submit();
+  ASSERT_NE(second, 0u);
+  ASSERT_TRUE(WaitForJobsToEnd());
+  EXPECT_EQ(Field(ShowJob(second), "JobState"), "COMPLETED");
+  auto rec = Record();
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->runs.size(), 1u);
+  EXPECT_EQ(rec->run.run_id, failed->run.run_id);
+  EXPECT_EQ(rec->run.state, RunState::kSucceeded) << rec->run.cause << "\n" << rec->EventList();
+  ASSERT_EQ(rec->attempts.size(), 2u) << rec->EventList();
+  EXPECT_EQ(rec->attempts[1].slurm_job_id, std::to_string(second));
+  ASSERT_TRUE(rec->attempts[1].resumed_from_step.has_value());
+  EXPECT_EQ(*rec->attempts[1].resumed_from_step, newest) << "the second job must resume from the newest checkpoint";
+  ExpectFinalParamsEqualReference(Train::kShort);
+}
+
+}  // namespace
+}  // namespace holdfast
