@@ -343,5 +343,37 @@ TEST_F(SlurmJobs, TwoSubmissionsOfOneRunDirectoryContinueOneRun) {
   ExpectFinalParamsEqualReference(Train::kShort);
 }
 
+// `runctl resume` of a failed Slurm run, from outside any job: the run's
+// saved submission goes to Slurm again and continues the same run.
+TEST_F(SlurmJobs, RunctlResumeSubmitsTheRunAgain) {
+  WriteJob(Train::kShort, "crash@1:18", "restart_budget = 0\n");
+  const uint32_t first = Submit();
+  ASSERT_NE(first, 0u);
+  ASSERT_TRUE(WaitForJobsToEnd());
+  auto failed = Record();
+  ASSERT_TRUE(failed);
+  ASSERT_EQ(failed->run.state, RunState::kFailed);
+  const int64_t newest = NewestCheckpointOnDisk();
+  ASSERT_GT(newest, 0);
+
+  WriteJob(Train::kShort);  // the fault is gone; the saved submission runs this config
+  ProcessResult r = RunProcess({BuildPath("cli/runctl"), "--run-dir", D("run"), "resume", "latest"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("submitted job"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(failed->run.run_id), std::string::npos) << r.output;
+  ASSERT_TRUE(WaitFor("the resubmitted job to start", std::chrono::seconds(60),
+                      [&] { return !ShowJob(first + 1).empty(); }));
+  ASSERT_TRUE(WaitForJobsToEnd());
+  auto rec = Record();
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->runs.size(), 1u);
+  EXPECT_EQ(rec->run.state, RunState::kSucceeded) << rec->run.cause << "\n" << rec->EventList();
+  ASSERT_EQ(rec->attempts.size(), 2u) << rec->EventList();
+  EXPECT_EQ(rec->attempts[1].slurm_job_id, std::to_string(first + 1));
+  ASSERT_TRUE(rec->attempts[1].resumed_from_step.has_value());
+  EXPECT_EQ(*rec->attempts[1].resumed_from_step, newest);
+  ExpectFinalParamsEqualReference(Train::kShort);
+}
+
 }  // namespace
 }  // namespace holdfast
