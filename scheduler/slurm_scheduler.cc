@@ -63,6 +63,22 @@ Result<std::string> Resolve(const std::string& node, const std::string& addr) {
   return out;
 }
 
+// Writes `text` to a temporary file renamed over `path`: a reader sees the old
+// file or the whole new one.
+Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) return IoError("write " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return IoError("rename " + tmp + " to " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
 }  // namespace
 
 const char* RequeuePathName(RequeuePath p) {
@@ -215,17 +231,8 @@ Result<Allocation> SlurmScheduler::Discover() {
 }
 
 Status SlurmScheduler::PublishLeader(const std::string& addr) {
-  const std::string path = leader_file(), tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << addr << ' ' << job_id_ << ' ' << restart_count_ << '\n';
-    out.flush();
-    if (!out) return IoError("write " + tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return IoError("rename " + tmp + " to " + path + ": " + ec.message());
-  return Status::Ok();
+  return WriteFileAtomically(leader_file(),
+                             addr + ' ' + std::to_string(job_id_) + ' ' + std::to_string(restart_count_) + '\n');
 }
 
 void SlurmScheduler::WithdrawLeader() {
@@ -424,17 +431,7 @@ Status SaveSubmission(const std::string& path, const SlurmSubmission& j) {
                       {"time_limit_min", j.time_limit_min}, {"requeue", j.requeue},
                       {"warn_signal", j.warn_signal}, {"warn_time_s", j.warn_time_s},
                       {"warn_batch_only", j.warn_batch_only}};
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << o.dump(1) << '\n';
-    out.flush();
-    if (!out) return IoError("write " + tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return IoError("rename " + tmp + " to " + path + ": " + ec.message());
-  return Status::Ok();
+  return WriteFileAtomically(path, o.dump(1) + '\n');
 }
 
 Result<SlurmSubmission> LoadSubmission(const std::string& path) {

@@ -231,6 +231,45 @@ TEST_F(SlurmJobs, FailingPrologDrainsItsNodeAndTheJobRunsElsewhere) {
   ExpectFinalParamsEqualReference(Train::kShort);
 }
 
+// holdfastd's own health gate (the Prolog is not rerun after a requeue): n2's
+// daemon finds an InfiniBand port down before launch, the site's policy says
+// drain_node, so the leader drains n2 through libslurm with a reason and
+// requeues the job without it.
+TEST_F(SlurmJobs, NodeFailingTheDaemonsHealthCheckIsDrainedAndTheJobRequeued) {
+  ScopeExit restore([] { Slurm("scontrol", {"update", "nodename=n2", "state=resume"}); });
+  const std::string policy = "[health.fail_actions]\n\"ib.port_state\" = \"drain_node\"\n";
+  WriteJob(Train::kShort, "", "health_sysfs_root = \"" + SourcePath("health/testdata/sysfs/port_down") + "\"\n");
+  WriteFile(D("job-n2.toml"), ReadFile(D("job.toml")) + policy);
+  WriteJob(Train::kShort);
+  WriteFile(D("job.toml"), ReadFile(D("job.toml")) + policy);
+  // The daemon on n2 reads the config whose health checks see a port down.
+  WriteFile(D("holdfastd.sh"), "#!/bin/bash\nargs=(\"$@\")\n"
+                               "if [ \"$SLURMD_NODENAME\" = n2 ]; then\n"
+                               "  for i in \"${!args[@]}\"; do\n"
+                               "    [ \"${args[$i]}\" = '" + D("job.toml") + "' ] && args[$i]='" + D("job-n2.toml") + "'\n"
+                               "  done\n"
+                               "fi\n"
+                               "exec '" + BuildPath("daemon/holdfastd") + "' \"${args[@]}\"\n");
+  std::filesystem::permissions(D("holdfastd.sh"), std::filesystem::perms::owner_all);
+  const uint32_t job = Submit({{"HOLDFASTD", D("holdfastd.sh")}});
+  ASSERT_NE(job, 0u);
+  ASSERT_TRUE(WaitForJobsToEnd());
+
+  const std::string reason = Slurm("sinfo", {"-R", "-h", "-n", "n2", "-o", "%E"}).output;
+  EXPECT_NE(reason.find("holdfast: "), std::string::npos) << "n2's drain reason: " << reason;
+  EXPECT_NE(reason.find("ib.port_state"), std::string::npos) << "n2's drain reason: " << reason;
+  const std::string info = ShowJob(job);
+  EXPECT_EQ(Field(info, "JobState"), "COMPLETED") << info;
+  EXPECT_EQ(Field(info, "Restarts"), "1") << info;
+  auto rec = Record();
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->run.state, RunState::kSucceeded) << rec->run.cause << "\n" << rec->EventList();
+  EXPECT_NE(rec->Find(event_kind::kRequeue, "drained n2"), nullptr) << rec->EventList();
+  ASSERT_EQ(rec->attempts.size(), 2u) << rec->EventList();
+  EXPECT_EQ(Join(rec->attempts[1].nodes), "n1,n3");
+  ExpectFinalParamsEqualReference(Train::kShort);
+}
+
 // (c) Slurm's warning signal (what --signal=B:USR1@N sends): the ranks
 // commit a checkpoint, the job is requeued, and attempt 2 resumes from it.
 TEST_F(SlurmJobs, PreemptionSignalCheckpointsRequeuesAndLosesNothing) {
