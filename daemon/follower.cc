@@ -186,7 +186,11 @@ void Follower::Impl::OnMessage(const ClusterMessage& msg) {
   if (const auto* m = std::get_if<StartMsg>(&msg)) {
     if (run_id_.empty()) {
       run_id_ = m->run_id;
-      RemoveProgressRecords(opts_.job.supervise.progress_dir, run_id_);  // a dead daemon's leftovers
+      // A dead daemon's leftovers, of this node's ranks only: nodes on one
+      // machine share the progress dir, and the leader's ranks are running.
+      std::vector<int> mine;
+      for (const RankPlacement& p : m->ranks) mine.push_back(p.global_rank);
+      RemoveProgressRecords(opts_.job.supervise.progress_dir, run_id_, &mine);
     }
     generation_ = m->generation;
     GenerationSpec spec;

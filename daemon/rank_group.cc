@@ -25,12 +25,23 @@ std::string ProgressRecordPath(const std::string& progress_dir, const std::strin
          std::to_string(generation) + "-r" + std::to_string(rank) + ".rec";
 }
 
-int RemoveProgressRecords(const std::string& progress_dir, const std::string& run_id) {
+int RemoveProgressRecords(const std::string& progress_dir, const std::string& run_id, const std::vector<int>* ranks) {
   int n = 0;
   std::error_code ec;
   const std::string prefix = ProgressRecordPrefix(run_id);
+  auto selected = [ranks](const std::string& name) {
+    if (ranks == nullptr) return true;
+    for (int r : *ranks) {
+      const std::string suffix = "-r" + std::to_string(r) + ".rec";
+      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        return true;
+      }
+    }
+    return false;
+  };
   for (const auto& e : std::filesystem::directory_iterator(progress_dir, ec)) {
-    if (e.path().filename().string().rfind(prefix, 0) == 0 && std::filesystem::remove(e.path(), ec)) ++n;
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && selected(name) && std::filesystem::remove(e.path(), ec)) ++n;
   }
   return n;
 }

@@ -45,8 +45,12 @@ std::string ProgressRecordPrefix(const std::string& run_id);
 std::string ProgressRecordPath(const std::string& progress_dir, const std::string& run_id, int attempt,
                                int generation, int rank);
 // Removes every progress record of `run_id` in progress_dir (a dead daemon's
-// leftovers, or this attempt's at the end); returns how many.
-int RemoveProgressRecords(const std::string& progress_dir, const std::string& run_id);
+// leftovers, or this attempt's at the end); returns how many. With `ranks`,
+// only the records of those global ranks: several nodes on one machine share
+// progress_dir, and a follower must not remove the records of other nodes'
+// live ranks.
+int RemoveProgressRecords(const std::string& progress_dir, const std::string& run_id,
+                          const std::vector<int>* ranks = nullptr);
 
 class RankGroup {
  public:

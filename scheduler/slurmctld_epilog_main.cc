@@ -63,7 +63,13 @@ void Log(const std::string& line) {
 }
 
 // Waits for the requeued job to be pending, then excludes, releases, starts now.
-int Watch(uint32_t job_id, const RequeueRequest& req, double wait_s) {
+// `requeued_at`: when slurmctld ran this epilog, i.e. no earlier than the kill
+// that requeued the job. Each slurmd revokes the job id's credential at that
+// kill, to the second, and refuses a credential created in that same second
+// ("Job credential revoked": the rerun FAILS). Slurm's own ~120 s BeginTime
+// hold is what normally keeps a rerun out of that second; starting "now", the
+// job could be scheduled within it, so the update waits for the next second.
+int Watch(uint32_t job_id, const RequeueRequest& req, double wait_s, std::time_t requeued_at) {
   SlurmClient slurm(SlurmClient::RetryPolicy{0.2, 2, 30});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
   const auto start = std::chrono::steady_clock::now();
@@ -74,6 +80,7 @@ int Watch(uint32_t job_id, const RequeueRequest& req, double wait_s) {
       return 1;
     }
     if (job->pending() && !job->completing) {
+      while (std::time(nullptr) <= requeued_at) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       std::vector<std::string> excluded;
       if (!job->exc_nodes.empty()) {
         auto prior = ExpandSlurmHostlist(job->exc_nodes);
@@ -111,6 +118,7 @@ int Watch(uint32_t job_id, const RequeueRequest& req, double wait_s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::time_t started_at = std::time(nullptr);  // slurmctld runs us right after the job's kill
   CLI::App app{"holdfast-slurmctld-epilog: Slurm's EpilogSlurmctld; finishes a requeue holdfastd asked for "
                "(excluded nodes, no BeginTime hold)"};
   uint32_t job_id = 0;
@@ -174,5 +182,5 @@ int main(int argc, char** argv) {
     dup2(null, STDOUT_FILENO);
     if (null > STDERR_FILENO) close(null);
   }
-  _exit(Watch(job_id, *req, wait_s));
+  _exit(Watch(job_id, *req, wait_s, started_at));
 }
