@@ -50,6 +50,12 @@ struct SlurmJob {
   uint32_t user_id = 0, group_id = 0;
   std::time_t start_time = 0, end_time = 0, begin_time = 0;
   bool pending() const { return state == "PENDING"; }
+  // Slurm is putting the job back in the queue itself (scontrol requeue, a
+  // preemption with PreemptMode=REQUEUE): already pending, flagged, or
+  // completing with no end time (how 22.05 shows a requeue in progress).
+  bool being_requeued() const { return pending() || requeue_pending || (completing && end_time == 0); }
+  // A time limit is set (0, INFINITE and NO_VAL mean none).
+  bool has_time_limit() const { return time_limit_min != 0 && time_limit_min < 0xfffffffeu; }
   bool running() const { return state == "RUNNING"; }
 };
 

@@ -215,7 +215,7 @@ Result<Allocation> SlurmScheduler::Discover() {
   // The time limit, for the lead time of a warning signal (answered without
   // an RPC: the controller may be the thing that is down).
   auto info = client_.LoadJob(job_id_);
-  if (info.ok() && info->time_limit_min != 0 && info->time_limit_min < 0xfffffffeu) end_time_ = info->end_time;
+  if (info.ok() && info->has_time_limit()) end_time_ = info->end_time;
   if (a.leader()) {
     // For `runctl resume` once slurmctld has forgotten this job.
     auto script = info.ok() && info->batch ? client_.BatchScript(job_id_) : Result<std::string>(info.status());
@@ -270,10 +270,8 @@ Status SlurmScheduler::Requeue(const std::string& run_id, const std::vector<std:
                                const std::string& reason) {
   last_requeue_.clear();
   HF_ASSIGN_OR_RETURN(SlurmJob job, client_.LoadJob(job_id_));
-  // Slurm is putting the job back itself (scontrol requeue, a preemption with
-  // PreemptMode=REQUEUE): the job is completing with no end time, or already
-  // pending. A second requeue would fail, and a resubmission would run twice.
-  if (job.pending() || job.requeue_pending || (job.completing && job.end_time == 0)) {
+  // A second requeue would fail, and a resubmission would run twice.
+  if (job.being_requeued()) {
     last_requeue_ = "Slurm is already requeueing job " + std::to_string(job_id_) + " (state " + job.state +
                     (job.completing ? "+COMPLETING" : "") + ")" +
                     (exclude.empty() ? "" : "; " + Join(exclude, ",") + " could not be excluded");
@@ -395,13 +393,12 @@ std::optional<SignalMeaning> SlurmScheduler::ExplainSignal(int sig) {
   }
   SlurmClient quick(SlurmClient::RetryPolicy{0.2, 1, 3});
   auto job = quick.LoadJob(job_id_);
-  // INFINITE and NO_VAL (0xffffffff, 0xfffffffe) mean no time limit.
-  const bool limited = job.ok() && job->time_limit_min != 0 && job->time_limit_min < 0xfffffffeu && job->end_time > 0;
+  const bool limited = job.ok() && job->has_time_limit() && job->end_time > 0;
   auto conf = quick.LoadConfig();
   m.lead_time_s = conf.ok() ? conf->kill_wait_s : SlurmConfig{}.kill_wait_s;  // SIGTERM -> SIGKILL
   if (!job.ok()) {
     m.why = "SIGTERM from Slurm to " + id + " (its state could not be read: " + job.status().message() + ")";
-  } else if (job->requeue_pending) {
+  } else if (job->being_requeued()) {
     m.why = "Slurm is requeueing " + id + " (scontrol requeue or preemption): SIGTERM";
   } else if (job->state == "CANCELLED") {
     m.preemption = false;
