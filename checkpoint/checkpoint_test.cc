@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <set>
@@ -431,6 +432,52 @@ TEST(CheckpointTest, WaitStagedReturnsOnlyAfterTheDeferredCopy) {
   }
   ASSERT_TRUE(w->Flush().ok());
   for (int64_t step = 10; step < 13; ++step) ExpectSavedBytes(tmp.path(), step, at_save);
+}
+
+// Device state arrives in pinned host memory by an asynchronous copy: the
+// writer reads it only once ready() says the copy is done.
+TEST(CheckpointTest, DeferredBytesAreReadOnlyAfterReady) {
+  TempDir tmp;
+  auto w = MakeWriter(tmp.path(), nullptr);
+  DeferredState want(1u << 20);
+  DeferredState pinned(1u << 20);
+  std::fill(pinned.params.begin(), pinned.params.end(), -1.0f);  // the copy has not landed yet
+  std::promise<void> landed;
+  std::thread copy_engine;
+  std::vector<BufferView> views = pinned.Views();
+  views[1].ready = [&] {
+    // The "copy" lands on another thread while the writer waits here.
+    copy_engine = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      pinned.params = want.params;
+      landed.set_value();
+    });
+    landed.get_future().wait();
+    return Status::Ok();
+  };
+  ASSERT_EQ(*w->Save(7, views), SaveDecision::kQueued);
+  ASSERT_TRUE(w->Flush().ok());
+  copy_engine.join();
+  ExpectSavedBytes(tmp.path(), 7, want);
+}
+
+TEST(CheckpointTest, AFailedDeviceCopyFailsOnlyThatSave) {
+  TempDir tmp;
+  auto w = MakeWriter(tmp.path(), nullptr);
+  DeferredState state(1u << 16);
+  std::vector<BufferView> views = state.Views();
+  views[1].ready = [] { return InternalError("cudaEventSynchronize: CUDA error cudaErrorLaunchFailure"); };
+  ASSERT_EQ(*w->Save(3, views), SaveDecision::kQueued);
+  w->WaitStaged();  // the fence opens although staging failed
+  Status s = w->Flush();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cudaErrorLaunchFailure"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("device state"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/" + StepDirName(3) + "/" + kManifestFileName));
+  // The next save, with the bytes ready, commits.
+  ASSERT_EQ(*w->Save(4, state.Views()), SaveDecision::kQueued);
+  EXPECT_TRUE(w->Flush().ok());
+  ExpectSavedBytes(tmp.path(), 4, state);
 }
 
 TEST(CheckpointTest, AFailingDiskStillOpensTheStagingFence) {

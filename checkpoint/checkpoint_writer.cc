@@ -161,7 +161,7 @@ Result<SaveDecision> CheckpointWriter::Save(int64_t step, const std::vector<Buff
     const ShardEntry& e = header.entries[i];
     std::memset(dst + pos, 0, e.offset - pos);  // alignment padding
     if (e.size > 0 && buffers[i].defer_copy) {
-      job.deferred.push_back({static_cast<const uint8_t*>(buffers[i].data), e.offset, e.size});
+      job.deferred.push_back({static_cast<const uint8_t*>(buffers[i].data), e.offset, e.size, buffers[i].ready});
     } else if (e.size > 0) {
       std::memcpy(dst + e.offset, buffers[i].data, e.size);
     }
@@ -247,14 +247,16 @@ SaveOutcome CheckpointWriter::Run(const Job& job) {
   // Staging first, before any storage call, so the fence opens quickly
   // whatever the disk does.
   Clock::time_point t0 = Clock::now();
-  const uint64_t xxh3 = Stage(job, &out.fence_seconds);
+  Result<uint64_t> sum = Stage(job, &out.fence_seconds);
   out.stage_seconds = SecondsSince(t0);
   out.stall_seconds = job.stall_seconds + out.fence_seconds;
   const std::string dir = JoinPath(options_.root, StepDirName(job.step));
-  t0 = Clock::now();
-  Status written = WriteShard(job, dir);
-  out.write_seconds = SecondsSince(t0);
-  Result<uint64_t> sum = written.ok() ? Result<uint64_t>(xxh3) : Result<uint64_t>(written);
+  if (sum.ok()) {
+    t0 = Clock::now();
+    Status written = WriteShard(job, dir);
+    out.write_seconds = SecondsSince(t0);
+    if (!written.ok()) sum = written;
+  }
   if (options_.world_size > 1) {
     // Tell rank 0 either way, so a failed rank does not cost it the whole timeout.
     std::string value = sum.ok() ? "ok " + std::to_string(job.header.file_size) + " " + HexU64(*sum)
@@ -277,13 +279,17 @@ SaveOutcome CheckpointWriter::Run(const Job& job) {
   return out;
 }
 
-uint64_t CheckpointWriter::Stage(const Job& job, double* fence_seconds) {
+Result<uint64_t> CheckpointWriter::Stage(const Job& job, double* fence_seconds) {
   uint8_t* staging = staging_.get();
+  Status ready;
+  for (const DeferredCopy& d : job.deferred) {
+    if (d.ready && ready.ok()) ready = d.ready().WithContext("staging the checkpoint's device state");
+  }
   XXH3_state_t* state = XXH3_createState();
   HF_CHECK(state != nullptr);
   XXH3_64bits_reset(state);
   size_t k = 0;  // next deferred copy that is not finished
-  for (uint64_t a = 0; a < job.header.file_size; a += kStageChunkBytes) {
+  for (uint64_t a = 0; ready.ok() && a < job.header.file_size; a += kStageChunkBytes) {
     const uint64_t b = std::min<uint64_t>(a + kStageChunkBytes, job.header.file_size);
     while (k < job.deferred.size() && job.deferred[k].offset < b) {
       const DeferredCopy& d = job.deferred[k];
@@ -306,6 +312,7 @@ uint64_t CheckpointWriter::Stage(const Job& job, double* fence_seconds) {
     }
   }
   staged_cv_.notify_all();
+  if (!ready.ok()) return ready;
   return sum;
 }
 

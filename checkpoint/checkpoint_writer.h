@@ -78,6 +78,11 @@ struct BufferView {
   // unchanged and alive until WaitStaged() or Flush() returns (or the writer is
   // destroyed). For large state that only changes at a known point.
   bool defer_copy = false;
+  // For deferred memory that is still being filled asynchronously (the
+  // trainer's device→host copies into pinned memory): the writer's thread calls
+  // it before reading the bytes and reads them once it returns OK; an error
+  // fails this save (training goes on). Empty = the bytes are ready.
+  std::function<Status()> ready = nullptr;
 };
 
 // What Save does when the previous save is still being written.
@@ -178,6 +183,7 @@ class CheckpointWriter {
     const uint8_t* src = nullptr;  // not owned; the caller keeps it until staged
     uint64_t offset = 0;
     uint64_t size = 0;
+    std::function<Status()> ready = nullptr;  // BufferView::ready
   };
   struct Job {
     int64_t step = 0;
@@ -192,8 +198,9 @@ class CheckpointWriter {
   SaveOutcome Run(const Job& job);
   // Copies the deferred buffers into staging and hashes the whole shard; then
   // opens the fence. Returns the shard's XXH3-64 and the seconds the fence
-  // blocked the caller.
-  uint64_t Stage(const Job& job, double* fence_seconds);
+  // blocked the caller; an error when a deferred buffer's ready() failed (the
+  // fence opens either way).
+  Result<uint64_t> Stage(const Job& job, double* fence_seconds);
   // Writes this rank's staged shard.
   Status WriteShard(const Job& job, const std::string& dir);
   Status Commit(const Job& job, const std::string& dir, uint64_t shard_xxh3);

@@ -1,5 +1,6 @@
 #include "trainer/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace holdfast {
@@ -23,6 +24,28 @@ void Range(const float* __restrict grad, float* __restrict param, float* __restr
 }
 
 }  // namespace
+
+double SumOfSquares(const float* x, int64_t n) {
+  constexpr int kLanes = 8;  // independent sums: the loop vectorizes without reassociating
+  double lane[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const double v = x[i + l];
+      lane[l] += v * v;
+    }
+  }
+  double tail = 0;
+  for (; i < n; ++i) tail += static_cast<double>(x[i]) * x[i];
+  double sum = 0;
+  for (double l : lane) sum += l;
+  return sum + tail;
+}
+
+double ClipCoefficient(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  return std::min(1.0, max_norm / (norm + 1e-6));
+}
 
 void ApplyAdamW(const AdamWStep& s, const std::vector<std::pair<int64_t, int64_t>>& decay_runs, int64_t n,
                 const float* grad, float* param, float* exp_avg, float* exp_avg_sq) {

@@ -38,7 +38,9 @@ struct KeyDef {
   double lo;            // inclusive range for numbers
   double hi;
   const char* choices;  // "a|b|c" for strings with a fixed set, else nullptr
-  bool affects_math;    // part of ConfigHash
+  // Part of ConfigHash: 0 = no, 1 = yes, 2 = only when set away from its
+  // default (keys added after checkpoints existed, so those stay resumable).
+  int affects_math;
   std::function<void(TrainerConfig&, const Value&)> set;
   std::function<Value(const TrainerConfig&)> get;
 };
@@ -81,6 +83,8 @@ const std::vector<KeyDef>& Schema() {
       HF_INT(train, seed, 0, 9.2e18, true),
       HF_INT(train, threads, 1, 1024, false),  // checked by the determinism fingerprint
       HF_INT(train, log_every, 1, 1e15, false),
+      HF_STRING(train, device, "auto|cpu|cuda", false),  // checked by the determinism fingerprint
+      HF_STRING(train, precision, "fp32|bf16", 2),
       HF_FLOAT(optim, lr, 0.0, 10.0, true),
       HF_FLOAT(optim, min_lr, 0.0, 10.0, true),
       HF_INT(optim, warmup_steps, 0, 1e15, true),
@@ -293,6 +297,11 @@ Status ValidateTrainerConfig(const TrainerConfig& c) {
     return InvalidArgumentError(where + ": data.path is required: a text file, a uint16 .bin file or a JSONL "
                                 "file (set data.format accordingly)");
   }
+  if (c.dist.backend == "nccl" && c.train.device == "cpu") {
+    return InvalidArgumentError(where + ": dist.backend = \"nccl\" reduces GPU memory, but train.device = \"cpu\": "
+                                "set train.device = \"cuda\" (or \"auto\") to train on GPUs, or dist.backend = "
+                                "\"gloo\" to train on CPUs");
+  }
   if (c.data.format == "text" || c.data.format == "sft") {
     if (c.model.vocab_size != 256) {
       return InvalidArgumentError(where + ": data.format = \"" + c.data.format +
@@ -305,8 +314,10 @@ Status ValidateTrainerConfig(const TrainerConfig& c) {
 
 uint64_t ConfigHash(const TrainerConfig& c) {
   std::string canon;
+  static const TrainerConfig kDefaults;
   for (const KeyDef& d : Schema()) {
-    if (!d.affects_math) continue;
+    if (d.affects_math == 0) continue;
+    if (d.affects_math == 2 && ValueToToml(d.get(c)) == ValueToToml(d.get(kDefaults))) continue;
     canon += std::string(d.section) + "." + d.key + "=" + ValueToToml(d.get(c)) + "\n";
   }
   return XXH3_64bits(canon.data(), canon.size());

@@ -38,6 +38,13 @@ struct TrainConfig {
   uint64_t seed = 1337;
   int threads = 1;       // LibTorch intra-op threads per rank
   int log_every = 1;
+  // Where the rank computes (trainer/device.h, ResolveDevice): "auto" = the
+  // supervisor's HOLDFAST_DEVICE, else a GPU by local rank when there is one
+  // and the backend can reduce on it, else the CPU; "cpu"; "cuda" = a GPU or fail.
+  std::string device = "auto";
+  // "fp32"; "bf16" = the matmuls in bfloat16 (autocast's choice of ops), with
+  // float32 master weights, gradients, AdamW moments and reductions.
+  std::string precision = "fp32";
 };
 
 struct OptimConfig {

@@ -106,6 +106,25 @@ TEST_F(ConfigTest, HashFollowsTheMathOnly) {
   EXPECT_EQ(ConfigHash(*again), ConfigHash(*c));
 }
 
+TEST_F(ConfigTest, PrecisionIsMathDeviceIsNotAndOldHashesHold) {
+  auto a = LoadTrainerConfig("", {"data.path=x"});
+  auto gpu = LoadTrainerConfig("", {"data.path=x", "train.device=cuda", "dist.backend=nccl"});
+  auto bf16 = LoadTrainerConfig("", {"data.path=x", "train.precision=bf16"});
+  ASSERT_TRUE(a.ok() && gpu.ok() && bf16.ok()) << gpu.status().ToString() << bf16.status().ToString();
+  EXPECT_EQ(ConfigHash(*a), ConfigHash(*gpu)) << "a CPU checkpoint resumes on a GPU (the fingerprint warns)";
+  EXPECT_NE(ConfigHash(*a), ConfigHash(*bf16));
+  // The defaults hash as they did before train.precision existed, so the
+  // checkpoints of earlier runs still resume.
+  EXPECT_EQ(ConfigHash(*a), 0x44e5140994a2bf18ull);
+  auto bad = LoadTrainerConfig("", {"data.path=x", "train.precision=fp16"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("fp32"), std::string::npos) << bad.status().message();
+  auto nccl_cpu = LoadTrainerConfig("", {"data.path=x", "train.device=cpu", "dist.backend=nccl"});
+  ASSERT_FALSE(nccl_cpu.ok());
+  EXPECT_NE(nccl_cpu.status().message().find("train.device = \"cuda\""), std::string::npos)
+      << nccl_cpu.status().message();
+}
+
 TEST(LearningRateTest, WarmupThenCosineToMin) {
   OptimConfig o;
   o.lr = 1.0;

@@ -186,7 +186,7 @@ Result<std::shared_ptr<Store>> ConnectRunStore(const TrainerConfig& cfg) {
 }
 
 Result<std::unique_ptr<Communicator>> MakeCommunicator(const TrainerConfig& cfg, int rank, int world,
-                                                       std::shared_ptr<Store> store) {
+                                                       std::shared_ptr<Store> store, const DevicePlacement& placement) {
   if (world == 1) return MakeLocalCommunicator();
   CommunicatorOptions opts;
   opts.rank = rank;
@@ -194,7 +194,7 @@ Result<std::unique_ptr<Communicator>> MakeCommunicator(const TrainerConfig& cfg,
   opts.store = std::move(store);
   opts.interface_host = InterfaceHost(cfg);
   opts.timeout = std::chrono::seconds(cfg.dist.timeout_s);
-  opts.cuda_device = EnvInt(kEnvLocalRank, 0);
+  opts.cuda_device = placement.ordinal;
   if (cfg.dist.backend == "nccl") return MakeNcclCommunicator(opts);
   return MakeGlooCommunicator(opts);
 }
@@ -209,6 +209,7 @@ std::vector<BufferView> ToBufferViews(const std::vector<StateView>& views) {
   for (const StateView& v : views) {
     BufferView b{v.name, v.data, v.size};
     b.defer_copy = v.name == "params" || v.name == "optim.exp_avg" || v.name == "optim.exp_avg_sq";
+    b.ready = v.ready;  // GPU state: still arriving in pinned memory (DeviceStager)
     out.push_back(std::move(b));
   }
   return out;
@@ -307,6 +308,17 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
   sigemptyset(&ca.sa_mask);
   sigaction(SIGUSR2, &ca, nullptr);  // the supervisor's "checkpoint now" (runctl checkpoint)
 
+  // The device before anything else touches one: a wrong placement is a usage
+  // error (the same launch fails the same way), reported before rendezvous.
+  const auto env = [](const char* name) -> const char* { return std::getenv(name); };
+  Result<DevicePlacement> placement = ResolveDevice(cfg, world, CudaDeviceCount(), env);
+  if (!placement.ok()) {
+    spdlog::error("{}", placement.status().ToString());
+    return kExitUsage;
+  }
+  spdlog::info("rank {} computes on {} ({}), {} precision", rank, placement->Name(), placement->why,
+               cfg.train.precision);
+
   std::shared_ptr<Store> store;
   if (world > 1) {
     auto s = ConnectRunStore(cfg);
@@ -316,12 +328,12 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
     }
     store = *s;
   }
-  auto comm = MakeCommunicator(cfg, rank, world, store);
+  auto comm = MakeCommunicator(cfg, rank, world, store, *placement);
   if (!comm.ok()) {
     spdlog::error("{}", comm.status().ToString());
     return kExitFailed;
   }
-  auto trainer_or = Trainer::Create(cfg, std::move(comm).value());
+  auto trainer_or = Trainer::Create(cfg, std::move(comm).value(), *placement);
   if (!trainer_or.ok()) {
     spdlog::error("{}", trainer_or.status().ToString());
     const StatusCode code = trainer_or.status().code();

@@ -8,10 +8,13 @@ namespace holdfast {
 namespace F = torch::nn::functional;
 
 namespace {
-torch::nn::LayerNorm MakeLayerNorm(const ModelConfig& cfg) {
-  return torch::nn::LayerNorm(
-      torch::nn::LayerNormOptions({cfg.n_embd}).eps(1e-5).elementwise_affine(true));
-}
+// LibTorch 2.x has fused scaled-dot-product attention (flash / memory-efficient
+// kernels on CUDA); 1.x does not.
+#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
+constexpr bool kHaveSdpa = true;
+#else
+constexpr bool kHaveSdpa = false;
+#endif
 
 // Causal attention on the packed c_attn output, as one autograd node.
 //
@@ -92,21 +95,52 @@ torch::Tensor CausalAttention(const torch::Tensor& qkv, int64_t n_head, const to
   return CausalAttentionFunction::apply(qkv.contiguous(), n_head, mask, block);
 }
 
-CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& cfg)
-    : n_head_(cfg.n_head), n_embd_(cfg.n_embd), dropout_(cfg.dropout) {
+torch::Tensor Project(torch::nn::Linear& layer, const torch::Tensor& x, const ComputeOptions& compute) {
+  if (!compute.bf16) return layer->forward(x);
+  const torch::Tensor& b = layer->bias;
+  return F::linear(x.to(torch::kBFloat16), layer->weight.to(torch::kBFloat16),
+                   b.defined() ? b.to(torch::kBFloat16) : torch::Tensor());
+}
+
+LayerNormImpl::LayerNormImpl(int64_t n_embd, bool bias) : n_embd_(n_embd) {
+  weight_ = register_parameter("weight", torch::ones({n_embd}));
+  if (bias) bias_ = register_parameter("bias", torch::zeros({n_embd}));
+}
+
+torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) {
+  return torch::layer_norm(x.to(torch::kFloat32), {n_embd_}, weight_, bias_, 1e-5);
+}
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& cfg, ComputeOptions compute)
+    : n_head_(cfg.n_head), n_embd_(cfg.n_embd), dropout_(cfg.dropout), compute_(compute) {
   c_attn_ = register_module("c_attn", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, 3 * cfg.n_embd).bias(cfg.bias)));
   c_proj_ = register_module("c_proj", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, cfg.n_embd).bias(cfg.bias)));
-  mask_ = torch::full({cfg.block_size, cfg.block_size}, -std::numeric_limits<float>::infinity()).triu(1);
+  mask_ = register_buffer(
+      "mask", torch::full({cfg.block_size, cfg.block_size}, -std::numeric_limits<float>::infinity()).triu(1));
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  auto qkv = c_attn_(x);  // [B, T, 3C]: q | k | v, each head a slice of hs columns
+  auto qkv = Project(c_attn_, x, compute_);  // [B, T, 3C]: q | k | v, each head a slice of hs columns
   torch::Tensor y;
-  if (!(dropout_ > 0 && is_training())) {
+  if (kHaveSdpa && qkv.is_cuda()) {
+#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
+    // Fused attention (flash / memory-efficient) in the compute dtype, as nanoGPT on PyTorch 2.
+    const int64_t hs = C / n_head_;
+    auto parts = qkv.split(n_embd_, 2);
+    auto q = parts[0].view({B, T, n_head_, hs}).transpose(1, 2);
+    auto k = parts[1].view({B, T, n_head_, hs}).transpose(1, 2);
+    auto v = parts[2].view({B, T, n_head_, hs}).transpose(1, 2);
+    const double p = dropout_ > 0 && is_training() ? dropout_ : 0.0;
+    y = torch::scaled_dot_product_attention(q, k, v, {}, p, /*is_causal=*/true);
+    y = y.transpose(1, 2).contiguous().view({B, T, C});
+#endif
+  } else if (!(dropout_ > 0 && is_training())) {
+    if (compute_.bf16) qkv = qkv.to(torch::kFloat32);  // no fused kernel here: attention in float32
     y = CausalAttention(qkv, n_head_, mask_);
   } else {
     // Attention dropout needs the whole probability matrix: the plain path.
+    if (compute_.bf16) qkv = qkv.to(torch::kFloat32);
     const int64_t hs = C / n_head_;
     auto parts = qkv.split(n_embd_, 2);
     auto q = parts[0].view({B, T, n_head_, hs}).transpose(1, 2);
@@ -119,27 +153,27 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
     att = F::dropout(att, F::DropoutFuncOptions().p(dropout_).training(true));
     y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
   }
-  y = c_proj_(y);
+  y = Project(c_proj_, y, compute_);
   if (dropout_ > 0 && is_training()) y = F::dropout(y, F::DropoutFuncOptions().p(dropout_).training(true));
   return y;
 }
 
-MlpImpl::MlpImpl(const ModelConfig& cfg) : dropout_(cfg.dropout) {
+MlpImpl::MlpImpl(const ModelConfig& cfg, ComputeOptions compute) : dropout_(cfg.dropout), compute_(compute) {
   c_fc_ = register_module("c_fc", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, 4 * cfg.n_embd).bias(cfg.bias)));
   c_proj_ = register_module("c_proj", torch::nn::Linear(torch::nn::LinearOptions(4 * cfg.n_embd, cfg.n_embd).bias(cfg.bias)));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  auto y = c_proj_(torch::gelu(c_fc_(x)));
+  auto y = Project(c_proj_, torch::gelu(Project(c_fc_, x, compute_)), compute_);
   if (dropout_ > 0 && is_training()) y = F::dropout(y, F::DropoutFuncOptions().p(dropout_).training(true));
   return y;
 }
 
-BlockImpl::BlockImpl(const ModelConfig& cfg) {
-  ln_1_ = register_module("ln_1", MakeLayerNorm(cfg));
-  attn_ = register_module("attn", CausalSelfAttention(cfg));
-  ln_2_ = register_module("ln_2", MakeLayerNorm(cfg));
-  mlp_ = register_module("mlp", Mlp(cfg));
+BlockImpl::BlockImpl(const ModelConfig& cfg, ComputeOptions compute) {
+  ln_1_ = register_module("ln_1", LayerNorm(cfg.n_embd, cfg.bias));
+  attn_ = register_module("attn", CausalSelfAttention(cfg, compute));
+  ln_2_ = register_module("ln_2", LayerNorm(cfg.n_embd, cfg.bias));
+  mlp_ = register_module("mlp", Mlp(cfg, compute));
 }
 
 torch::Tensor BlockImpl::forward(torch::Tensor x) {
@@ -148,13 +182,13 @@ torch::Tensor BlockImpl::forward(torch::Tensor x) {
   return x;
 }
 
-GptImpl::GptImpl(const ModelConfig& cfg) : cfg_(cfg) {
+GptImpl::GptImpl(const ModelConfig& cfg, ComputeOptions compute) : cfg_(cfg), compute_(compute) {
   wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.n_embd));
   wpe_ = register_module("wpe", torch::nn::Embedding(cfg.block_size, cfg.n_embd));
   h_ = register_module("h", torch::nn::ModuleList());
-  for (int i = 0; i < cfg.n_layer; ++i) h_->push_back(Block(cfg));
-  ln_f_ = register_module("ln_f", MakeLayerNorm(cfg));
-  pos_ = torch::arange(cfg.block_size, torch::kLong);
+  for (int i = 0; i < cfg.n_layer; ++i) h_->push_back(Block(cfg, compute));
+  ln_f_ = register_module("ln_f", LayerNorm(cfg.n_embd, cfg.bias));
+  pos_ = register_buffer("pos", torch::arange(cfg.block_size, torch::kLong));
 }
 
 void GptImpl::InitWeights() {
@@ -183,7 +217,12 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx, const torch::Tensor& ta
   if (cfg_.dropout > 0 && is_training()) x = F::dropout(x, F::DropoutFuncOptions().p(cfg_.dropout).training(true));
   for (const auto& block : *h_) x = block->as<Block>()->forward(x);
   x = ln_f_(x);
-  auto logits = torch::matmul(x, wte_->weight.t());  // tied lm_head
+  torch::Tensor logits;  // tied lm_head
+  if (compute_.bf16) {
+    logits = F::linear(x.to(torch::kBFloat16), wte_->weight.to(torch::kBFloat16)).to(torch::kFloat32);
+  } else {
+    logits = torch::matmul(x, wte_->weight.t());
+  }
   return F::cross_entropy(logits.view({-1, logits.size(-1)}), targets.view({-1}),
                           F::CrossEntropyFuncOptions().ignore_index(-1));
 }

@@ -24,15 +24,43 @@ inline constexpr int64_t kAttentionBlock = 64;
 torch::Tensor CausalAttention(const torch::Tensor& qkv, int64_t n_head, const torch::Tensor& mask,
                               int64_t block = kAttentionBlock);
 
+// How the model computes. bf16: every matmul (the linear layers, attention's
+// two products, the tied lm_head) in bfloat16 on float32 master weights, the
+// rest (LayerNorm, softmax, cross-entropy, the residual stream) in float32:
+// torch.autocast's split, written out, because autocast's C++ API differs
+// between the LibTorch versions this builds against. Where LibTorch has no
+// fused attention for the device (1.x, or the CPU), attention runs in float32.
+struct ComputeOptions {
+  bool bf16 = false;
+};
+
+// A linear layer's forward under ComputeOptions.
+torch::Tensor Project(torch::nn::Linear& layer, const torch::Tensor& x, const ComputeOptions& compute);
+
+// nanoGPT's LayerNorm: a weight, and a bias only when model.bias is true
+// (LibTorch 1.x's LayerNorm cannot drop the bias alone).
+class LayerNormImpl : public torch::nn::Module {
+ public:
+  LayerNormImpl(int64_t n_embd, bool bias);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  torch::Tensor weight_;
+  torch::Tensor bias_;  // undefined without bias
+  int64_t n_embd_;
+};
+TORCH_MODULE(LayerNorm);
+
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
-  explicit CausalSelfAttentionImpl(const ModelConfig& cfg);
+  CausalSelfAttentionImpl(const ModelConfig& cfg, ComputeOptions compute);
   torch::Tensor forward(const torch::Tensor& x);
 
  private:
   int n_head_;
   int n_embd_;
   double dropout_;
+  ComputeOptions compute_;
   torch::nn::Linear c_attn_{nullptr};
   torch::nn::Linear c_proj_{nullptr};
   torch::Tensor mask_;  // [T, T] additive causal mask (0 / -inf); a buffer, not a parameter
@@ -41,11 +69,12 @@ TORCH_MODULE(CausalSelfAttention);
 
 class MlpImpl : public torch::nn::Module {
  public:
-  explicit MlpImpl(const ModelConfig& cfg);
+  MlpImpl(const ModelConfig& cfg, ComputeOptions compute);
   torch::Tensor forward(const torch::Tensor& x);
 
  private:
   double dropout_;
+  ComputeOptions compute_;
   torch::nn::Linear c_fc_{nullptr};
   torch::nn::Linear c_proj_{nullptr};
 };
@@ -53,20 +82,20 @@ TORCH_MODULE(Mlp);
 
 class BlockImpl : public torch::nn::Module {
  public:
-  explicit BlockImpl(const ModelConfig& cfg);
+  BlockImpl(const ModelConfig& cfg, ComputeOptions compute);
   torch::Tensor forward(torch::Tensor x);
 
  private:
-  torch::nn::LayerNorm ln_1_{nullptr};
+  LayerNorm ln_1_{nullptr};
   CausalSelfAttention attn_{nullptr};
-  torch::nn::LayerNorm ln_2_{nullptr};
+  LayerNorm ln_2_{nullptr};
   Mlp mlp_{nullptr};
 };
 TORCH_MODULE(Block);
 
 class GptImpl : public torch::nn::Module {
  public:
-  explicit GptImpl(const ModelConfig& cfg);
+  explicit GptImpl(const ModelConfig& cfg, ComputeOptions compute = {});
 
   // idx, targets: int64 [B, T]. Returns the mean cross-entropy over targets != -1.
   torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& targets);
@@ -79,11 +108,12 @@ class GptImpl : public torch::nn::Module {
 
  private:
   ModelConfig cfg_;
+  ComputeOptions compute_;
   torch::nn::Embedding wte_{nullptr};
   torch::nn::Embedding wpe_{nullptr};
   torch::nn::ModuleList h_{nullptr};
-  torch::nn::LayerNorm ln_f_{nullptr};
-  torch::Tensor pos_;  // arange(block_size), cached
+  LayerNorm ln_f_{nullptr};
+  torch::Tensor pos_;  // arange(block_size), a buffer (moves with the module)
 };
 TORCH_MODULE(Gpt);
 

@@ -1,6 +1,7 @@
 // CausalAttention (one autograd node, blocked queries, strided heads) against
 // the textbook formula: softmax(q k^T / sqrt(hs) with the future masked) v,
 // forward and backward, for sequence lengths on and off the block grid.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -70,6 +71,89 @@ TEST(CausalAttentionTest, FutureTokensDoNotChangeThePast) {
   auto y_changed = CausalAttention(changed, n_head, mask);
   EXPECT_TRUE(torch::equal(y.narrow(1, 0, 100), y_changed.narrow(1, 0, 100)));
   EXPECT_FALSE(torch::equal(y.narrow(1, 100, 50), y_changed.narrow(1, 100, 50)));
+}
+
+}  // namespace
+}  // namespace holdfast
+
+namespace holdfast {
+namespace {
+
+std::vector<std::string> ParameterNames(const Gpt& model) {
+  std::vector<std::string> names;
+  for (const auto& item : model->named_parameters()) names.push_back(item.key());
+  return names;
+}
+
+TEST(GptLayoutTest, BiasFalseMeansNoBiasAnywhereAsInNanoGpt) {
+  ModelConfig cfg;
+  cfg.n_layer = 2;
+  cfg.bias = false;
+  Gpt model(cfg);
+  const std::vector<std::string> names = ParameterNames(model);
+  for (const std::string& n : names) EXPECT_EQ(n.find("bias"), std::string::npos) << n;
+  // nanoGPT's names and order, without a single bias.
+  const std::vector<std::string> want = {
+      "wte.weight", "wpe.weight",
+      "h.0.ln_1.weight", "h.0.attn.c_attn.weight", "h.0.attn.c_proj.weight", "h.0.ln_2.weight",
+      "h.0.mlp.c_fc.weight", "h.0.mlp.c_proj.weight",
+      "h.1.ln_1.weight", "h.1.attn.c_attn.weight", "h.1.attn.c_proj.weight", "h.1.ln_2.weight",
+      "h.1.mlp.c_fc.weight", "h.1.mlp.c_proj.weight",
+      "ln_f.weight"};
+  EXPECT_EQ(names, want);
+  cfg.bias = true;
+  Gpt with_bias(cfg);
+  const std::vector<std::string> all = ParameterNames(with_bias);
+  EXPECT_NE(std::find(all.begin(), all.end(), "h.0.ln_1.bias"), all.end());
+  EXPECT_NE(std::find(all.begin(), all.end(), "ln_f.bias"), all.end());
+  EXPECT_EQ(all.size(), want.size() + 2 * 6 + 1);  // per block: 2 LN + 4 linear biases; ln_f.bias
+}
+
+TEST(GptLayoutTest, LayerNormWithoutBiasIsTheTextbookFormula) {
+  torch::manual_seed(5);
+  LayerNorm ln(8, /*bias=*/false);
+  {
+    torch::NoGradGuard no_grad;
+    ln->named_parameters()["weight"].uniform_(0.5, 1.5);
+  }
+  auto x = torch::randn({3, 8}, torch::kFloat64).to(torch::kFloat32);
+  auto got = ln(x).to(torch::kFloat64);
+  auto xd = x.to(torch::kFloat64);
+  auto mean = xd.mean(-1, true);
+  auto var = (xd - mean).pow(2).mean(-1, true);
+  auto want = (xd - mean) / torch::sqrt(var + 1e-5) * ln->named_parameters()["weight"].to(torch::kFloat64);
+  EXPECT_LT((got - want).abs().max().item<double>(), 1e-5);
+}
+
+TEST(GptComputeTest, Bf16MatmulsStayCloseToFloat32) {
+  ModelConfig cfg;
+  cfg.n_layer = 2;
+  cfg.n_embd = 64;
+  cfg.block_size = 32;
+  torch::manual_seed(11);
+  Gpt fp32(cfg);
+  fp32->InitWeights();
+  Gpt bf16(cfg, ComputeOptions{true});
+  {
+    torch::NoGradGuard no_grad;
+    auto src = fp32->parameters();
+    auto dst = bf16->parameters();
+    ASSERT_EQ(src.size(), dst.size());
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  auto idx = torch::randint(0, 256, {4, 32}, torch::kLong);
+  auto targets = torch::randint(0, 256, {4, 32}, torch::kLong);
+  auto a = fp32->forward(idx, targets);
+  auto b = bf16->forward(idx, targets);
+  EXPECT_EQ(b.scalar_type(), torch::kFloat32) << "the loss is float32";
+  const double rel = std::abs(a.item<double>() - b.item<double>()) / a.item<double>();
+  EXPECT_LT(rel, 1e-2);
+  EXPECT_GT(rel, 0.0) << "bf16 matmuls round differently: the switch must change the math";
+  b.backward();
+  for (const auto& p : bf16->parameters()) {
+    ASSERT_TRUE(p.grad().defined());
+    EXPECT_EQ(p.grad().scalar_type(), torch::kFloat32) << "master gradients are float32";
+  }
 }
 
 }  // namespace

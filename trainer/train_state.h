@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct StateView {
   std::string name;
   const uint8_t* data = nullptr;  // not owned
   size_t size = 0;
+  // Set when the bytes are still arriving (a device→host copy, DeviceStager):
+  // call it, and read the bytes only after it returns OK. Empty = ready.
+  std::function<Status()> ready = nullptr;
 };
 
 struct StateBuffer {
@@ -57,6 +61,9 @@ struct DeterminismFingerprint {
   int grad_accum = 0;
   int64_t bucket_bytes = 0;
   std::string backend;
+  // "cpu", or the GPU and its software: gpu::DeviceInfo::Describe() (model,
+  // compute capability, driver, CUDA runtime, cuBLAS).
+  std::string device = "cpu";
 
   // Human-readable differences ("threads: checkpoint 2, now 1"); empty when equal.
   std::vector<std::string> Diff(const DeterminismFingerprint& now) const;

@@ -27,6 +27,8 @@
 #include "common/progress_record.h"
 #include "trainer/adamw.h"
 #include "trainer/comm/communicator.h"
+#include "trainer/device_stager.h"
+#include "trainer/gpu.h"
 #include "trainer/data/dataset.h"
 #include "trainer/model.h"
 
@@ -91,8 +93,11 @@ std::vector<std::string> DeterminismFingerprint::Diff(const DeterminismFingerpri
   cmp("grad_accum", std::to_string(grad_accum), std::to_string(now.grad_accum));
   cmp("bucket bytes", std::to_string(bucket_bytes), std::to_string(now.bucket_bytes));
   cmp("backend", backend, now.backend);
+  cmp("device", device, now.device);
   return out;
 }
+
+int CudaDeviceCount() { return static_cast<int>(torch::cuda::device_count()); }
 
 void ConfigureTorchRuntime(int threads) {
   at::set_num_threads(threads);
@@ -141,6 +146,13 @@ struct Trainer::Impl {
   };
 
   TrainerConfig cfg;
+  DevicePlacement placement;
+  torch::Device device{torch::kCPU};
+  bool cuda = false;
+  std::string device_text = "cpu";         // DeterminismFingerprint::device
+  std::unique_ptr<DeviceStager> stager;     // GPU only: checkpoint staging through pinned memory
+  torch::Tensor grad_norm;                  // GPU only: float64 [1], the step's gradient norm
+  torch::Tensor shared_dev;                 // GPU only: float32 [3], the step's loss and requests
   std::unique_ptr<Communicator> comm;
   ProgressWriter* progress = nullptr;  // not owned
   std::function<void()> before_update;  // SetBeforeUpdateHook; runs right before Update (AdamW)
@@ -171,6 +183,7 @@ struct Trainer::Impl {
   torch::Tensor y_batch;
   std::string meta_text;    // backing store of the "meta" state view
   torch::Tensor rng_state;  // backing store of the "rng.cpu" state view
+  torch::Tensor rng_cuda_state;  // backing store of the "rng.cuda" state view (GPU only)
 
   int rank() const { return comm->rank(); }
   int world() const { return comm->world_size(); }
@@ -192,10 +205,11 @@ struct Trainer::Impl {
       total += s.numel;
       slots.push_back(std::move(s));
     }
-    flat_params = torch::empty({total}, torch::kFloat32);
-    flat_grads = torch::zeros({total}, torch::kFloat32);
-    exp_avg = torch::zeros({total}, torch::kFloat32);
-    exp_avg_sq = torch::zeros({total}, torch::kFloat32);
+    const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+    flat_params = torch::empty({total}, f32);
+    flat_grads = torch::zeros({total}, f32);
+    exp_avg = torch::zeros({total}, f32);
+    exp_avg_sq = torch::zeros({total}, f32);
     for (Slot& s : slots) {
       auto pview = flat_params.slice(0, s.offset, s.offset + s.numel).view(s.shape);
       pview.copy_(s.param.detach());
@@ -255,6 +269,15 @@ struct Trainer::Impl {
     LaunchReadyBuckets();
     Status first;
     for (Bucket& b : buckets) {
+      if (cuda) {
+        // The update waits for the bucket on the device; the host goes on. The
+        // step's loss allreduce, queued behind every bucket on the same
+        // stream, is where the host waits (and a hung peer is noticed).
+        Status s = b.work->WaitOnDevice();
+        b.work.reset();
+        if (!s.ok() && first.ok()) first = s;
+        continue;
+      }
       if (progress != nullptr) progress->WaitCollective(b.progress_seq, CollectiveKind::kAllreduce);
       Status s = b.work->Wait();
       if (progress != nullptr && s.ok()) progress->CollectiveDone(b.progress_seq);
@@ -265,7 +288,7 @@ struct Trainer::Impl {
     return first.WithContext("gradient allreduce");
   }
 
-  void Update(double lr, double grad_scale) {
+  Status Update(double lr, double grad_scale) {
     const OptimConfig& o = cfg.optim;
     AdamWStep a;
     a.lr = lr;
@@ -275,8 +298,33 @@ struct Trainer::Impl {
     a.weight_decay = o.weight_decay;
     a.step = step + 1;
     a.grad_scale = grad_scale;
+    if (cuda) {
+      // The copies of a checkpoint staged last step finish before the update
+      // overwrites what they read (a device-side wait; the host goes on).
+      if (stager != nullptr) HF_RETURN_IF_ERROR(stager->FenceBeforeUpdate().WithContext("checkpoint staging fence"));
+      return gpu::ApplyAdamWOnDevice(a, decay_runs, flat_params.numel(), flat_grads.data_ptr<float>(),
+                                     flat_params.data_ptr<float>(), exp_avg.data_ptr<float>(),
+                                     exp_avg_sq.data_ptr<float>(), grad_norm.data_ptr<double>(), cfg.optim.grad_clip);
+    }
     ApplyAdamW(a, decay_runs, flat_params.numel(), flat_grads.data_ptr<float>(), flat_params.data_ptr<float>(),
                exp_avg.data_ptr<float>(), exp_avg_sq.data_ptr<float>());
+    return Status::Ok();
+  }
+
+  // This micro-step's samples, on the device. On a GPU each batch goes through
+  // a fresh pinned buffer from LibTorch's caching host allocator, which reuses
+  // it only once its asynchronous upload has completed.
+  void LoadBatch(uint64_t first, int B) {
+    if (!cuda) {
+      data->FillBatch(first, B, x_batch.data_ptr<int64_t>(), y_batch.data_ptr<int64_t>());
+      return;
+    }
+    auto pinned = torch::TensorOptions().dtype(torch::kLong).pinned_memory(true);
+    auto xh = torch::empty({B, cfg.model.block_size}, pinned);
+    auto yh = torch::empty({B, cfg.model.block_size}, pinned);
+    data->FillBatch(first, B, xh.data_ptr<int64_t>(), yh.data_ptr<int64_t>());
+    x_batch = xh.to(device, /*non_blocking=*/true);
+    y_batch = yh.to(device, /*non_blocking=*/true);
   }
 
   Result<StepMetrics> Step(StepRequests requests) {
@@ -285,12 +333,13 @@ struct Trainer::Impl {
     const int B = cfg.train.micro_batch;
     StepMetrics m;
     double loss_sum = 0;
+    torch::Tensor loss_dev;  // GPU: the step's loss summed on the device (read once, at the end)
     if (progress != nullptr) progress->BeginStep();
     flat_grads.zero_();
     for (int micro = 0; micro < accum; ++micro) {
       if (progress != nullptr && micro > 0) progress->SetPhase(Phase::kData);
       const uint64_t first = cursor + (static_cast<uint64_t>(micro) * world() + rank()) * B;
-      data->FillBatch(first, B, x_batch.data_ptr<int64_t>(), y_batch.data_ptr<int64_t>());
+      LoadBatch(first, B);
       syncing = world() > 1 && cfg.dist.overlap && micro == accum - 1;
       if (syncing) {
         next_launch = 0;
@@ -301,7 +350,11 @@ struct Trainer::Impl {
       if (accum > 1) loss = loss / accum;
       if (progress != nullptr) progress->SetPhase(Phase::kBackward);
       loss.backward();
-      loss_sum += loss.item<double>();
+      if (cuda) {
+        loss_dev = loss_dev.defined() ? loss_dev + loss.detach().to(torch::kFloat64) : loss.detach().to(torch::kFloat64);
+      } else {
+        loss_sum += loss.item<double>();
+      }
       syncing = false;
     }
     if (world() > 1) {
@@ -311,17 +364,34 @@ struct Trainer::Impl {
       }
       HF_RETURN_IF_ERROR(FinishGradSync(&m.comm_wait_ms));
       float shared[3] = {static_cast<float>(loss_sum), requests.stop ? 1.0f : 0.0f, requests.checkpoint ? 1.0f : 0.0f};
+      float* reduce = shared;
+      if (cuda) {
+        // NCCL reduces device memory: the loss joins the requests there.
+        shared_dev.copy_(torch::from_blob(shared, {3}, torch::kFloat32));
+        shared_dev.narrow(0, 0, 1).copy_(loss_dev.to(torch::kFloat32).view({1}));
+        reduce = shared_dev.data_ptr<float>();
+      }
       uint64_t seq = 0;
       if (progress != nullptr) {
         seq = progress->IssueCollective(CollectiveKind::kAllreduce, sizeof(shared));
         progress->WaitCollective(seq, CollectiveKind::kAllreduce);
       }
-      HF_RETURN_IF_ERROR(comm->Allreduce(shared, 3, ReduceOp::kAvg).WithContext("loss allreduce"));
-      if (progress != nullptr) progress->CollectiveDone(seq);
+      HF_RETURN_IF_ERROR(comm->Allreduce(reduce, 3, ReduceOp::kAvg).WithContext("loss allreduce"));
+      if (progress != nullptr) {
+        if (cuda) {
+          for (const Bucket& b : buckets) progress->CollectiveDone(b.progress_seq);  // done before the loss's
+        }
+        progress->CollectiveDone(seq);
+      }
+      if (cuda) {
+        auto host = shared_dev.to(torch::kCPU);
+        std::memcpy(shared, host.data_ptr<float>(), sizeof(shared));
+      }
       loss_sum = shared[0];
       m.stop = shared[1] > 0;
       m.checkpoint = shared[2] > 0;
     } else {
+      if (cuda) loss_sum = loss_dev.item<double>();
       m.stop = requests.stop;
       m.checkpoint = requests.checkpoint;
     }
@@ -329,14 +399,26 @@ struct Trainer::Impl {
     double grad_scale = 1.0;
     {
       torch::NoGradGuard no_grad;
-      m.grad_norm = flat_grads.norm(2).item<double>();
-      // clip_grad_norm_'s coefficient, max_norm / (norm + 1e-6) clamped to 1,
-      // applied by the update as it reads each gradient (no extra pass).
-      if (cfg.optim.grad_clip > 0) grad_scale = std::min(1.0, cfg.optim.grad_clip / (m.grad_norm + 1e-6));
+      // The global norm summed in float64 (adamw.h: a float32 norm of the flat
+      // buffer drifts by ~1e-4 at 10M elements). clip_grad_norm_'s coefficient,
+      // max_norm / (norm + 1e-6) clamped to 1, is applied by the update as it
+      // reads each gradient (no extra pass); on a GPU the kernel reads the norm
+      // from device memory.
+      if (cuda) {
+        grad_norm.copy_(torch::linalg_vector_norm(flat_grads, 2, c10::nullopt, false, torch::kFloat64).view({1}));
+      } else {
+        m.grad_norm = std::sqrt(SumOfSquares(flat_grads.data_ptr<float>(), flat_grads.numel()));
+        grad_scale = ClipCoefficient(m.grad_norm, cfg.optim.grad_clip);
+      }
     }
     const double lr = LearningRateAt(cfg.optim, cfg.train.steps, step);
-    if (before_update) before_update();
-    Update(lr, grad_scale);
+    // The host fence of the checkpoint writer (it copies the flat buffers after
+    // Save returns). On a GPU the writer reads pinned memory the update never
+    // touches: the device-side fence in Update is enough, and StateViews
+    // waits for the writer instead, before it reuses the pinned buffer.
+    if (before_update && !cuda) before_update();
+    HF_RETURN_IF_ERROR(Update(lr, grad_scale).WithContext("optimizer update"));
+    if (cuda) m.grad_norm = grad_norm.item<double>();
     cursor += static_cast<uint64_t>(B) * accum * world();
     step += 1;
     if (progress != nullptr) progress->EndStep(step);
@@ -358,6 +440,7 @@ struct Trainer::Impl {
     f.grad_accum = cfg.train.grad_accum;
     f.bucket_bytes = world() > 1 ? bucket_bytes : 0;
     f.backend = world() > 1 ? comm->backend() : "none";
+    f.device = device_text;
     return f;
   }
 
@@ -373,10 +456,30 @@ struct Trainer::Impl {
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Trainer::~Trainer() = default;
 
-Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, std::unique_ptr<Communicator> comm) {
+Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, std::unique_ptr<Communicator> comm,
+                                                  const DevicePlacement& placement) {
   auto impl = std::make_unique<Impl>();
   impl->cfg = config;
   impl->comm = std::move(comm);
+  impl->placement = placement;
+  if (placement.cuda) {
+    impl->cuda = true;
+    impl->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(placement.ordinal));
+    HF_RETURN_IF_ERROR(gpu::SetDevice(placement.ordinal).WithContext("placing rank " +
+                                                                     std::to_string(impl->rank()) + " on " +
+                                                                     placement.Name()));
+    HF_ASSIGN_OR_RETURN(gpu::DeviceInfo info, gpu::QueryDevice(placement.ordinal));
+    impl->device_text = info.Describe();
+    // Bit-exact resume on the same GPU: cuBLAS's deterministic workspace (must
+    // be set before its first handle), LibTorch's deterministic kernels (a
+    // warning names any op without one), no cuDNN autotuning.
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+    at::globalContext().setBenchmarkCuDNN(false);
+    at::globalContext().setDeterministicCuDNN(true);
+    HF_ASSIGN_OR_RETURN(std::unique_ptr<CopyEngine> engine, gpu::MakeCopyEngine(placement.ordinal));
+    impl->stager = std::make_unique<DeviceStager>(std::move(engine));
+  }
   Result<DataFormat> format = ParseDataFormat(config.data.format);
   if (!format.ok()) return format.status();
   DataOptions dopt;
@@ -390,14 +493,19 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, st
   impl->data = std::move(data).value();
   try {
     torch::manual_seed(config.train.seed);
-    impl->model = Gpt(config.model);
-    impl->model->InitWeights();
+    impl->model = Gpt(config.model, ComputeOptions{config.train.precision == "bf16"});
+    impl->model->InitWeights();  // on the CPU generator: the same weights on every device
+    impl->model->to(impl->device);
     impl->model->train();
     impl->BuildFlatLayout();
-    // Dropout draws from here on: a stream per rank.
+    // Dropout draws from here on: a stream per rank (CPU and CUDA generators alike).
     torch::manual_seed(config.train.seed * 1000003ULL + 1 + static_cast<uint64_t>(impl->rank()));
     impl->x_batch = torch::empty({config.train.micro_batch, config.model.block_size}, torch::kLong);
     impl->y_batch = torch::empty({config.train.micro_batch, config.model.block_size}, torch::kLong);
+    if (impl->cuda) {
+      impl->grad_norm = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(impl->device));
+      impl->shared_dev = torch::zeros({3}, torch::TensorOptions().dtype(torch::kFloat32).device(impl->device));
+    }
   } catch (const std::exception& e) {
     return TorchError("building the model", e);
   }
@@ -422,12 +530,21 @@ DeterminismFingerprint Trainer::Fingerprint() const { return impl_->Fingerprint(
 int64_t Trainer::num_params() const { return impl_->flat_params.numel(); }
 
 uint64_t Trainer::ParamsHash() const {
-  return XXH3_64bits(impl_->flat_params.data_ptr<float>(), impl_->flat_params.numel() * sizeof(float));
+  const torch::Tensor host = impl_->flat_params.to(torch::kCPU);
+  return XXH3_64bits(host.data_ptr<float>(), host.numel() * sizeof(float));
 }
 
 namespace {
 StateView ViewOf(const char* name, const torch::Tensor& t) {
   return {name, static_cast<const uint8_t*>(t.data_ptr()), static_cast<size_t>(t.numel() * t.element_size())};
+}
+// Copies host bytes into (part of) a tensor on any device.
+void CopyHostBytes(const torch::Tensor& dst, const void* src) {
+  if (dst.is_cpu()) {
+    std::memcpy(dst.data_ptr(), src, static_cast<size_t>(dst.numel() * dst.element_size()));
+    return;
+  }
+  dst.copy_(torch::from_blob(const_cast<void*>(src), dst.sizes(), dst.options().device(torch::kCPU)));
 }
 Status CopyInto(const StateView* v, const torch::Tensor& t, const char* name) {
   if (v == nullptr) return CorruptionError(std::string("state has no '") + name + "' buffer");
@@ -436,7 +553,7 @@ Status CopyInto(const StateView* v, const torch::Tensor& t, const char* name) {
     return CorruptionError(std::string("state buffer '") + name + "' has " + std::to_string(v->size) +
                            " bytes, the model needs " + std::to_string(want));
   }
-  std::memcpy(t.data_ptr(), v->data, want);
+  CopyHostBytes(t, v->data);
   return Status::Ok();
 }
 }  // namespace
@@ -578,6 +695,7 @@ Result<std::vector<StateView>> Trainer::StateViews() {
 
 Result<std::vector<StateView>> Trainer::ViewsOfSlice(int64_t begin, int64_t end) {
   Impl& d = *impl_;
+  if (d.cuda && d.before_update) d.before_update();  // the writer no longer reads the pinned buffer
   const DeterminismFingerprint f = d.Fingerprint();
   nlohmann::json meta = {
       {"format", kStateFormat},
@@ -592,21 +710,42 @@ Result<std::vector<StateView>> Trainer::ViewsOfSlice(int64_t begin, int64_t end)
       {"determinism",
        {{"torch_version", f.torch_version}, {"blas", f.blas}, {"threads", f.threads},
         {"world_size", f.world_size}, {"grad_accum", f.grad_accum}, {"bucket_bytes", f.bucket_bytes},
-        {"backend", f.backend}}},
+        {"backend", f.backend}, {"device", f.device}}},
   };
   d.meta_text = meta.dump(1);
   std::vector<StateView> views;
   views.push_back({"meta", reinterpret_cast<const uint8_t*>(d.meta_text.data()), d.meta_text.size()});
   try {
-    views.push_back(SliceOf("params", d.flat_params, begin, end));
-    views.push_back(SliceOf("optim.exp_avg", d.exp_avg, begin, end));
-    views.push_back(SliceOf("optim.exp_avg_sq", d.exp_avg_sq, begin, end));
+    if (d.cuda) {
+      // Device→host copies into the stager's pinned buffer, queued after the
+      // update that produced these bytes; the writer waits for them (ready()).
+      const torch::Tensor* sources[] = {&d.flat_params, &d.exp_avg, &d.exp_avg_sq};  // kSlicedBuffers' order
+      std::vector<DeviceStager::Piece> pieces;
+      for (size_t i = 0; i < 3; ++i) {
+        const StateView v = SliceOf(kSlicedBuffers[i], *sources[i], begin, end);
+        pieces.push_back({v.name, v.data, v.size});
+      }
+      HF_ASSIGN_OR_RETURN(std::vector<StateView> staged, d.stager->Stage(pieces));
+      for (StateView& v : staged) views.push_back(std::move(v));
+    } else {
+      views.push_back(SliceOf("params", d.flat_params, begin, end));
+      views.push_back(SliceOf("optim.exp_avg", d.exp_avg, begin, end));
+      views.push_back(SliceOf("optim.exp_avg_sq", d.exp_avg_sq, begin, end));
+    }
     auto gen = at::detail::getDefaultCPUGenerator();
     {
       std::lock_guard<std::mutex> lock(gen.mutex());
       d.rng_state = gen.get_state();
     }
     views.push_back(ViewOf("rng.cpu", d.rng_state));
+    if (d.cuda) {
+      at::Generator cuda_gen = at::globalContext().defaultGenerator(d.device);
+      {
+        std::lock_guard<std::mutex> lock(cuda_gen.mutex());
+        d.rng_cuda_state = cuda_gen.get_state();
+      }
+      views.push_back(ViewOf("rng.cuda", d.rng_cuda_state));
+    }
   } catch (const std::exception& e) {
     return TorchError("capturing state", e);
   }
@@ -616,7 +755,10 @@ Result<std::vector<StateView>> Trainer::ViewsOfSlice(int64_t begin, int64_t end)
 Result<TrainState> Trainer::CaptureState() {
   HF_ASSIGN_OR_RETURN(std::vector<StateView> views, ViewsOfSlice(0, impl_->flat_params.numel()));
   TrainState state;
-  for (const StateView& v : views) state.buffers.push_back({v.name, std::vector<uint8_t>(v.data, v.data + v.size)});
+  for (const StateView& v : views) {
+    if (v.ready) HF_RETURN_IF_ERROR(v.ready());
+    state.buffers.push_back({v.name, std::vector<uint8_t>(v.data, v.data + v.size)});
+  }
   return state;
 }
 
@@ -665,6 +807,7 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
     saved.grad_accum = det.at("grad_accum").get<int>();
     saved.bucket_bytes = det.at("bucket_bytes").get<int64_t>();
     saved.backend = det.at("backend").get<std::string>();
+    saved.device = det.value("device", "cpu");  // checkpoints from before GPU training
     std::vector<std::string> diffs = saved.Diff(d.Fingerprint());
     if (!diffs.empty()) {
       std::string all_diffs;
@@ -693,8 +836,7 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
         const StateSlice& s = *slices[i];
         for (size_t b = 0; b < 3; ++b) {
           const StateView* v = FindView(all[i].views, kSlicedBuffers[b]);  // present and sized: CheckedSlices
-          std::memcpy(static_cast<uint8_t*>(targets[b]->data_ptr()) + s.offset * kSlicedElementSize, v->data,
-                      v->size);
+          if (s.count > 0) CopyHostBytes(targets[b]->narrow(0, s.offset, s.count), v->data);
         }
       }
     }
@@ -707,6 +849,16 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
       std::lock_guard<std::mutex> lock(gen.mutex());
       gen.set_state(rng_tensor);
     }
+    const StateView* rng_cuda = FindView(own.views, "rng.cuda");
+    if (d.cuda && rng_cuda != nullptr) {
+      auto state = torch::empty({static_cast<int64_t>(rng_cuda->size)}, torch::kUInt8);
+      std::memcpy(state.data_ptr(), rng_cuda->data, rng_cuda->size);
+      at::Generator cuda_gen = at::globalContext().defaultGenerator(d.device);
+      std::lock_guard<std::mutex> lock(cuda_gen.mutex());
+      cuda_gen.set_state(state);
+    }
+    // A CPU checkpoint resumed on a GPU (or back) keeps its CUDA generator
+    // seeded as at start: the fingerprint's device difference already warned.
     d.step = meta.at("step").get<int64_t>();
     d.cursor = meta.at("data_cursor").get<uint64_t>();
   } catch (const nlohmann::json::exception& e) {
@@ -724,9 +876,10 @@ Status Trainer::DumpParams(const std::string& dir) const {
   nlohmann::json index = {{"format", kParamsFormat}, {"dtype", "float32"}, {"tensors", nlohmann::json::array()}};
   std::ofstream bin(dir + "/params.bin", std::ios::binary | std::ios::trunc);
   int64_t offset = 0;
+  const torch::Tensor host = impl_->flat_params.to(torch::kCPU);
   // Registration order (the order a reader expects), not flat order.
   for (auto it = impl_->slots.rbegin(); it != impl_->slots.rend(); ++it) {
-    const float* p = impl_->flat_params.data_ptr<float>() + it->offset;
+    const float* p = host.data_ptr<float>() + it->offset;
     bin.write(reinterpret_cast<const char*>(p), it->numel * 4);
     index["tensors"].push_back({{"name", it->name}, {"shape", it->shape}, {"offset", offset}, {"numel", it->numel}});
     offset += it->numel * 4;

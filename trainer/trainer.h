@@ -18,6 +18,7 @@
 
 #include "common/status.h"
 #include "trainer/config.h"
+#include "trainer/device.h"
 #include "trainer/train_state.h"
 
 namespace holdfast {
@@ -52,9 +53,14 @@ struct StepRequests {
 
 class Trainer {
  public:
-  // Builds the model (initialised from config.train.seed) and opens the data.
-  // `comm` is owned by the Trainer; its world size and rank define the layout.
-  static Result<std::unique_ptr<Trainer>> Create(const TrainerConfig& config, std::unique_ptr<Communicator> comm);
+  // Builds the model (initialised from config.train.seed, on the CPU, so the
+  // initial weights are the same on every device) and opens the data. `comm`
+  // is owned by the Trainer; its world size and rank define the layout. On a
+  // GPU placement the model, the flat buffers and every batch live on that
+  // device, AdamW runs as one CUDA kernel, and checkpoints are staged through
+  // pinned memory (DeviceStager); cuBLAS and LibTorch are set deterministic.
+  static Result<std::unique_ptr<Trainer>> Create(const TrainerConfig& config, std::unique_ptr<Communicator> comm,
+                                                 const DevicePlacement& placement = {});
   ~Trainer();
 
   // Runs one optimiser step (grad_accum micro-steps). `requests` are this
@@ -133,6 +139,9 @@ class Trainer {
                  std::vector<std::string>* warnings);
   std::unique_ptr<Impl> impl_;
 };
+
+// CUDA devices LibTorch can use in this process (0 for a CPU-only LibTorch).
+int CudaDeviceCount();
 
 // Applies the threading and allocator settings determinism and speed depend on;
 // call once at process start, before any LibTorch work.

@@ -34,6 +34,11 @@ class Work {
   virtual ~Work() = default;
   // Blocks until the collective finished; returns its error (timeout, peer gone).
   virtual Status Wait() = 0;
+  // Makes later work on the caller's device queue wait for the collective,
+  // without blocking the host (NCCL: the legacy default stream waits for the
+  // collective's event); errors known so far are returned. Host memory
+  // collectives have no device queue: the default blocks as Wait does.
+  virtual Status WaitOnDevice() { return Wait(); }
 };
 
 struct CommunicatorOptions {

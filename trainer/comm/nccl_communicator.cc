@@ -80,6 +80,7 @@ class NcclWork final : public Work {
       : comm_(comm), event_(event), what_(std::move(what)) {}
   ~NcclWork() override;
   Status Wait() override;
+  Status WaitOnDevice() override;
 
  private:
   NcclCommunicator* comm_;  // not owned; the communicator must outlive its Work
@@ -204,6 +205,13 @@ class NcclCommunicator final : public Communicator {
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));  // CUDA offers no wait with a timeout
     }
+  }
+
+  // The legacy default stream (LibTorch's) waits for `event`; the host does not.
+  Status StreamWaitEvent(const std::string& what, cudaEvent_t event) {
+    if (failed_.load()) return FailedStatus(what);
+    HF_RETURN_IF_ERROR(Fail(CudaError(what + ": cudaStreamWaitEvent", cudaStreamWaitEvent(cudaStreamLegacy, event, 0))));
+    return CheckAsyncError(what);
   }
 
   void ReleaseEvent(cudaEvent_t event) {
@@ -331,6 +339,17 @@ NcclWork::~NcclWork() {
   // An event still pending must not be reused; wait it out (it ends or the comm is aborted).
   if (!done_) (void)Wait();
   comm_->ReleaseEvent(event_);
+}
+
+Status NcclWork::WaitOnDevice() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!done_) {
+    // Once the wait is queued the event may be recorded again: the queued wait
+    // keeps the record it saw. So the event goes back to the pool untouched.
+    status_ = comm_->StreamWaitEvent(what_, event_);
+    done_ = true;
+  }
+  return status_;
 }
 
 Status NcclWork::Wait() {
