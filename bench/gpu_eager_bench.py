@@ -34,12 +34,14 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out")
+    ap.add_argument("--device", default="cuda", help="cuda (the benchmark); cpu only to check this script")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: this benchmark needs a GPU")
     cfg = ref.load_config(args.config, args.set)
     m, t, o, d = cfg["model"], cfg["train"], cfg["optim"], cfg["data"]
-    dev = torch.device("cuda", 0)
+    dev = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
+    cuda = dev.type == "cuda"
     torch.manual_seed(t["seed"])
     model = ref.GPT(m)
     model.init_random(m["n_layer"])
@@ -48,7 +50,8 @@ def main():
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], fused=True)
+                            lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"],
+                            **({"fused": True} if cuda else {}))
     data = ref.Dataset(d["format"], d["path"], m["block_size"], m["vocab_size"], t["seed"])
     B, A = t["micro_batch"], t["grad_accum"]
     bf16 = t.get("precision", "fp32") == "bf16"
@@ -60,7 +63,7 @@ def main():
         for micro in range(A):
             x, y = data.batch(range(cursor + micro * B, cursor + (micro + 1) * B))
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
                 loss = model(x, y) / A
             loss.backward()
             total += loss.detach()
@@ -71,7 +74,8 @@ def main():
         cursor += B * A
         if step >= args.warmup:
             times.append((time.perf_counter() - t0) * 1e3)
-    result = {"peer": f"eager PyTorch {torch.__version__}", "device": torch.cuda.get_device_name(0),
+    result = {"peer": f"eager PyTorch {torch.__version__}",
+              "device": torch.cuda.get_device_name(0) if cuda else "cpu",
               "step_ms_median": statistics.median(times), "loss_last": total,
               "params": sum(p.numel() for p in model.parameters())}
     print(json.dumps(result))

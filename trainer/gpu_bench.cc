@@ -47,16 +47,20 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+void Sync(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize();
+}
+
 double GemmFlops(const torch::Device& device) {
-  const int64_t n = 8192;
+  const int64_t n = device.is_cuda() ? 8192 : 512;
   auto opts = torch::TensorOptions().dtype(torch::kBFloat16).device(device);
   auto a = torch::randn({n, n}, opts), b = torch::randn({n, n}, opts);
   for (int i = 0; i < 3; ++i) (void)torch::matmul(a, b);
-  torch::cuda::synchronize();
+  Sync(device);
   const int iters = 20;
   const auto t0 = Clock::now();
   for (int i = 0; i < iters; ++i) (void)torch::matmul(a, b);
-  torch::cuda::synchronize();
+  Sync(device);
   return 2.0 * n * n * n * iters / Seconds(t0);
 }
 
@@ -65,15 +69,17 @@ int Main(int argc, char** argv) {
   std::string config_path, out_path, ckpt_dir = "/tmp/holdfast-gpu-bench-ckpt";
   std::vector<std::string> overrides;
   int steps = 20, warmup = 5;
+  bool cpu_check = false;
   app.add_option("--config", config_path, "trainer config (TOML)")->required();
   app.add_option("--set", overrides, "override section.key=value");
   app.add_option("--steps", steps, "measured steps")->check(CLI::Range(3, 100000));
   app.add_option("--warmup", warmup, "unmeasured steps first")->check(CLI::Range(1, 1000));
   app.add_option("--checkpoint-dir", ckpt_dir, "where the checkpoint figures write");
   app.add_option("--out", out_path, "write the figures as JSON here");
+  app.add_flag("--cpu-check", cpu_check, "run on the CPU, only to check this program (the figures mean nothing)");
   CLI11_PARSE(app, argc, argv);
 
-  overrides.push_back("train.device=cuda");
+  overrides.push_back(cpu_check ? "train.device=cpu" : "train.device=cuda");
   Result<TrainerConfig> cfg = LoadTrainerConfig(config_path, overrides);
   if (!cfg.ok()) {
     spdlog::error("{}", cfg.status().ToString());
@@ -92,7 +98,9 @@ int Main(int argc, char** argv) {
     return 1;
   }
   Trainer& trainer = **trainer_or;
-  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(placement->ordinal));
+  const torch::Device device = placement->cuda
+                                   ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(placement->ordinal))
+                                   : torch::Device(torch::kCPU);
   nlohmann::json out;
   out["device"] = trainer.Fingerprint().device;
   out["config"] = {{"n_layer", cfg->model.n_layer}, {"n_embd", cfg->model.n_embd}, {"n_head", cfg->model.n_head},
@@ -131,7 +139,7 @@ int Main(int argc, char** argv) {
   std::vector<double> staged_s, plain_s;
   size_t state_bytes = 0;
   for (int i = 0; i < 5; ++i) {
-    torch::cuda::synchronize();
+    Sync(device);
     const auto t0 = Clock::now();
     Result<std::vector<StateView>> views = trainer.StateViews();
     if (!views.ok()) {
@@ -140,26 +148,27 @@ int Main(int argc, char** argv) {
     }
     state_bytes = 0;
     for (const StateView& v : *views) {
+      if (v.name != "params" && v.name.rfind("optim.", 0) != 0) continue;
       if (v.ready) {
         Status s = v.ready();
         if (!s.ok()) {
           spdlog::error("{}", s.ToString());
           return 1;
         }
-        state_bytes += v.size;
       }
+      state_bytes += v.size;
     }
     staged_s.push_back(Seconds(t0));
   }
   {
     const int64_t n = static_cast<int64_t>(state_bytes / 4);
     auto src = torch::empty({n}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
-    auto dst = torch::empty({n}, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true));
+    auto dst = torch::empty({n}, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(device.is_cuda()));
     for (int i = 0; i < 5; ++i) {
-      torch::cuda::synchronize();
+      Sync(device);
       const auto t0 = Clock::now();
-      dst.copy_(src, /*non_blocking=*/true);
-      torch::cuda::synchronize();
+      dst.copy_(src, /*non_blocking=*/device.is_cuda());
+      Sync(device);
       plain_s.push_back(Seconds(t0));
     }
   }
@@ -189,7 +198,7 @@ int Main(int argc, char** argv) {
     std::vector<BufferView> buffers;
     for (const StateView& v : views) {
       BufferView b{v.name, v.data, v.size};
-      b.defer_copy = v.ready != nullptr;
+      b.defer_copy = v.name == "params" || v.name.rfind("optim.", 0) == 0;
       b.ready = v.ready;
       buffers.push_back(std::move(b));
     }

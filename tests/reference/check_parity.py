@@ -52,9 +52,15 @@ KEYS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "step_ms")
 
 
 def write_corpus(path):
+    """Debian's license texts; where a machine lacks them (a GPU image), this
+    repository's own docs, the same bytes on every machine with this checkout."""
+    licenses = [os.path.join("/usr/share/common-licenses", n) for n in CORPUS]
+    if not all(os.path.exists(p) for p in licenses):
+        docs = os.path.join(HERE, "..", "..", "docs")
+        licenses = sorted(os.path.join(docs, n) for n in os.listdir(docs) if n.endswith(".md"))
     with open(path, "wb") as out:
-        for name in CORPUS:
-            with open(os.path.join("/usr/share/common-licenses", name), "rb") as f:
+        for name in licenses:
+            with open(name, "rb") as f:
                 out.write(f.read())
 
 
