@@ -101,7 +101,7 @@ def render(results, args, info, data_desc, command):
     lines = ["## Trainer", "",
              "Median step time of `holdfast-train` and its PyTorch peer "
              "(`tests/reference/gpt_reference.py`: nn.Module, torch.optim.AdamW, "
-             "clip_grad_norm_, DDP over gloo for DP=2), same model, data, threads and BLAS. "
+             "clipping by the float64 global norm as holdfast-train, DDP over gloo for DP=2), same model, data, threads and BLAS. "
              f"Model: bench/trainer_bench.toml (4 layers, 256 wide, 4 heads, context 256, "
              f"3.29M parameters), micro_batch 8 per rank, 1 thread per rank, float32 CPU. "
              f"Each run trains {args.steps} steps; the first {args.skip} are dropped; a run's "

@@ -93,6 +93,11 @@ class Trainer {
   // flat elements (the last rank takes the remainder), recorded in "meta" as
   // "slice": {offset, count, total}; "meta" and "rng.cpu" are this rank's own.
   // With one rank the slice is everything.
+  // On a GPU the sliced buffers are views of the DeviceStager's pinned buffer,
+  // filled by asynchronous device→host copies: read them only after their
+  // ready() returns OK (the checkpoint writer does); "rng.cuda" is added. The
+  // call first runs the before-update hook (the writer's WaitStaged), since the
+  // pinned buffer is reused from save to save.
   Result<std::vector<StateView>> StateViews();
   // Complete state (slice = everything), copied into host buffers.
   Result<TrainState> CaptureState();
