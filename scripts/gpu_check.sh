@@ -16,7 +16,7 @@
 #   parity    check_parity.py on the GPU: fp32 (1e-4) and bf16 (1e-2) per-step loss against eager
 #             PyTorch running the same model, data and initial weights on the same GPU
 #   supervise holdfastd runs examples/gpu on the GPU; the rank is SIGKILLed after its first
-#             checkpoint; the run must recover and finish; runctl status at the end
+#             checkpoint (step 100), at step 150 or later; the run must recover and finish; runctl status at the end
 #   bench     holdfast-gpu-bench (step time, MFU, checkpoint stall ratio, staging bandwidth ratio)
 #             and bench/gpu_eager_bench.py (eager PyTorch step time), GPT-2 124M-sized, bf16
 # Files (at most 8, as the device tool returns them): summary.md, results.json, bench.json,
@@ -93,7 +93,8 @@ if run_logged build.log 420 bash -c "
     cmake -S . -B '$BUILD' -G Ninja -C $DEPS/bundle.cmake -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_PREFIX_PATH='$DEPS/usr;$TORCH_CMAKE' -DHOLDFAST_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DTORCH_CUDA_ARCH_LIST=9.0 ${NCCL_ARGS[*]}
-    ninja -C '$BUILD' -j $JOBS"; then
+    ninja -C '$BUILD' -j $JOBS holdfast-train holdfastd runctl holdfast-health holdfast-health-gpu \
+      holdfast-gpu-bench trainer_gpu_test comm_nccl_communicator_test"; then
   step build PASS "built with -Werror against PyTorch's LibTorch ($TORCH_CMAKE) and /usr/local/cuda"
 else
   step build FAIL "see logs.tar.gz: build.log"
@@ -151,7 +152,7 @@ import json, sys
 try: s = json.load(sys.stdin).get("status") or {}
 except Exception: sys.exit(0)
 ranks = [r for n in s.get("nodes", []) for r in n.get("ranks", [])]
-if ranks and all(r.get("step", 0) >= 30 for r in ranks): print(ranks[0]["pid"])' || true)
+if ranks and all(r.get("step", 0) >= 150 for r in ranks): print(ranks[0]["pid"])' || true)
   [ -n "$victim" ] && break
   sleep 0.5
 done
@@ -161,9 +162,9 @@ wait "$DAEMON"; rc=$?
 $RUNCTL status latest >"$LOGS/supervise_status.txt" 2>&1
 $RUNCTL lineage latest >>"$LOGS/supervise_status.txt" 2>&1
 cat "$LOGS/supervise_status.txt"
-if [ -z "$victim" ]; then step supervise FAIL "the rank never reached step 30 (supervise.log)"
+if [ -z "$victim" ]; then step supervise FAIL "the rank never reached step 150 (supervise.log)"
 elif [ $rc -eq 0 ] && grep -qi "restart" "$LOGS/supervise_status.txt"; then
-  step supervise PASS "rank SIGKILLed at step >= 30, restarted from its checkpoint on the GPU, run succeeded (runctl status in logs)"
+  step supervise PASS "rank SIGKILLed at step >= 150, restarted from its checkpoint on the GPU, run succeeded (runctl status in logs)"
 else step supervise FAIL "holdfastd exited $rc after the kill (supervise.log, supervise_status.txt)"; fi
 
 # ---- bench ---------------------------------------------------------------------------------
