@@ -1,6 +1,6 @@
 // CUDA probes: device memory test (our kernels) and GEMM throughput (cuBLAS,
 // the same library training uses, so the number is what a job will see).
-// cudaError_t and cublasStatus_t each become a Status in one function.
+// cudaError_t becomes a Status in common/cuda_status.h, cublasStatus_t in one function here.
 #include "health/gpu_probes.h"
 
 #include <cublas_v2.h>
@@ -10,24 +10,18 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "common/cuda_status.h"
 
 namespace holdfast::health {
 namespace {
 
-Status CudaError(const std::string& context, cudaError_t err) {
-  if (err == cudaSuccess) return Status::Ok();
-  std::string msg = context + ": CUDA error " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
-  if (err == cudaErrorMemoryAllocation) return ResourceExhaustedError(msg);
-  if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver) return FailedPreconditionError(msg);
-  return InternalError(msg);
-}
 
 Status CublasError(const std::string& context, cublasStatus_t st) {
   if (st == CUBLAS_STATUS_SUCCESS) return Status::Ok();
   return InternalError(context + ": cuBLAS error " + cublasGetStatusString(st));
 }
 
-#define HF_CUDA(call) HF_RETURN_IF_ERROR(CudaError(#call, (call)))
+#define HF_CUDA(call) HF_RETURN_IF_ERROR(CudaStatus(#call, (call)))
 
 constexpr int kPatterns = 5;
 

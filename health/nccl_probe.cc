@@ -1,7 +1,7 @@
 // NCCL all-reduce bus bandwidth across the node's GPUs, one process, one
 // communicator per GPU (ncclCommInitAll). busbw follows nccl-tests
 // (doc/PERFORMANCE.md): algbw = bytes / time, busbw = algbw * 2(n-1)/n.
-// ncclResult_t and cudaError_t become a Status in one function each.
+// ncclResult_t becomes a Status in one function (cudaError_t: common/cuda_status.h).
 #include "health/gpu_probes.h"
 
 #if HOLDFAST_HAVE_NCCL
@@ -13,14 +13,11 @@
 #include <chrono>
 #include <string>
 #include <vector>
+#include "common/cuda_status.h"
 
 namespace holdfast::health {
 namespace {
 
-Status CudaError(const std::string& context, cudaError_t err) {
-  if (err == cudaSuccess) return Status::Ok();
-  return InternalError(context + ": CUDA error " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
-}
 
 Status NcclError(const std::string& context, ncclResult_t res) {
   if (res == ncclSuccess) return Status::Ok();
@@ -43,13 +40,13 @@ Result<Measurement> Measure(int ndev, size_t bytes) {
   const size_t checked = std::min<size_t>(count, 1 << 16);
   std::vector<float> ones(checked, 1.0f), got(checked, 0.0f);
   for (int d = 0; d < ndev && st.ok(); ++d) {
-    st = CudaError("cudaSetDevice", cudaSetDevice(d));
-    if (st.ok()) st = CudaError("cudaMalloc", cudaMalloc(&send[d], count * sizeof(float)));
-    if (st.ok()) st = CudaError("cudaMalloc", cudaMalloc(&recv[d], count * sizeof(float)));
-    if (st.ok()) st = CudaError("cudaMemset", cudaMemset(send[d], 0, count * sizeof(float)));
-    if (st.ok()) st = CudaError("cudaMemcpy", cudaMemcpy(send[d], ones.data(), checked * sizeof(float),
+    st = CudaStatus("cudaSetDevice", cudaSetDevice(d));
+    if (st.ok()) st = CudaStatus("cudaMalloc", cudaMalloc(&send[d], count * sizeof(float)));
+    if (st.ok()) st = CudaStatus("cudaMalloc", cudaMalloc(&recv[d], count * sizeof(float)));
+    if (st.ok()) st = CudaStatus("cudaMemset", cudaMemset(send[d], 0, count * sizeof(float)));
+    if (st.ok()) st = CudaStatus("cudaMemcpy", cudaMemcpy(send[d], ones.data(), checked * sizeof(float),
                                                         cudaMemcpyHostToDevice));
-    if (st.ok()) st = CudaError("cudaStreamCreate", cudaStreamCreate(&streams[d]));
+    if (st.ok()) st = CudaStatus("cudaStreamCreate", cudaStreamCreate(&streams[d]));
   }
   auto run = [&](int iters) -> Status {
     for (int i = 0; i < iters; ++i) {
@@ -61,8 +58,8 @@ Result<Measurement> Measure(int ndev, size_t bytes) {
       HF_RETURN_IF_ERROR(NcclError("ncclGroupEnd", ncclGroupEnd()));
     }
     for (int d = 0; d < ndev; ++d) {
-      HF_RETURN_IF_ERROR(CudaError("cudaSetDevice", cudaSetDevice(d)));
-      HF_RETURN_IF_ERROR(CudaError("all-reduce", cudaStreamSynchronize(streams[d])));
+      HF_RETURN_IF_ERROR(CudaStatus("cudaSetDevice", cudaSetDevice(d)));
+      HF_RETURN_IF_ERROR(CudaStatus("all-reduce", cudaStreamSynchronize(streams[d])));
     }
     return Status::Ok();
   };
@@ -73,7 +70,7 @@ Result<Measurement> Measure(int ndev, size_t bytes) {
   if (st.ok()) st = run(iters);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
   if (st.ok()) {
-    st = CudaError("cudaMemcpy", cudaMemcpy(got.data(), recv[0], checked * sizeof(float), cudaMemcpyDeviceToHost));
+    st = CudaStatus("cudaMemcpy", cudaMemcpy(got.data(), recv[0], checked * sizeof(float), cudaMemcpyDeviceToHost));
     m.correct = true;
     for (float v : got) m.correct = m.correct && v == static_cast<float>(ndev);
   }

@@ -1,9 +1,10 @@
 // The host side of the trainer's CUDA code: device queries, the AdamW launch
-// and the checkpoint copy engine. cudaError_t becomes a Status in one place.
+// and the checkpoint copy engine. cudaError_t becomes a Status in common/cuda_status.h.
 #include "trainer/gpu.h"
 
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
+#include "common/cuda_status.h"
 
 #include <cmath>
 
@@ -12,20 +13,6 @@
 namespace holdfast::gpu {
 namespace {
 
-Status Cuda(const std::string& what, cudaError_t err) {
-  if (err == cudaSuccess) return Status::Ok();
-  const std::string msg = what + ": CUDA error " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
-  switch (err) {
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInvalidDevice:
-      return FailedPreconditionError(msg);
-    case cudaErrorMemoryAllocation:
-      return ResourceExhaustedError(msg);
-    default:
-      return InternalError(msg);
-  }
-}
 
 std::string Version(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
 
@@ -40,34 +27,34 @@ class CudaCopyEngine final : public CopyEngine {
   }
 
   Status Init() {
-    HF_RETURN_IF_ERROR(Cuda("cudaSetDevice(" + std::to_string(ordinal_) + ")", cudaSetDevice(ordinal_)));
-    HF_RETURN_IF_ERROR(Cuda("cudaStreamCreate (checkpoint copy stream)",
+    HF_RETURN_IF_ERROR(CudaStatus("cudaSetDevice(" + std::to_string(ordinal_) + ")", cudaSetDevice(ordinal_)));
+    HF_RETURN_IF_ERROR(CudaStatus("cudaStreamCreate (checkpoint copy stream)",
                             cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)));
-    HF_RETURN_IF_ERROR(Cuda("cudaEventCreate", cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming)));
-    return Cuda("cudaEventCreate", cudaEventCreateWithFlags(&copies_done_, cudaEventDisableTiming));
+    HF_RETURN_IF_ERROR(CudaStatus("cudaEventCreate", cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming)));
+    return CudaStatus("cudaEventCreate", cudaEventCreateWithFlags(&copies_done_, cudaEventDisableTiming));
   }
 
   Status CopyToHostAsync(void* dst, const void* src, size_t bytes) override {
     if (!batch_open_) {
       // The copies read what the compute work queued so far wrote.
-      HF_RETURN_IF_ERROR(Cuda("cudaEventRecord", cudaEventRecord(compute_done_, cudaStreamLegacy)));
-      HF_RETURN_IF_ERROR(Cuda("cudaStreamWaitEvent", cudaStreamWaitEvent(stream_, compute_done_, 0)));
+      HF_RETURN_IF_ERROR(CudaStatus("cudaEventRecord", cudaEventRecord(compute_done_, cudaStreamLegacy)));
+      HF_RETURN_IF_ERROR(CudaStatus("cudaStreamWaitEvent", cudaStreamWaitEvent(stream_, compute_done_, 0)));
       batch_open_ = true;
     }
-    return Cuda("cudaMemcpyAsync (device to host, " + std::to_string(bytes) + " bytes)",
+    return CudaStatus("cudaMemcpyAsync (device to host, " + std::to_string(bytes) + " bytes)",
                 cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
   }
   Status RecordCopiesDone() override {
     batch_open_ = false;
-    return Cuda("cudaEventRecord", cudaEventRecord(copies_done_, stream_));
+    return CudaStatus("cudaEventRecord", cudaEventRecord(copies_done_, stream_));
   }
-  Status WaitCopiesDone() override { return Cuda("cudaEventSynchronize", cudaEventSynchronize(copies_done_)); }
+  Status WaitCopiesDone() override { return CudaStatus("cudaEventSynchronize", cudaEventSynchronize(copies_done_)); }
   Status FenceCompute() override {
-    return Cuda("cudaStreamWaitEvent", cudaStreamWaitEvent(cudaStreamLegacy, copies_done_, 0));
+    return CudaStatus("cudaStreamWaitEvent", cudaStreamWaitEvent(cudaStreamLegacy, copies_done_, 0));
   }
   Result<void*> AllocHost(size_t bytes) override {
     void* p = nullptr;
-    HF_RETURN_IF_ERROR(Cuda("cudaHostAlloc(" + std::to_string(bytes) + ")", cudaHostAlloc(&p, bytes, cudaHostAllocDefault)));
+    HF_RETURN_IF_ERROR(CudaStatus("cudaHostAlloc(" + std::to_string(bytes) + ")", cudaHostAlloc(&p, bytes, cudaHostAllocDefault)));
     return p;
   }
   void FreeHost(void* p) override { cudaFreeHost(p); }
@@ -84,7 +71,7 @@ class CudaCopyEngine final : public CopyEngine {
 
 bool Built() { return true; }
 
-Status SetDevice(int ordinal) { return Cuda("cudaSetDevice(" + std::to_string(ordinal) + ")", cudaSetDevice(ordinal)); }
+Status SetDevice(int ordinal) { return CudaStatus("cudaSetDevice(" + std::to_string(ordinal) + ")", cudaSetDevice(ordinal)); }
 
 std::string DeviceInfo::Describe() const {
   return name + " (sm_" + std::to_string(sm) + ", " + std::to_string(memory_bytes >> 30) + " GiB), driver " + driver +
@@ -93,15 +80,15 @@ std::string DeviceInfo::Describe() const {
 
 Result<DeviceInfo> QueryDevice(int ordinal) {
   cudaDeviceProp prop{};
-  HF_RETURN_IF_ERROR(Cuda("cudaGetDeviceProperties(" + std::to_string(ordinal) + ")",
+  HF_RETURN_IF_ERROR(CudaStatus("cudaGetDeviceProperties(" + std::to_string(ordinal) + ")",
                           cudaGetDeviceProperties(&prop, ordinal)));
   DeviceInfo info;
   info.name = prop.name;
   info.sm = prop.major * 10 + prop.minor;
   info.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
   int driver = 0, runtime = 0;
-  HF_RETURN_IF_ERROR(Cuda("cudaDriverGetVersion", cudaDriverGetVersion(&driver)));
-  HF_RETURN_IF_ERROR(Cuda("cudaRuntimeGetVersion", cudaRuntimeGetVersion(&runtime)));
+  HF_RETURN_IF_ERROR(CudaStatus("cudaDriverGetVersion", cudaDriverGetVersion(&driver)));
+  HF_RETURN_IF_ERROR(CudaStatus("cudaRuntimeGetVersion", cudaRuntimeGetVersion(&runtime)));
   info.driver = Version(driver);
   info.runtime = Version(runtime);
   int major = 0, minor = 0, patch = 0;
@@ -128,7 +115,7 @@ Status ApplyAdamWOnDevice(const AdamWStep& s, const std::vector<std::pair<int64_
     if (to <= from) return Status::Ok();
     const int err = detail::LaunchAdamW(grad + from, param + from, exp_avg + from, exp_avg_sq + from, to - from, d, b1,
                                         b2, step_size, bc2_sqrt, eps, d_norm, max_norm);
-    return Cuda("AdamW kernel launch", static_cast<cudaError_t>(err));
+    return CudaStatus("AdamW kernel launch", static_cast<cudaError_t>(err));
   };
   int64_t at = 0;
   for (const auto& [offset, count] : decay_runs) {

@@ -12,13 +12,14 @@
 // serialising later compute behind it. Work::Wait blocks the host until a
 // cudaEvent recorded after the collective has completed.
 //
-// ncclResult_t and cudaError_t each become a Status in exactly one function.
+// ncclResult_t becomes a Status in exactly one function (cudaError_t: common/cuda_status.h).
 #include "trainer/comm/communicator.h"
 
 #if HOLDFAST_HAVE_NCCL
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include "common/cuda_status.h"
 
 #include <atomic>
 #include <cstring>
@@ -33,22 +34,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The one place a cudaError_t becomes a Status.
-Status CudaError(const std::string& context, cudaError_t err) {
-  if (err == cudaSuccess) return Status::Ok();
-  std::string msg = context + ": CUDA error " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
-  switch (err) {
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInvalidDevice:
-    case cudaErrorDevicesUnavailable:
-      return FailedPreconditionError(msg);
-    case cudaErrorMemoryAllocation:
-      return ResourceExhaustedError(msg);
-    default:
-      return InternalError(msg);
-  }
-}
 
 // The one place an ncclResult_t becomes a Status. `comm` (may be null) adds
 // NCCL's last error text.
@@ -118,11 +103,11 @@ class NcclCommunicator final : public Communicator {
     const std::string who = "nccl: rank " + std::to_string(options_.rank) + " of " +
                             std::to_string(options_.world_size) + " on cuda device " +
                             std::to_string(options_.cuda_device);
-    HF_RETURN_IF_ERROR(CudaError(who + ": cudaSetDevice", cudaSetDevice(options_.cuda_device)));
-    HF_RETURN_IF_ERROR(CudaError(who + ": cudaStreamCreate", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)));
+    HF_RETURN_IF_ERROR(CudaStatus(who + ": cudaSetDevice", cudaSetDevice(options_.cuda_device)));
+    HF_RETURN_IF_ERROR(CudaStatus(who + ": cudaStreamCreate", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)));
     HF_RETURN_IF_ERROR(
-        CudaError(who + ": cudaEventCreate", cudaEventCreateWithFlags(&input_ready_, cudaEventDisableTiming)));
-    HF_RETURN_IF_ERROR(CudaError(who + ": cudaMalloc", cudaMalloc(&barrier_buffer_, sizeof(float))));
+        CudaStatus(who + ": cudaEventCreate", cudaEventCreateWithFlags(&input_ready_, cudaEventDisableTiming)));
+    HF_RETURN_IF_ERROR(CudaStatus(who + ": cudaMalloc", cudaMalloc(&barrier_buffer_, sizeof(float))));
 
     ncclUniqueId id;
     const std::string key = "nccl/unique_id";
@@ -197,7 +182,7 @@ class NcclCommunicator final : public Communicator {
       if (failed_.load()) return FailedStatus(what);
       cudaError_t q = cudaEventQuery(event);
       if (q == cudaSuccess) return Status::Ok();
-      if (q != cudaErrorNotReady) return Fail(CudaError(what + ": cudaEventQuery", q));
+      if (q != cudaErrorNotReady) return Fail(CudaStatus(what + ": cudaEventQuery", q));
       HF_RETURN_IF_ERROR(CheckAsyncError(what));
       if (Clock::now() >= deadline) {
         return Fail(TimeoutError(what + ": did not complete within " + std::to_string(options_.timeout.count()) +
@@ -210,7 +195,7 @@ class NcclCommunicator final : public Communicator {
   // The legacy default stream (LibTorch's) waits for `event`; the host does not.
   Status StreamWaitEvent(const std::string& what, cudaEvent_t event) {
     if (failed_.load()) return FailedStatus(what);
-    HF_RETURN_IF_ERROR(Fail(CudaError(what + ": cudaStreamWaitEvent", cudaStreamWaitEvent(cudaStreamLegacy, event, 0))));
+    HF_RETURN_IF_ERROR(Fail(CudaStatus(what + ": cudaStreamWaitEvent", cudaStreamWaitEvent(cudaStreamLegacy, event, 0))));
     return CheckAsyncError(what);
   }
 
@@ -234,9 +219,9 @@ class NcclCommunicator final : public Communicator {
   template <typename F>
   Status Enqueue(const std::string& what, F&& issue, cudaEvent_t* event) {
     if (failed_.load()) return FailedStatus(what);
-    HF_RETURN_IF_ERROR(CudaError(what + ": cudaSetDevice", cudaSetDevice(options_.cuda_device)));
-    HF_RETURN_IF_ERROR(Fail(CudaError(what + ": cudaEventRecord", cudaEventRecord(input_ready_, cudaStreamLegacy))));
-    HF_RETURN_IF_ERROR(Fail(CudaError(what + ": cudaStreamWaitEvent", cudaStreamWaitEvent(stream_, input_ready_, 0))));
+    HF_RETURN_IF_ERROR(CudaStatus(what + ": cudaSetDevice", cudaSetDevice(options_.cuda_device)));
+    HF_RETURN_IF_ERROR(Fail(CudaStatus(what + ": cudaEventRecord", cudaEventRecord(input_ready_, cudaStreamLegacy))));
+    HF_RETURN_IF_ERROR(Fail(CudaStatus(what + ": cudaStreamWaitEvent", cudaStreamWaitEvent(stream_, input_ready_, 0))));
     ncclResult_t res;
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
@@ -249,7 +234,7 @@ class NcclCommunicator final : public Communicator {
       return Fail(NcclError(what, res, comm_));
     }
     HF_ASSIGN_OR_RETURN(*event, TakeEvent(what));
-    return Fail(CudaError(what + ": cudaEventRecord", cudaEventRecord(*event, stream_)));
+    return Fail(CudaStatus(what + ": cudaEventRecord", cudaEventRecord(*event, stream_)));
   }
 
   Result<cudaEvent_t> TakeEvent(const std::string& what) {
@@ -262,7 +247,7 @@ class NcclCommunicator final : public Communicator {
       }
     }
     cudaEvent_t e = nullptr;
-    HF_RETURN_IF_ERROR(CudaError(what + ": cudaEventCreate", cudaEventCreateWithFlags(&e, cudaEventDisableTiming)));
+    HF_RETURN_IF_ERROR(CudaStatus(what + ": cudaEventCreate", cudaEventCreateWithFlags(&e, cudaEventDisableTiming)));
     return e;
   }
 
