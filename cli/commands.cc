@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,6 +22,8 @@
 #include <thread>
 
 #include "checkpoint/format.h"  // kManifestFileName only: runctl reads no checkpoint bytes
+#include "common/toml_reader.h"
+#include "cli/report.h"
 #include "daemon/control_protocol.h"
 #include "daemon/run_lock.h"
 #include "lineage/incident.h"
@@ -63,29 +67,10 @@ void PrintJson(const CliContext& c, const json& j) {
   *c.out << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
 }
 
-std::string FormatTime(int64_t ms) {
-  if (ms <= 0) return "-";
-  time_t secs = static_cast<time_t>(ms / 1000);
-  struct tm tm {};
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%SZ", &tm);
-  return buf;
-}
-
-std::string FormatDuration(double s) {
-  char buf[64];
-  if (s < 0) s = 0;
-  if (s < 60) {
-    std::snprintf(buf, sizeof(buf), "%.1fs", s);
-  } else if (s < 3600) {
-    std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
-  } else {
-    int64_t t = static_cast<int64_t>(s);
-    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", static_cast<long long>(t / 3600),
-                  static_cast<long long>((t % 3600) / 60));
-  }
-  return buf;
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 std::string FormatBytes(int64_t b) {
@@ -480,15 +465,30 @@ int CmdRuns(const CliContext& c, int limit) {
   Result<std::vector<RunRecord>> runs = (*db)->ListRuns(limit);
   if (!runs.ok()) return Fail(c, kRunctlFailure, runs.status().message());
   json out = json::array();
-  Table t({"RUN", "NAME", "STATE", "ATTEMPTS", "LAST STEP", "STARTED", "CAUSE"});
+  Table t({"RUN", "NAME", "STATE", "ATTEMPTS", "LAST STEP", "EFFECTIVE", "STARTED", "CAUSE"});
+  const int64_t now = NowMs();
   for (const RunRecord& r : *runs) {
     Result<std::vector<AttemptRecord>> attempts = (*db)->Attempts(r.run_id);
-    if (!attempts.ok()) return Fail(c, kRunctlFailure, attempts.status().message());
+    Result<std::vector<GenerationRecord>> gens = (*db)->Generations(r.run_id);
+    Result<std::vector<CheckpointRecord>> ckpts = (*db)->Checkpoints(r.run_id);
+    Result<std::vector<EventRecord>> events = (*db)->Events(r.run_id, 0);
+    for (const Status& s : {attempts.status(), gens.status(), ckpts.status(), events.status()}) {
+      if (!s.ok()) return Fail(c, kRunctlFailure, s.message());
+    }
+    // From lineage alone (no metrics.jsonl: listing stays quick), so the step
+    // time is lineage's estimate and checkpoint stalls are not counted; the
+    // report's figure can differ by those (docs/report.md).
+    const TimeAccount time = AccountTime(*attempts, *gens, *ckpts, *events, {}, now);
     json j = RunJson(r);
     j["attempts"] = attempts->size();
+    j["effective_s"] = time.effective_s;
+    j["wall_s"] = time.wall_s;
     out.push_back(std::move(j));
+    char eff[64];
+    std::snprintf(eff, sizeof(eff), "%s (%.0f%%)", FormatDuration(time.effective_s).c_str(),
+                  time.wall_s > 0 ? 100.0 * time.effective_s / time.wall_s : 0.0);
     t.Add({r.run_id, r.name, RunStateName(r.state), std::to_string(attempts->size()),
-           OptText(r.last_step), FormatTime(r.created_ms), r.cause});
+           OptText(r.last_step), time.wall_s > 0 ? eff : "-", FormatTime(r.created_ms), r.cause});
   }
   if (c.json) {
     PrintJson(c, {{"runs", out}});
@@ -660,43 +660,22 @@ std::string DescribeRankEvidence(const RankEvidence& r) {
   return s;
 }
 
-}  // namespace
+// Culprits: the evidence's list, else its "rank", else the event's rank.
+std::vector<int> Culprits(const EventRecord& e, const IncidentEvidence& ev) {
+  std::vector<int> culprits = ev.culprits;
+  if (culprits.empty() && ev.rank) culprits.push_back(*ev.rank);
+  if (culprits.empty() && e.rank) culprits.push_back(*e.rank);
+  return culprits;
+}
 
-int CmdTriage(const CliContext& c, const std::string& spec) {
-  RunLookup l = LookUp(c, spec);
-  if (l.exit != kRunctlOk) return l.exit;
-  const RunRecord& run = l.run;
-  Result<std::optional<EventRecord>> incident = l.db->LastIncident(run.run_id);
-  if (!incident.ok()) return Fail(c, kRunctlFailure, incident.status().message());
-  if (!*incident) {
-    if (c.json) {
-      PrintJson(c, {{"run", RunJson(run)}, {"incident", nullptr}});
-    } else {
-      *c.out << "run " << run.run_id << " (" << run.name << ") "
-             << StateAndCause(RunStateName(run.state), run.cause)
-             << ": no incident recorded\n";
-    }
-    return kRunctlOk;
-  }
-  const EventRecord& e = **incident;
+// `runctl triage`'s text for one incident of `run` (the report shows the
+// same text for each of its incidents).
+void PrintTriage(std::ostream& os, const RunRecord& run, const EventRecord& e) {
   const std::string runbook = e.runbook.empty() ? DefaultRunbook(e.kind) : e.runbook;
   // Evidence this runctl cannot read is shown as it is, with why.
   const Result<IncidentEvidence> parsed = ParseIncidentEvidence(e.evidence_json);
   const IncidentEvidence ev = parsed.ok() ? *parsed : IncidentEvidence{};
-  // Culprits: the evidence's list, else its "rank", else the event's rank.
-  std::vector<int> culprits = ev.culprits;
-  if (culprits.empty() && ev.rank) culprits.push_back(*ev.rank);
-  if (culprits.empty() && e.rank) culprits.push_back(*e.rank);
-
-  if (c.json) {
-    json j = EventJson(e);
-    j["culprits"] = culprits;
-    j["runbook_file"] = BaseName(runbook);
-    PrintJson(c, {{"run", RunJson(run)}, {"incident", j}});
-    return kRunctlOk;
-  }
-
-  std::ostream& os = *c.out;
+  const std::vector<int> culprits = Culprits(e, ev);
   os << "run       " << run.run_id << " (" << run.name << ")  "
      << StateAndCause(RunStateName(run.state), run.cause) << "\n";
   std::string where;
@@ -760,6 +739,169 @@ int CmdTriage(const CliContext& c, const std::string& spec) {
   } else {
     os << "runbook   " << BaseName(runbook) << "  (" << runbook << " in the Holdfast source tree)\n";
   }
+}
+
+}  // namespace
+
+int CmdTriage(const CliContext& c, const std::string& spec) {
+  RunLookup l = LookUp(c, spec);
+  if (l.exit != kRunctlOk) return l.exit;
+  const RunRecord& run = l.run;
+  Result<std::optional<EventRecord>> incident = l.db->LastIncident(run.run_id);
+  if (!incident.ok()) return Fail(c, kRunctlFailure, incident.status().message());
+  if (!*incident) {
+    if (c.json) {
+      PrintJson(c, {{"run", RunJson(run)}, {"incident", nullptr}});
+    } else {
+      *c.out << "run " << run.run_id << " (" << run.name << ") "
+             << StateAndCause(RunStateName(run.state), run.cause)
+             << ": no incident recorded\n";
+    }
+    return kRunctlOk;
+  }
+  const EventRecord& e = **incident;
+  if (c.json) {
+    const Result<IncidentEvidence> parsed = ParseIncidentEvidence(e.evidence_json);
+    json j = EventJson(e);
+    j["culprits"] = Culprits(e, parsed.ok() ? *parsed : IncidentEvidence{});
+    j["runbook_file"] = BaseName(e.runbook.empty() ? DefaultRunbook(e.kind) : e.runbook);
+    PrintJson(c, {{"run", RunJson(run)}, {"incident", j}});
+    return kRunctlOk;
+  }
+
+  PrintTriage(*c.out, run, e);
+  return kRunctlOk;
+}
+
+namespace {
+
+// Where the run's trainer wrote metrics.jsonl, read from the job config the
+// run was launched with (lineage's config_text): the ranks' command's
+// `--metrics P`, `--set output.dir=D`, `--set output.metrics=M`, and
+// `--config F`'s [output] when not overridden. Relative paths are the ranks'
+// (holdfastd's working directory, which lineage does not record), so they are
+// tried against the current directory, the run directory and its parents.
+// Returns the first that exists, or "" with *looked listing what was tried.
+std::string FindMetrics(const RunRecord& run, std::vector<std::string>* looked) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> bases = {fs::current_path()};
+  for (fs::path p = run.run_dir; !p.empty() && p != p.parent_path(); p = p.parent_path()) {
+    bases.push_back(p);
+  }
+  auto resolve = [&](const std::string& rel, bool want_dir) -> std::string {
+    if (rel.empty()) return "";
+    if (fs::path(rel).is_absolute()) return fs::exists(rel) ? rel : "";
+    for (const fs::path& b : bases) {
+      std::error_code ec;
+      const fs::path p = b / rel;
+      if (want_dir ? fs::is_directory(p, ec) : fs::is_regular_file(p, ec)) return p.string();
+    }
+    return "";
+  };
+  std::vector<std::string> candidates;
+  if (Result<toml::table> job = ParseToml(run.config_text, "config"); job.ok()) {
+    std::vector<std::string> cmd;
+    if (const toml::array* a = (*job)["job"]["command"].as_array()) {
+      for (const toml::node& n : *a) {
+        if (const auto* v = n.as_string()) cmd.push_back(v->get());
+      }
+    }
+    std::string metrics_flag, dir, name, config;
+    for (size_t i = 0; i + 1 < cmd.size(); ++i) {
+      const std::string& next = cmd[i + 1];
+      if (cmd[i] == "--metrics") metrics_flag = next;
+      if (cmd[i] == "--config" || cmd[i] == "-c") config = next;
+      if (cmd[i] == "--set" && next.rfind("output.dir=", 0) == 0) dir = next.substr(11);
+      if (cmd[i] == "--set" && next.rfind("output.metrics=", 0) == 0) name = next.substr(15);
+    }
+    if (!config.empty() && (dir.empty() || name.empty())) {
+      if (std::string f = resolve(config, false); !f.empty()) {
+        if (Result<toml::table> t = ParseTomlFile(f); t.ok()) {
+          if (dir.empty()) dir = (*t)["output"]["dir"].value_or(std::string());
+          if (name.empty()) name = (*t)["output"]["metrics"].value_or(std::string());
+        }
+      }
+    }
+    if (name.empty()) name = "metrics.jsonl";
+    if (!metrics_flag.empty()) candidates.push_back(metrics_flag);
+    candidates.push_back((fs::path(dir.empty() ? "." : dir) / name).string());
+  }
+  candidates.push_back((fs::path(run.run_dir) / "metrics.jsonl").string());
+  for (const std::string& c : candidates) {
+    looked->push_back(c);
+    if (std::string p = resolve(c, false); !p.empty()) return p;
+  }
+  return "";
+}
+
+}  // namespace
+
+int CmdReport(const CliContext& c, const std::string& spec, const std::string& out_path,
+              const std::string& metrics_path) {
+  RunLookup l = LookUp(c, spec);
+  if (l.exit != kRunctlOk) return l.exit;
+  ReportData d;
+  d.run = l.run;
+  const std::string& id = d.run.run_id;
+  auto attempts = l.db->Attempts(id);
+  auto gens = l.db->Generations(id);
+  auto ckpts = l.db->Checkpoints(id);
+  auto events = l.db->Events(id, 0);
+  for (const Status& s : {attempts.status(), gens.status(), ckpts.status(), events.status()}) {
+    if (!s.ok()) return Fail(c, kRunctlFailure, s.message());
+  }
+  d.attempts = std::move(attempts).value();
+  d.generations = std::move(gens).value();
+  d.checkpoints = std::move(ckpts).value();
+  d.events = std::move(events).value();
+  d.generated_ms = NowMs();
+
+  std::string metrics = metrics_path;
+  std::vector<std::string> looked;
+  if (metrics.empty()) metrics = FindMetrics(d.run, &looked);
+  if (!metrics.empty()) {
+    std::ifstream in(metrics);
+    if (!in) return Fail(c, kRunctlNotFound, "cannot read metrics file " + metrics);
+    d.metrics = ParseMetricsJsonl(in);
+    d.metrics_source = metrics;
+  } else {
+    d.metrics_source = "no metrics.jsonl found (looked for " + Join(looked, ", ") + "; pass --metrics PATH)";
+  }
+  for (const EventRecord& e : d.events) {
+    if (!e.incident) continue;
+    std::ostringstream os;
+    PrintTriage(os, d.run, e);
+    d.triage[e.id] = os.str();
+  }
+  d.time = AccountTime(d.attempts, d.generations, d.checkpoints, d.events, d.metrics, d.generated_ms);
+
+  const std::string out = out_path.empty() ? c.run_dir + "/report-" + id + ".html" : out_path;
+  {
+    // Written aside and renamed: a browser never sees half a page.
+    const std::string tmp = out + ".tmp";
+    std::ofstream f(tmp, std::ios::trunc);
+    f << RenderReportHtml(d);
+    f.close();
+    if (!f) return Fail(c, kRunctlFailure, "cannot write " + tmp);
+    if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+      return Fail(c, kRunctlFailure, ErrnoError("rename " + tmp + " to " + out, errno).message());
+    }
+  }
+  if (c.json) {
+    PrintJson(c, {{"run_id", id},
+                  {"report", out},
+                  {"metrics", metrics.empty() ? json(nullptr) : json(metrics)},
+                  {"effective_s", d.time.effective_s},
+                  {"wall_s", d.time.wall_s},
+                  {"lost_s", d.time.lost_s}});
+    return kRunctlOk;
+  }
+  *c.out << "report of run " << id << ": " << out << "\n"
+         << "  effective training time " << FormatDuration(d.time.effective_s) << " of "
+         << FormatDuration(d.time.wall_s) << " wall time; "
+         << (metrics.empty() ? "no metrics.jsonl found: pass --metrics PATH for the charts"
+                             : "metrics from " + metrics)
+         << "\n";
   return kRunctlOk;
 }
 

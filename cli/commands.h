@@ -44,6 +44,11 @@ int CmdStatus(const CliContext& ctx, const std::string& run);
 int CmdRuns(const CliContext& ctx, int limit);
 int CmdLineage(const CliContext& ctx, const std::string& run, int max_events);
 int CmdTriage(const CliContext& ctx, const std::string& run);
+// Writes RUN's report (cli/report.h) to `out` (empty: RUN_DIR/report-RUN.html).
+// `metrics` is the trainer's metrics.jsonl; empty: found from the run's job
+// config (docs/report.md).
+int CmdReport(const CliContext& ctx, const std::string& run, const std::string& out,
+              const std::string& metrics);
 int CmdCheckpoint(const CliContext& ctx, const std::string& run);
 // Asks holdfastd to stop RUN (empty: the run it supervises): the ranks
 // checkpoint and stop. With `wait`, polls lineage.db and the daemon until the

@@ -62,6 +62,14 @@ int main(int argc, char** argv) {
       "triage", "the run's last incident: culprit ranks, exit, logs, action, runbook");
   triage->add_option("RUN", run)->required();
 
+  std::string report_out, report_metrics;
+  auto* report = app.add_subcommand(
+      "report", "write RUN's report: one HTML file (charts, timeline, lost time, triage)");
+  report->add_option("RUN", run)->required();
+  report->add_option("--out", report_out, "the file to write (default: RUN_DIR/report-RUN.html)");
+  report->add_option("--metrics", report_metrics,
+                     "the trainer's metrics.jsonl (default: found from the run's job config)");
+
   auto* checkpoint = app.add_subcommand("checkpoint", "ask holdfastd to save a checkpoint now");
   checkpoint->add_option("RUN", run)->required();
 
@@ -117,6 +125,7 @@ int main(int argc, char** argv) {
     if (*runs) return CmdRuns(ctx, limit);
     if (*lineage) return CmdLineage(ctx, run, max_events);
     if (*triage) return CmdTriage(ctx, run);
+    if (*report) return CmdReport(ctx, run, report_out, report_metrics);
     if (*checkpoint) return CmdCheckpoint(ctx, run);
     if (*stop) return CmdStop(ctx, run, stop_wait, std::chrono::seconds(stop_timeout_s));
     if (*resume) {

@@ -972,5 +972,126 @@ TEST_F(RunctlTest, AGenerationThatNeverSteppedEndsAtTheStepItResumedFrom) {
   EXPECT_FALSE(Has(o.out, "at step -")) << o.out;
 }
 
+
+// ---- report ----
+
+// "%.1f" of a duration in ms, as the report's breakdown table shows seconds.
+std::string Seconds(int64_t ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", static_cast<double>(ms) / 1000.0);
+  return buf;
+}
+
+TEST_F(RunctlTest, ReportShowsEveryIncidentAndCheckpointWithLineagesNumbers) {
+  BuildLineage();
+  // Run A's metrics: steps 1..117 by generation 0, then 101..140 again by
+  // generation 1 (appended, as the trainer does), 40 ms a step.
+  {
+    std::ofstream m(dir_ + "/metrics.jsonl");
+    int64_t t = kT0;
+    for (int s = 1; s <= 117; ++s) m << json({{"step", s}, {"loss", 5.0 - s * 0.01}, {"step_ms", 40}, {"time_ms", t += 40}}).dump() << "\n";
+    for (int s = 101; s <= 140; ++s) m << json({{"step", s}, {"loss", 4.0 - s * 0.01}, {"step_ms", 40}, {"time_ms", t += 40}}).dump() << "\n";
+  }
+  const std::string out = dir_ + "/report.html";
+  Outcome o = Run({"report", kRunA, "--out", out, "--metrics", dir_ + "/metrics.jsonl"});
+  ASSERT_EQ(o.exit, 0) << o.err;
+  EXPECT_TRUE(Has(o.out, out)) << o.out;
+  const std::string html = ReadFile(out);
+  ASSERT_FALSE(html.empty());
+  EXPECT_FALSE(Has(html, "<script"));
+
+  LineageOptions ro;
+  ro.read_only = true;
+  auto db = LineageDb::Open(db_path(), ro);
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  auto attempts = (*db)->Attempts(kRunA);
+  auto gens = (*db)->Generations(kRunA);
+  auto ckpts = (*db)->Checkpoints(kRunA);
+  auto events = (*db)->Events(kRunA, 0);
+  ASSERT_TRUE(attempts.ok() && gens.ok() && ckpts.ok() && events.ok());
+  ASSERT_EQ(gens->size(), 2u);
+
+  // Every incident, with its triage (the same text `runctl triage` prints).
+  int incidents = 0;
+  const EventRecord* crash = nullptr;
+  int64_t detection_ms = 0;
+  for (const EventRecord& e : *events) {
+    if (!e.incident) continue;
+    ++incidents;
+    EXPECT_TRUE(Has(html, "id='incident-" + std::to_string(e.id) + "'")) << e.kind;
+    EXPECT_TRUE(Has(html, "#" + std::to_string(incidents) + " " + e.kind)) << e.kind;
+    EXPECT_TRUE(Has(html, "<div>" + e.summary + "</div>")) << e.summary;
+    for (const GenerationRecord& g : *gens) {
+      if (g.generation == e.generation) detection_ms += e.time_ms - *g.last_step_ms;
+    }
+    if (e.kind == event_kind::kCrash) crash = &e;
+  }
+  EXPECT_EQ(incidents, 2);
+  EXPECT_TRUE(Has(html, "Incidents (2)"));
+  EXPECT_TRUE(Has(html, "culprit   rank 1 on node 0, pid 6101: forward at step 140"));  // hang's triage
+  EXPECT_TRUE(Has(html, "  | Segmentation fault in fused_adam"));                   // crash's triage
+  // Every checkpoint.
+  for (const CheckpointRecord& k : *ckpts) {
+    EXPECT_TRUE(Has(html, "<title>checkpoint step " + std::to_string(k.step) + " committed")) << k.step;
+    EXPECT_TRUE(Has(html, "<tr><td class='n'>" + std::to_string(k.step) + "</td>")) << k.step;
+  }
+  // The numbers, from lineage: wall = the attempt; detection = each incident
+  // after its generation's last step report; restart = generation 1's start
+  // after the crash; redone = steps 101..117 x the median step (40 ms).
+  ASSERT_NE(crash, nullptr);
+  const AttemptRecord& a = attempts->front();
+  const int64_t wall_ms = *a.ended_ms - a.started_ms;
+  const int64_t restart_ms = (*gens)[1].started_ms - crash->time_ms;
+  const int64_t redone_ms = (117 - 100) * 40;
+  EXPECT_TRUE(Has(html, "<td>wall time</td><td class='n'>" + Seconds(wall_ms) + "</td>")) << html;
+  EXPECT_TRUE(Has(html, "<td>detection</td><td class='n'>" + Seconds(detection_ms) + "</td>"));
+  EXPECT_TRUE(Has(html, "<td>restart</td><td class='n'>" + Seconds(restart_ms) + "</td>"));
+  EXPECT_TRUE(Has(html, "<td>redone steps</td><td class='n'>" + Seconds(redone_ms) + "</td>"));
+  EXPECT_TRUE(Has(html, "101–117 (17)"));
+  const int64_t effective_ms = wall_ms - detection_ms - restart_ms - redone_ms;  // no stall: no step 101 after 100
+  ASSERT_GT(effective_ms, 0);
+  EXPECT_TRUE(Has(html, "<b>" + Seconds(effective_ms) + "</b>"));
+
+  json j = RunJson({"report", kRunA, "--out", out, "--metrics", dir_ + "/metrics.jsonl"});
+  EXPECT_EQ(j["report"], out);
+  EXPECT_NEAR(j["effective_s"].get<double>(), effective_ms / 1000.0, 1e-6);
+  EXPECT_NEAR(j["wall_s"].get<double>(), wall_ms / 1000.0, 1e-6);
+
+  // `runs` shows the effective time (lineage's own step-time estimate).
+  o = Run({"runs"});
+  ASSERT_EQ(o.exit, 0) << o.err;
+  EXPECT_TRUE(Has(o.out, "EFFECTIVE")) << o.out;
+  json runs = RunJson({"runs"});
+  for (const json& r : runs["runs"]) {
+    if (r["run_id"] == kRunA) {
+      EXPECT_GT(r["effective_s"].get<double>(), 0);
+    }
+  }
+}
+
+TEST_F(RunctlTest, ReportFindsMetricsFromTheRunsJobConfig) {
+  {
+    auto d = OpenWriter();
+    RunRecord r;
+    r.run_id = kRunA;
+    r.name = "cfg";
+    r.run_dir = dir_;
+    r.config_text = "[job]\ncommand = [\"holdfast-train\", \"--config\", \"t.toml\", \"--set\", \"output.dir=" +
+                    dir_ + "/out\"]\nnproc = 2\n";
+    ASSERT_TRUE(d->CreateRun(r).ok());
+    ASSERT_TRUE(d->StartAttempt(kRunA, AttemptStart{}).ok());
+  }
+  mkdir((dir_ + "/out").c_str(), 0755);
+  std::ofstream(dir_ + "/out/metrics.jsonl") << "{\"step\":1,\"loss\":5.5,\"step_ms\":10}\n";
+  Outcome o = Run({"report", "latest"});  // default --out: RUN_DIR/report-RUN.html
+  ASSERT_EQ(o.exit, 0) << o.err;
+  const std::string html = ReadFile(dir_ + "/report-" + kRunA + ".html");
+  EXPECT_TRUE(Has(html, "metrics: " + dir_ + "/out/metrics.jsonl (1 steps)")) << html;
+
+  o = Run({"report", "latest", "--out", dir_ + "/r.html", "--metrics", dir_ + "/nope.jsonl"});
+  EXPECT_EQ(o.exit, 3);
+  EXPECT_TRUE(Has(o.err, "nope.jsonl")) << o.err;
+}
+
 }  // namespace
 }  // namespace holdfast

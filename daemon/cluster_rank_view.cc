@@ -71,6 +71,7 @@ ojson ViewToJson(const RankView& v, int64_t now) {
   j["alive"] = v.alive;
   j["state"] = std::string(1, state > 0x20 && state < 0x7f ? v.proc_state : '?');
   j["valid"] = known && v.progress.valid;
+  j["writer"] = p.pid != 0;  // the rank attached a progress writer (WriterAttached)
   j["torn"] = v.progress.torn;
   j["step"] = p.step;
   j["phase"] = p.phase;
@@ -111,6 +112,9 @@ Result<RankView> ParseView(const json& j, const std::string& where, int64_t now)
   v.proc_state = state[0];
   HF_RETURN_IF_ERROR(f.Bool("valid", &v.progress.valid));
   HF_RETURN_IF_ERROR(f.Bool("torn", &v.progress.torn));
+  bool writer = true;  // absent (a daemon from before the field): a writer, as it then assumed
+  if (j.contains("writer")) HF_RETURN_IF_ERROR(f.Bool("writer", &writer));
+  p.pid = writer ? std::max<int32_t>(1, static_cast<int32_t>(v.pid)) : 0;  // the record's pid is the writer's
   HF_RETURN_IF_ERROR(f.Int("step", kInt64Min, kInt64Max, &p.step));
   HF_RETURN_IF_ERROR(f.Int("phase", 0, kMaxPhase, &p.phase));
   HF_RETURN_IF_ERROR(f.Int("kind", 0, kMaxCollectiveKind, &p.collective_kind));

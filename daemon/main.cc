@@ -3,6 +3,7 @@
 //   holdfastd --run-dir DIR --config job.toml              start (or continue) the run in DIR
 //   holdfastd --run-dir DIR --resume RUN [--from-step N]   a new attempt of RUN
 //   holdfastd ... --nodes N --node-id K                    one of N daemons (0 leads)
+//   holdfastd ... --metrics-addr 0.0.0.0:9400              Prometheus metrics (docs/metrics.md)
 //   srun --ntasks-per-node=1 holdfastd --run-dir DIR -c job.toml   under Slurm (examples/slurm/)
 //
 // main() only wires objects together: flags, the job config, the scheduler,
@@ -78,6 +79,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "epilog", "resubmit"}));
   app.add_option("--slurm-timeout", slurm_timeout_s, "slurm: seconds to retry an unreachable slurmctld")
       ->check(CLI::PositiveNumber);
+  std::string metrics_addr, metrics_textfile;
+  app.add_option("--metrics-addr", metrics_addr,
+                 "leader: serve Prometheus metrics at http://HOST:PORT/metrics (docs/metrics.md; default: off)");
+  app.add_option("--metrics-textfile", metrics_textfile,
+                 "leader: rewrite PATH (e.g. node_exporter's textfile directory/holdfast.prom) with the metrics every "
+                 "poll, atomically (default: off)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -184,6 +191,8 @@ int main(int argc, char** argv) {
   so.from_step = from_step;
   so.allocation = *alloc;
   so.cluster_port = cluster_port;
+  so.metrics_addr = metrics_addr;
+  so.metrics_textfile = metrics_textfile;
   Supervisor supervisor(&io, std::move(so), &scheduler, clock);
   if (Status s = supervisor.Start(); !s.ok()) return fail(s);
   io.run();

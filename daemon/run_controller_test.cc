@@ -100,6 +100,7 @@ class RunControllerTest : public ::testing::Test {
       v[r].proc_state = 'R';
       v[r].progress.valid = true;
       v[r].progress.record.rank = r;
+      v[r].progress.record.pid = 100 + r;  // the rank attached its progress writer
       v[r].progress.record.step = step;
       v[r].progress.record.phase = static_cast<uint32_t>(phase);
       v[r].progress.record.heartbeat_ns = clock_.MonotonicNs();

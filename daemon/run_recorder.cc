@@ -182,6 +182,7 @@ void RunRecorder::RecordEvent(const EventRecord& event) {
   if (!id.ok()) spdlog::warn("lineage: {}", id.status().ToString());
   if (IsIncidentKind(event.kind)) {
     last_incident_ = IncidentSummary{event.kind, event.summary, clock_->UnixMs(), event.action, event.runbook};
+    ++incident_counts_[event.kind];
   }
 }
 

@@ -69,6 +69,8 @@ class RunRecorder {
   EventRecord NewEvent(const std::string& kind, const std::string& host = "") const;
   void RecordEvent(const EventRecord& event);
   const std::optional<IncidentSummary>& last_incident() const { return last_incident_; }
+  // Incidents recorded by this recorder (this daemon), by kind (metrics).
+  const std::map<std::string, int64_t>& incident_counts() const { return incident_counts_; }
   // Earlier incidents of this run (every attempt) per host.
   std::map<std::string, int> HostIncidents();
 
@@ -115,6 +117,7 @@ class RunRecorder {
   std::map<int, uint64_t> failures_seen_;    // global rank -> its checkpoint_failures handled
   std::set<int64_t> failed_steps_recorded_;  // steps with a checkpoint_failed event
   std::optional<IncidentSummary> last_incident_;
+  std::map<std::string, int64_t> incident_counts_;
   bool attempt_ended_ = false;
 };
 

@@ -37,7 +37,7 @@ RunStatus BuildRunStatus(const RunController& controller, const RunRecorder& rec
     const ProgressSnapshot& p = v.progress;
     if (p.valid) {
       rs.step = p.record.step;
-      rs.phase = PhaseName(p.phase());
+      rs.phase = WriterAttached(p) ? PhaseName(p.phase()) : "unknown (no progress record written)";
       rs.heartbeat_age_s = p.record.heartbeat_ns > 0 ? static_cast<double>(now_ns - p.record.heartbeat_ns) / 1e9 : 0;
       if (p.record.last_step_ns > 0) rs.last_step_ms = static_cast<double>(p.record.last_step_ns) / 1e6;
       if (p.record.waiting_on != 0) rs.waiting_on = p.record.waiting_on;

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include <boost/asio.hpp>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 
 #include "common/progress_record.h"
 #include "common/tcp_store_server.h"
+#include "daemon/checkpoint_tracker.h"
 #include "daemon/cluster_protocol.h"
 #include "daemon/control_protocol.h"
 #include "daemon/control_server.h"
@@ -24,11 +26,13 @@
 #include "daemon/exit_codes.h"
 #include "daemon/health_watch.h"
 #include "daemon/leader_link.h"
+#include "daemon/metrics.h"
 #include "daemon/rank_group.h"
 #include "daemon/run_controller.h"
 #include "daemon/run_recorder.h"
 #include "daemon/run_status.h"
 #include "health/report.h"
+#include "lineage/lineage_db.h"
 #include "scheduler/launch_plan.h"
 
 namespace holdfast {
@@ -102,6 +106,11 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
   // ---- control socket ----
   std::string HandleControl(const ControlRequest& req, uid_t peer_uid);
   RunStatus BuildStatus() const;
+  // ---- metrics ----
+  Status StartMetrics();
+  void UpdateMetrics();
+  MetricsSnapshot BuildMetricsSnapshot();
+  void RecordHealth(const std::vector<health::CheckResult>& results, const std::string& host);
 
   asio::io_context& io_;
   SupervisorOptions opts_;
@@ -120,6 +129,13 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
   std::unique_ptr<RunRecorder> recorder_;
   std::unique_ptr<RunController> controller_;
   std::map<int, std::vector<RankView>> followers_;  // node -> its ranks' latest views, in this machine's clock
+  std::unique_ptr<RunMetrics> metrics_;              // null unless metrics are configured
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
+  bool metrics_textfile_failing_ = false;            // warned once until a write succeeds again
+  // (host, check, subject) -> latest status, 0 pass, 1 warn, 2 fail (metrics only).
+  std::map<std::tuple<std::string, std::string, std::string>, int> health_states_;
+  int64_t metrics_checkpoint_step_ = -1;
+  std::optional<int64_t> metrics_checkpoint_bytes_;
   int64_t started_ns_ = 0;
   bool finished_ = false;
   int exit_code_ = kDaemonExitOk;
@@ -164,19 +180,20 @@ Status Supervisor::Impl::Start() {
                                                return self ? self->HandleControl(r, uid) : std::string();
                                              });
   HF_RETURN_IF_ERROR(control_->Start());
+  HF_RETURN_IF_ERROR(StartMetrics());
   signals_.Start([weak](int sig) {
     if (auto self = weak.lock()) self->OnSignal(sig);
   });
   if (job_.supervise.health_prelaunch) {
     std::vector<health::CheckResult> results = health_.RunPrelaunch(host());
-    recorder_->RecordHealth(results, host());
+    RecordHealth(results, host());
     controller_->OnHealth(health_.Decide(results), host(), "pre-launch");
     if (finished_) return Status::Ok();
   }
   health_.StartPolling([weak](const std::vector<health::CheckResult>& changed, const health::Decision& d) {
     auto self = weak.lock();
     if (!self || self->finished_) return;
-    self->recorder_->RecordHealth(changed, self->host());
+    self->RecordHealth(changed, self->host());
     self->controller_->OnHealth(d, self->host(), "periodic");
   });
   auto store = AsioTcpStoreServer::Listen(&io_, alloc_.self().addr, 0);
@@ -263,6 +280,7 @@ void Supervisor::Impl::Finish(int code) {
   if (finished_) return;
   finished_ = true;
   exit_code_ = code;
+  UpdateMetrics();  // the textfile keeps how the run ended
   FinishMsg fm;
   fm.code = code;
   fm.state = controller_ ? controller_->state_name() : "finished";
@@ -300,6 +318,7 @@ void Supervisor::Impl::ArmPoll() {
 void Supervisor::Impl::Tick() {
   Reap();  // a SIGCHLD can coalesce; reaping here too costs one syscall
   if (!finished_) controller_->OnTick(Views());
+  if (!finished_) UpdateMetrics();
 }
 
 void Supervisor::Impl::Reap() {
@@ -384,7 +403,7 @@ std::string Supervisor::Impl::OnHello(const HelloMsg& hello) {
   if (!hello.health_report_json.empty()) {
     auto results = health::ResultsFromReportJson(hello.health_report_json);
     if (results.ok()) {
-      recorder_->RecordHealth(*results, h);
+      RecordHealth(*results, h);
       controller_->OnHealth(health_.Decide(*results), h, "pre-launch");
     }
   }
@@ -405,7 +424,7 @@ void Supervisor::Impl::OnFollowerMessage(int node, const ClusterMessage& msg) {
   if (const auto* health = std::get_if<HealthMsg>(&msg)) {
     auto results = health::ResultsFromReportJson(health->report_json);
     if (results.ok()) {
-      recorder_->RecordHealth(*results, h);
+      RecordHealth(*results, h);
       controller_->OnHealth(health_.Decide(*results), h, "periodic");
     }
   } else if (const auto* p = std::get_if<ProgressMsg>(&msg)) {
@@ -475,6 +494,94 @@ std::string Supervisor::Impl::HandleControl(const ControlRequest& req, uid_t pee
 RunStatus Supervisor::Impl::BuildStatus() const {
   return BuildRunStatus(*controller_, *recorder_, job_, Views(),
                         static_cast<double>(clock_->MonotonicNs() - started_ns_) / 1e9, MonotonicNowNs());
+}
+
+// ---- metrics ----
+
+Status Supervisor::Impl::StartMetrics() {
+  if (opts_.metrics_addr.empty() && opts_.metrics_textfile.empty()) return Status::Ok();
+  if (!MetricsAvailable()) {
+    return FailedPreconditionError("--metrics-addr/--metrics-textfile: this holdfastd was built without "
+                                   "prometheus-cpp (install prometheus-cpp-dev and rebuild)");
+  }
+  metrics_ = std::make_unique<RunMetrics>();
+  metrics_->Update(BuildMetricsSnapshot());
+  if (!opts_.metrics_textfile.empty()) {
+    // A path that cannot be written is a configuration error: say so now, not every poll.
+    HF_RETURN_IF_ERROR(WriteMetricsTextfile(opts_.metrics_textfile, metrics_->Exposition()));
+    spdlog::info("metrics: writing {} every poll", opts_.metrics_textfile);
+  }
+  if (!opts_.metrics_addr.empty()) {
+    HF_ASSIGN_OR_RETURN(metrics_endpoint_, MetricsEndpoint::Start(opts_.metrics_addr, metrics_.get()));
+    spdlog::info("metrics: http://{}/metrics", metrics_endpoint_->address());
+  }
+  return Status::Ok();
+}
+
+void Supervisor::Impl::UpdateMetrics() {
+  if (!metrics_) return;
+  metrics_->Update(BuildMetricsSnapshot());
+  if (opts_.metrics_textfile.empty()) return;
+  Status s = WriteMetricsTextfile(opts_.metrics_textfile, metrics_->Exposition());
+  if (!s.ok() && !metrics_textfile_failing_) spdlog::warn("{} (retrying every poll)", s.ToString());
+  metrics_textfile_failing_ = !s.ok();
+}
+
+MetricsSnapshot Supervisor::Impl::BuildMetricsSnapshot() {
+  MetricsSnapshot s;
+  s.now_ns = clock_->MonotonicNs();
+  s.run_id = recorder_->run_id();
+  s.state = controller_->state_name();
+  s.attempt = recorder_->attempt();
+  s.generation = std::max(0, controller_->generation());
+  s.world_size = world();
+  s.restarts = controller_->restarts_used();
+  s.restart_budget = job_.supervise.restart_budget;
+  for (const RankView& v : Views()) {
+    RankSample r;
+    r.rank = v.rank;
+    r.host = v.host;
+    r.alive = v.alive;
+    const ProgressSnapshot& p = v.progress;
+    r.has_progress = p.valid;
+    if (p.valid) {
+      r.step = p.record.step;
+      if (p.record.last_step_ns > 0) r.last_step_s = static_cast<double>(p.record.last_step_ns) / 1e9;
+      r.in_checkpoint = p.phase() == Phase::kCheckpoint;
+    }
+    s.ranks.push_back(std::move(r));
+  }
+  // Every incident kind from zero, so that rate() and alerts see the first one.
+  for (const char* kind : {event_kind::kCrash, event_kind::kHang, event_kind::kHealth, event_kind::kPreempt,
+                           event_kind::kNodeLost, event_kind::kCheckpointFailed, event_kind::kCheckpointCorrupt,
+                           event_kind::kBudgetExhausted, event_kind::kDaemonRestart, event_kind::kStraggler}) {
+    if (IsIncidentKind(kind)) s.incidents[kind] = 0;
+  }
+  for (const auto& [kind, n] : recorder_->incident_counts()) s.incidents[kind] = n;
+  s.checkpoint_step = recorder_->last_committed_step();
+  if (s.checkpoint_step >= 0 && s.checkpoint_step != metrics_checkpoint_step_) {
+    metrics_checkpoint_step_ = s.checkpoint_step;  // sized once per new checkpoint: a stat per file
+    const CheckpointTracker tracker(CheckpointRoot(job_));
+    metrics_checkpoint_bytes_.reset();
+    if (tracker.enabled()) metrics_checkpoint_bytes_ = tracker.StepBytes(s.checkpoint_step);
+  }
+  if (s.checkpoint_step >= 0) s.checkpoint_bytes = metrics_checkpoint_bytes_;
+  for (const auto& [key, status] : health_states_) {
+    s.health.push_back(HealthSample{std::get<0>(key), std::get<1>(key), std::get<2>(key), status});
+  }
+  return s;
+}
+
+void Supervisor::Impl::RecordHealth(const std::vector<health::CheckResult>& results, const std::string& host) {
+  recorder_->RecordHealth(results, host);
+  for (const health::CheckResult& r : results) {
+    const auto key = std::make_tuple(host, r.name, r.subject);
+    if (r.status == health::CheckStatus::kSkipped) {
+      health_states_.erase(key);
+    } else {
+      health_states_[key] = r.status == health::CheckStatus::kPass ? 0 : r.status == health::CheckStatus::kWarn ? 1 : 2;
+    }
+  }
 }
 
 Supervisor::Supervisor(boost::asio::io_context* io, SupervisorOptions options, Scheduler* scheduler,

@@ -9,6 +9,7 @@
 //   ControlServer  (control_server.h)   runctl's socket
 //   HealthWatch    (health_watch.h)     this node's health checks
 //   Scheduler      (scheduler/)         the allocation, requeue, drain
+//   RunMetrics     (metrics.h)          Prometheus metrics: /metrics, a textfile
 //
 // The followers' side is daemon/follower.h. Both run on one asio event loop
 // (Envoy style): signals through asio::signal_set, timers through
@@ -39,6 +40,9 @@ struct SupervisorOptions {
   int64_t from_step = -1;   // with resume_run: the checkpoint step to start from
   Allocation allocation;    // from the scheduler; allocation.leader() is true here
   uint16_t cluster_port = 0;  // 0 = any free port
+  // Prometheus metrics (daemon/metrics.h, docs/metrics.md), each off when "":
+  std::string metrics_addr;      // serve GET /metrics on HOST:PORT
+  std::string metrics_textfile;  // rewrite this node_exporter textfile every poll
 };
 
 class Supervisor {

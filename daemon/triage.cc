@@ -74,8 +74,12 @@ std::string Doing(int64_t now_ns, const RankView& r) {
   } else {
     const ProgressRecordLayout& p = r.progress.record;
     const double age = p.phase_started_ns > 0 ? Seconds(now_ns - p.phase_started_ns) : 0;
-    s = "in " + std::string(PhaseName(static_cast<Phase>(p.phase))) + " of step " + std::to_string(p.step + 1) +
-        " for " + Fixed1(age) + " s";
+    // Inside a collective, name it as the ring does: "allreduce #15".
+    const std::string where = static_cast<Phase>(p.phase) == Phase::kCollective && p.waiting_on != 0
+                                  ? std::string(CollectiveKindName(static_cast<CollectiveKind>(p.collective_kind))) +
+                                        " #" + std::to_string(p.waiting_on)
+                                  : std::string(PhaseName(static_cast<Phase>(p.phase)));
+    s = "in " + where + " of step " + std::to_string(p.step + 1) + " for " + Fixed1(age) + " s";
   }
   if (const char* w = ProcStateWords(r.proc_state)) s += ", " + std::string(w);
   return s;
@@ -89,8 +93,12 @@ void HangDetector::StartGeneration(int64_t now_ns, int world_size) {
   stepped_.assign(world_size, false);
 }
 
+bool WriterAttached(const ProgressSnapshot& p) { return p.valid && p.record.pid != 0; }
+
 HangDetector::Verdict HangDetector::Observe(int64_t now_ns, const std::vector<RankView>& ranks) {
   Verdict v;
+  bool any_writer = false;
+  for (const RankView& r : ranks) any_writer = any_writer || WriterAttached(r.progress);
   bool any_checkpoint = false, any_eval = false, all_stepped = true;
   int64_t oldest = now_ns;
   for (const RankView& r : ranks) {
@@ -136,6 +144,15 @@ HangDetector::Verdict HangDetector::Observe(int64_t now_ns, const std::vector<Ra
     }
   }
   v.hung = v.stalled_s > v.timeout_s;
+  if (!any_writer) {
+    // Nobody writes progress (a job without the progress module): a step count
+    // that never moves says nothing, so no hang is declared, on-call is told
+    // that progress is unknown, and crashes are still handled.
+    v.hung = false;
+    v.progress_known = false;
+    v.allowance = "none";
+    v.timeout_s = 0;
+  }
   return v;
 }
 
@@ -229,8 +246,10 @@ Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const Ha
       }
     }
     if (in_w.empty()) in_w = waiting;
-    line += "; " + std::string(in_w.size() == 1 ? "rank " : "ranks ") + RankList(in_w) + " waiting in it for " +
-            Fixed1(wait_s) + " s";
+    // "it" only where the collective was just named ("never entered allreduce #15").
+    const std::string what = parts.empty() ? kind + " #" + std::to_string(w) : std::string("it");
+    line += "; " + std::string(in_w.size() == 1 ? "rank " : "ranks ") + RankList(in_w) + " waiting in " + what +
+            " for " + Fixed1(wait_s) + " s";
     inc.summary = line;
   } else {
     // Nobody is in a collective: a stopped process, or the slowest compute.

@@ -44,7 +44,11 @@ class HangDetector {
     bool hung = false;
     double stalled_s = 0;  // since the least advanced rank last completed a step
     double timeout_s = 0;  // the allowance that applied
-    std::string allowance;  // "startup", "step", "checkpoint", "eval"
+    std::string allowance;  // "startup", "step", "checkpoint", "eval"; "none" when progress is unknown
+    // false while no rank has attached a writer to its progress record (a job
+    // that does not use the progress module): there is nothing to judge a hang
+    // by, so none is declared; crashes are still seen.
+    bool progress_known = true;
   };
   Verdict Observe(int64_t now_ns, const std::vector<RankView>& ranks);
 
@@ -59,6 +63,11 @@ class HangDetector {
   std::vector<bool> stepped_;  // has completed a step in this generation
   std::deque<double> step_seconds_;  // recent step times, newest last
 };
+
+// Whether a rank has attached a writer to its record (holdfast-train, or the
+// Python module): the writer stamps its pid on open; the daemon creates the
+// file with pid 0 (and a heartbeat, so the heartbeat says nothing here).
+bool WriterAttached(const ProgressSnapshot& p);
 
 struct Incident {
   std::string kind;           // crash | hang | exit

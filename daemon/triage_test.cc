@@ -17,6 +17,7 @@ RankView Rank(int rank, int64_t step, Phase phase, int64_t phase_started_ns, uin
   v.pid = 1000 + rank;
   v.proc_state = state;
   v.progress.valid = true;
+  v.progress.record.pid = 1000 + rank;  // a writer is attached
   v.progress.record.step = step;
   v.progress.record.phase = static_cast<uint32_t>(phase);
   v.progress.record.phase_started_ns = phase_started_ns;
@@ -59,6 +60,23 @@ TEST(HangDetectorTest, StartupGetsItsOwnAllowance) {
   auto v = d.Observe(61 * kSec, ranks);
   EXPECT_TRUE(v.hung);
   EXPECT_EQ(v.allowance, "startup");
+}
+
+TEST(HangDetectorTest, AJobThatWritesNoProgressIsNeverCalledHung) {
+  HangDetector d(Config());
+  d.StartGeneration(0, 2);
+  std::vector<RankView> silent = {Rank(0, 0, Phase::kStarting, 0, 0), Rank(1, 0, Phase::kStarting, 0, 0)};
+  for (RankView& r : silent) r.progress.record.pid = 0;  // the daemon's fresh record: no writer attached
+  auto v = d.Observe(3600 * kSec, silent);
+  EXPECT_FALSE(v.hung) << "an hour without a step means nothing when nobody writes progress";
+  EXPECT_FALSE(v.progress_known);
+  EXPECT_EQ(v.allowance, "none");
+  // One rank attaching a writer (the module imported) arms the detector for all.
+  silent[1].progress.record.pid = 4242;
+  auto armed = d.Observe(3601 * kSec, silent);
+  EXPECT_TRUE(armed.progress_known);
+  EXPECT_TRUE(armed.hung);
+  EXPECT_EQ(armed.allowance, "startup");
 }
 
 TEST(HangDetectorTest, TimeoutFollowsObservedStepTimesAndIgnoresJitter) {
@@ -147,9 +165,9 @@ TEST(TriageTest, AStoppedRankInsideTheCollectiveIsTheCulprit) {
   v.allowance = "step";
   Incident inc = TriageHang(now, ranks, v);
   EXPECT_EQ(inc.culprits, std::vector<int>{1});
-  EXPECT_NE(inc.summary.find("rank 1 in collective of step 8 for 6.0 s, process stopped"), std::string::npos)
+  EXPECT_NE(inc.summary.find("rank 1 in allreduce #15 of step 8 for 6.0 s, process stopped"), std::string::npos)
       << inc.summary;
-  EXPECT_NE(inc.summary.find("rank 0 waiting in it"), std::string::npos) << inc.summary;
+  EXPECT_NE(inc.summary.find("rank 0 waiting in allreduce #15"), std::string::npos) << inc.summary;
 }
 
 TEST(TriageTest, CrashNamesRankSignalPhaseAndKeepsTheLogTail) {

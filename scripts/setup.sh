@@ -11,6 +11,7 @@ PKGS=(
   libtorch-dev libopenblas0-openmp libgloo-dev
   libboost-dev libspdlog-dev libfmt-dev libsqlite3-dev sqlite3
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
+  prometheus-cpp-dev prometheus
   googletest libgtest-dev libgmock-dev
   python3 python3-torch python3-numpy
   clang libclang-rt-14-dev
