@@ -45,7 +45,7 @@ const char kExitCodesHelp[] =
     "  2  usage error (bad flag or argument)\n"
     "  3  run or lineage.db not found (unknown or ambiguous RUN, no such checkpoint)\n"
     "  4  holdfastd not reachable (checkpoint and stop need a live daemon)\n"
-    "  5  stop --wait gave up: the run was still running after --timeout\n";
+    "  5  stop --wait or checkpoint --wait gave up after --timeout\n";
 
 namespace {
 
@@ -930,7 +930,43 @@ bool IsUnreachable(const Status& s) {
 
 }  // namespace
 
-int CmdCheckpoint(const CliContext& c, const std::string& spec) {
+namespace {
+
+// A live line on the terminal while a person waits ("waiting for the
+// checkpoint of step 140 to commit  [  ###     ]  3.2 s"), redrawn in place on
+// stderr; silent when stderr is not a terminal or the output is JSON.
+class WaitLine {
+ public:
+  WaitLine(const CliContext& c, std::string what)
+      : on_(!c.json && isatty(STDERR_FILENO) == 1), what_(std::move(what)), t0_(std::chrono::steady_clock::now()) {}
+  ~WaitLine() { Done(); }
+  void Tick() {
+    if (!on_) return;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    constexpr int kWidth = 12, kBlock = 3;
+    const int pos = static_cast<int>(s * 4) % (2 * (kWidth - kBlock));  // bounces: no end is known
+    const int at = pos < kWidth - kBlock ? pos : 2 * (kWidth - kBlock) - pos;
+    std::string bar(kWidth, ' ');
+    for (int i = 0; i < kBlock; ++i) bar[at + i] = '#';
+    std::fprintf(stderr, "\r%s  [%s] %6.1f s", what_.c_str(), bar.c_str(), s);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+  void Done() {
+    if (drawn_) std::fprintf(stderr, "\r%*s\r", static_cast<int>(what_.size()) + 26, "");
+    drawn_ = false;
+  }
+
+ private:
+  bool on_;
+  bool drawn_ = false;
+  std::string what_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
+int CmdCheckpoint(const CliContext& c, const std::string& spec, bool wait, std::chrono::milliseconds wait_timeout) {
   std::string run_id;
   if (int exit = RunIdForDaemon(c, spec, &run_id); exit != kRunctlOk) return exit;
   ControlRequest req;
@@ -947,13 +983,62 @@ int CmdCheckpoint(const CliContext& c, const std::string& spec) {
                 "holdfastd refused: " + resp->error_code + ": " + resp->error.message());
   }
   json result = json::parse(resp->result_json, nullptr, false);
+  int64_t requested = -1;  // -1: the daemon did not say
+  if (result.is_object() && result.value("requested_at_step", json()).is_number()) {
+    requested = result["requested_at_step"].get<int64_t>();
+  }
+  if (wait) {
+    // The ranks save after the step they all agree on: the first commit at or
+    // after the requested step is this checkpoint.
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point t0 = Clock::now(), deadline = t0 + wait_timeout;
+    WaitLine line(c, "waiting for the checkpoint" +
+                         (requested >= 0 ? " (requested at step " + std::to_string(requested) + ")" : std::string()) +
+                         " to commit");
+    for (;;) {
+      ControlRequest sreq;
+      sreq.id = 2;
+      sreq.op = control_op::kStatus;
+      Result<ControlResponse> sresp = CallDaemon(SocketPath(c), sreq, c.timeout);
+      if (!sresp.ok() && IsUnreachable(sresp.status())) {
+        line.Done();
+        return Fail(c, kRunctlUnreachable,
+                    "holdfastd stopped answering before the checkpoint committed: `runctl lineage` tells whether it "
+                    "did");
+      }
+      if (sresp.ok() && sresp->ok) {
+        Result<RunStatus> st = ParseStatusResult(sresp->result_json);
+        if (st.ok() && st->last_checkpoint_step && *st->last_checkpoint_step >= requested) {
+          line.Done();
+          const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+          if (c.json) {
+            PrintJson(c, {{"run_id", run_id}, {"result", result}, {"committed_step", *st->last_checkpoint_step},
+                          {"waited_s", secs}});
+          } else {
+            char buf[32];
+            std::snprintf(buf, sizeof(buf), "%.1f", secs);
+            *c.out << "checkpoint of step " << *st->last_checkpoint_step << " committed (waited " << buf << " s)\n";
+          }
+          return kRunctlOk;
+        }
+      }
+      if (Clock::now() >= deadline) {
+        line.Done();
+        return Fail(c, kRunctlStillRunning,
+                    "no checkpoint committed within " +
+                        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(wait_timeout).count()) +
+                        "s (a large state takes a while; a failed save is in `runctl lineage`): wait longer with "
+                        "--timeout");
+      }
+      line.Tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+  }
   if (c.json) {
     PrintJson(c, {{"run_id", run_id}, {"result", result}});
     return kRunctlOk;
   }
-  std::string step = result.is_object() && result.value("requested_at_step", json()).is_number()
-                         ? std::to_string(result["requested_at_step"].get<int64_t>())
-                         : "?";
+  std::string step = requested >= 0 ? std::to_string(requested) : "?";
   *c.out << "checkpoint requested at step " << step << "; `runctl --run-dir " << c.run_dir
          << " lineage " << (run_id.empty() ? "latest" : run_id)
          << "` shows it once it is committed\n";
@@ -1052,6 +1137,7 @@ int CmdStop(const CliContext& c, const std::string& spec, bool wait,
     return kRunctlOk;
   }
   if (!c.json) *c.out << "waiting for " << which << " to stop...\n" << std::flush;
+  WaitLine line(c, "stopping " + which);
 
   using Clock = std::chrono::steady_clock;
   const Clock::time_point deadline = Clock::now() + wait_timeout;
@@ -1107,6 +1193,7 @@ int CmdStop(const CliContext& c, const std::string& spec, bool wait,
                       "s (holdfastd is still stopping it: a large checkpoint takes a while); "
                       "`runctl status` to follow, or wait longer with --timeout");
     }
+    line.Tick();
     std::this_thread::sleep_for(std::min<Clock::duration>(kStopPollInterval, deadline - now));
   }
 }

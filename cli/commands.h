@@ -49,7 +49,9 @@ int CmdTriage(const CliContext& ctx, const std::string& run);
 // config (docs/report.md).
 int CmdReport(const CliContext& ctx, const std::string& run, const std::string& out,
               const std::string& metrics);
-int CmdCheckpoint(const CliContext& ctx, const std::string& run);
+// wait: until the checkpoint commits (a live line on a terminal), at most wait_timeout (exit 5).
+int CmdCheckpoint(const CliContext& ctx, const std::string& run, bool wait = false,
+                  std::chrono::milliseconds wait_timeout = std::chrono::minutes(10));
 // Asks holdfastd to stop RUN (empty: the run it supervises): the ranks
 // checkpoint and stop. With `wait`, polls lineage.db and the daemon until the
 // run no longer runs (at most `wait_timeout`) and prints how it ended.

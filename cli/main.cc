@@ -72,6 +72,12 @@ int main(int argc, char** argv) {
 
   auto* checkpoint = app.add_subcommand("checkpoint", "ask holdfastd to save a checkpoint now");
   checkpoint->add_option("RUN", run)->required();
+  bool checkpoint_wait = false;
+  int checkpoint_timeout_s = 600;
+  checkpoint->add_flag("--wait", checkpoint_wait, "wait until the checkpoint has committed");
+  checkpoint->add_option("--timeout", checkpoint_timeout_s,
+                         "with --wait: give up after this many seconds (exit 5); default 600")
+      ->check(CLI::PositiveNumber);
 
   bool stop_wait = false;
   int stop_timeout_s = 600;
@@ -126,7 +132,7 @@ int main(int argc, char** argv) {
     if (*lineage) return CmdLineage(ctx, run, max_events);
     if (*triage) return CmdTriage(ctx, run);
     if (*report) return CmdReport(ctx, run, report_out, report_metrics);
-    if (*checkpoint) return CmdCheckpoint(ctx, run);
+    if (*checkpoint) return CmdCheckpoint(ctx, run, checkpoint_wait, std::chrono::seconds(checkpoint_timeout_s));
     if (*stop) return CmdStop(ctx, run, stop_wait, std::chrono::seconds(stop_timeout_s));
     if (*resume) {
       std::optional<int64_t> step;

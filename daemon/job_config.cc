@@ -28,6 +28,7 @@ Result<JobConfig> LoadJobConfig(const std::string& path) {
     HF_RETURN_IF_ERROR(r.String("workdir", &cfg.workdir));
     HF_RETURN_IF_ERROR(r.StringTable("env", &cfg.env));
     HF_RETURN_IF_ERROR(r.String("checkpoint_dir", &cfg.checkpoint_dir));
+    HF_RETURN_IF_ERROR(r.Int("tokens_per_step", &cfg.tokens_per_step, 0, int64_t{1} << 50));
     HF_RETURN_IF_ERROR(r.RejectUnknown());
   }
   if (const toml::table* t = root["supervise"].as_table()) {

@@ -55,6 +55,10 @@ struct JobConfig {
   std::string workdir;  // "" = the daemon's working directory
   std::map<std::string, std::string> env;
   std::string checkpoint_dir;  // optional; relative to workdir
+  // Tokens one rank processes per optimizer step (micro batch x grad accum x
+  // context), when the job says so: holdfastd then exports tokens/s per rank
+  // from the progress record's step times. 0 = unknown (no tokens/s metric).
+  int64_t tokens_per_step = 0;
   SuperviseConfig supervise;
   std::string journal_mode = "wal";
   std::string source;  // the file it came from

@@ -22,7 +22,7 @@ std::string Write(const std::string& text) {
 
 TEST(JobConfigTest, ReadsEverySection) {
   auto cfg = LoadJobConfig(Write("[job]\nname = \"x\"\ncommand = [\"/bin/true\", \"-v\"]\nnproc = 4\n"
-                                 "env = { A = \"1\" }\ncheckpoint_dir = \"ck\"\n"
+                                 "env = { A = \"1\" }\ncheckpoint_dir = \"ck\"\ntokens_per_step = 8192\n"
                                  "[supervise]\nhang_min_s = 2\nrestart_budget = 5\nhealth_prelaunch = false\n"
                                  "[lineage]\njournal_mode = \"delete\"\n"
                                  "[health]\ncheckpoint_min_free_gb = 1\n"));
@@ -30,6 +30,7 @@ TEST(JobConfigTest, ReadsEverySection) {
   EXPECT_EQ(cfg->command, (std::vector<std::string>{"/bin/true", "-v"}));
   EXPECT_EQ(cfg->nproc, 4);
   EXPECT_EQ(cfg->env.at("A"), "1");
+  EXPECT_EQ(cfg->tokens_per_step, 8192);
   EXPECT_DOUBLE_EQ(cfg->supervise.hang_min_s, 2.0);
   EXPECT_EQ(cfg->supervise.restart_budget, 5);
   EXPECT_FALSE(cfg->supervise.health_prelaunch);

@@ -547,6 +547,9 @@ MetricsSnapshot Supervisor::Impl::BuildMetricsSnapshot() {
     if (p.valid) {
       r.step = p.record.step;
       if (p.record.last_step_ns > 0) r.last_step_s = static_cast<double>(p.record.last_step_ns) / 1e9;
+      if (r.last_step_s && job_.tokens_per_step > 0) {
+        r.tokens_per_s = static_cast<double>(job_.tokens_per_step) / *r.last_step_s;
+      }
       r.in_checkpoint = p.phase() == Phase::kCheckpoint;
     }
     s.ranks.push_back(std::move(r));

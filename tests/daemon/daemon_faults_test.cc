@@ -272,5 +272,24 @@ TEST_F(DaemonFaultTest, RunctlStopEndsTheRunStoppedAfterAFinalCheckpoint) {
   EXPECT_GE(*gens->back().last_step, 6) << "the generation ended where it stopped, not at step 0";
 }
 
+// 8. `runctl checkpoint --wait` returns once a checkpoint at or after the
+// requested step is committed, and says which.
+TEST_F(DaemonFaultTest, RunctlCheckpointWaitReturnsOnceTheCheckpointCommitted) {
+  WriteJob();
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  ASSERT_TRUE(WaitForStep(3, daemon).has_value()) << ReadFile(dir_ / "daemon.log");
+  ProcessResult ck = Runctl({"--json", "checkpoint", "latest", "--wait"});
+  ASSERT_EQ(ck.exit_code, 0) << ck.output;
+  auto j = nlohmann::json::parse(ck.output);
+  const int64_t requested = j["result"]["requested_at_step"].get<int64_t>();
+  const int64_t committed = j["committed_step"].get<int64_t>();
+  EXPECT_GE(committed, requested);
+  char step_dir[32];
+  std::snprintf(step_dir, sizeof(step_dir), "step-%012lld", static_cast<long long>(committed));
+  EXPECT_TRUE(std::filesystem::exists(std::string(dir_ / "ck") + "/" + step_dir + "/MANIFEST.json"))
+      << "the step runctl names is committed on disk: " << ck.output;
+  EXPECT_EQ(daemon.Wait(), 0) << ReadFile(dir_ / "daemon.log");
+}
+
 }  // namespace
 }  // namespace holdfast
