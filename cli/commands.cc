@@ -1273,8 +1273,8 @@ std::vector<char*> Argv(std::vector<std::string>& args) {
 
 }  // namespace
 
-int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_t> from_step,
-              bool force) {
+int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_t> from_step, bool force,
+              bool wait, std::chrono::milliseconds wait_timeout) {
   RunLookup l = LookUp(c, spec);
   if (l.exit != kRunctlOk) return l.exit;
   const RunRecord& run = l.run;
@@ -1349,18 +1349,74 @@ int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_
 
   const std::string from = from_step ? "step " + std::to_string(*from_step)
                                      : std::string("the newest committed checkpoint");
-  if (c.json) {
-    PrintJson(c, {{"run_id", run.run_id},
-                  {"daemon", daemon},
-                  {"from_step", OptJson(from_step)},
-                  {"log", log}});
+  json started = {{"run_id", run.run_id}, {"daemon", daemon}, {"from_step", OptJson(from_step)}, {"log", log}};
+  if (c.json && !wait) {
+    PrintJson(c, started);
     return kRunctlOk;
   }
-  *c.out << "started holdfastd resuming run " << run.run_id << " from "
-         << from << " as a new attempt\n"
-         << "  follow it:  tail -f " << log << "\n"
-         << "  status:     runctl --run-dir " << c.run_dir << " status\n";
-  return kRunctlOk;
+  if (!c.json) {
+    *c.out << "started holdfastd resuming run " << run.run_id << " from "
+           << from << " as a new attempt\n"
+           << "  follow it:  tail -f " << log << "\n"
+           << "  status:     runctl --run-dir " << c.run_dir << " status\n";
+  }
+  if (!wait) return kRunctlOk;
+  // Until the resumed ranks have restored and stepped: every rank running and
+  // the slowest one past the step it was first seen at.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now(), deadline = t0 + wait_timeout;
+  WaitLine line(c, "resuming run " + run.run_id + " (restore, then the first step)");
+  std::optional<int64_t> first_seen;
+  for (;;) {
+    ControlRequest sreq;
+    sreq.id = 3;
+    sreq.op = control_op::kStatus;
+    Result<ControlResponse> sresp = CallDaemon(SocketPath(c), sreq, c.timeout);
+    if (sresp.ok() && sresp->ok) {
+      Result<RunStatus> st = ParseStatusResult(sresp->result_json);
+      if (st.ok() && !st->nodes.empty()) {
+        bool running = true;
+        int64_t slowest = INT64_MAX;
+        for (const NodeStatus& n : st->nodes) {
+          for (const RankStatus& r : n.ranks) {
+            running = running && r.state == "running";
+            slowest = std::min(slowest, r.step);
+          }
+        }
+        if (running && slowest != INT64_MAX) {
+          if (!first_seen) first_seen = slowest;
+          if (slowest > *first_seen) {
+            line.Done();
+            char buf[32];
+            std::snprintf(buf, sizeof(buf), "%.1f", std::chrono::duration<double>(Clock::now() - t0).count());
+            if (c.json) {
+              started["training_at_step"] = slowest;
+              PrintJson(c, started);
+            } else {
+              *c.out << "run " << run.run_id << " is training again at step " << slowest << " (waited " << buf
+                     << " s)\n";
+            }
+            return kRunctlOk;
+          }
+        }
+      }
+    }
+    Result<RunRecord> now_run = ReadRun(c, run.run_id);
+    if (Clock::now() - t0 > std::chrono::seconds(5) && now_run.ok() && now_run->state != RunState::kRunning) {
+      line.Done();
+      return Fail(c, kRunctlFailure, "the resumed run ended before it trained (" + std::string(RunStateName(now_run->state)) +
+                                         (now_run->cause.empty() ? "" : ": " + now_run->cause) + "); see " + log);
+    }
+    if (Clock::now() >= deadline) {
+      line.Done();
+      return Fail(c, kRunctlStillRunning, "the resumed run has not completed a step within " +
+                                              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                                                 wait_timeout).count()) +
+                                              "s; follow it with `runctl status` or " + log);
+    }
+    line.Tick();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
 }
 
 int CmdHealth(const CliContext& c, const std::vector<std::string>& passthrough) {

@@ -59,8 +59,9 @@ int CmdStop(const CliContext& ctx, const std::string& run, bool wait,
             std::chrono::milliseconds wait_timeout);
 // Refuses a run that succeeded unless `force`, and a --from-step that is not
 // a committed checkpoint still on disk.
-int CmdResume(const CliContext& ctx, const std::string& run, std::optional<int64_t> from_step,
-              bool force);
+// wait: until the resumed ranks have restored and completed a step (a live line on a terminal).
+int CmdResume(const CliContext& ctx, const std::string& run, std::optional<int64_t> from_step, bool force,
+              bool wait = false, std::chrono::milliseconds wait_timeout = std::chrono::minutes(10));
 int CmdHealth(const CliContext& ctx, const std::vector<std::string>& passthrough);
 
 }  // namespace holdfast

@@ -98,6 +98,11 @@ int main(int argc, char** argv) {
       "--from-step", from_step, "start from the committed checkpoint of step N (default: newest)");
   resume->add_flag("--force", force,
                    "resume even a run that succeeded (it trains on past the end it reached)");
+  bool resume_wait = false;
+  int resume_timeout_s = 600;
+  resume->add_flag("--wait", resume_wait, "wait until the resumed ranks have restored and completed a step");
+  resume->add_option("--timeout", resume_timeout_s, "with --wait: give up after this many seconds (exit 5)")
+      ->check(CLI::PositiveNumber);
 
   auto* health = app.add_subcommand(
       "health", "run holdfast-health on this node (arguments after -- are passed to it)");
@@ -143,7 +148,7 @@ int main(int argc, char** argv) {
         }
         step = from_step;
       }
-      return CmdResume(ctx, run, step, force);
+      return CmdResume(ctx, run, step, force, resume_wait, std::chrono::seconds(resume_timeout_s));
     }
     if (*health) return CmdHealth(ctx, health_args);
   } catch (const std::exception& e) {

@@ -291,5 +291,28 @@ TEST_F(DaemonFaultTest, RunctlCheckpointWaitReturnsOnceTheCheckpointCommitted) {
   EXPECT_EQ(daemon.Wait(), 0) << ReadFile(dir_ / "daemon.log");
 }
 
+// 9. `runctl resume --wait` relaunches a stopped run and returns once its
+// ranks have restored and stepped; the resumed run then finishes.
+TEST_F(DaemonFaultTest, RunctlResumeWaitReturnsOnceTheRunTrainsAgain) {
+  WriteJob();
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  ASSERT_TRUE(WaitForStep(6, daemon).has_value()) << ReadFile(dir_ / "daemon.log");
+  ASSERT_EQ(Runctl({"stop", "--wait"}).exit_code, 0);
+  EXPECT_EQ(daemon.Wait(), 75);
+  ProcessResult resumed = Runctl({"resume", "latest", "--wait"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output << ReadFile(dir_ / "run/holdfastd.log");
+  EXPECT_NE(resumed.output.find("is training again at step"), std::string::npos) << resumed.output;
+  // The detached daemon finishes the run (no time limit asserted: it ends when it ends).
+  for (;;) {
+    auto rec = LatestRun();
+    ASSERT_TRUE(rec.has_value());
+    if (rec->run.state != RunState::kRunning) {
+      EXPECT_EQ(rec->run.state, RunState::kSucceeded) << rec->run.cause;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
 }  // namespace
 }  // namespace holdfast
