@@ -795,7 +795,7 @@ TEST_F(RunctlTest, StopBadFlagsAreUsageErrors) {
   EXPECT_EQ(Run({"stop", "--timeout", "soon"}).exit, 2);
   Outcome o = Run({"--help"}, {}, /*with_run_dir=*/false);
   EXPECT_TRUE(Has(o.out, "stop")) << o.out;
-  EXPECT_TRUE(Has(o.out, "5  stop --wait gave up")) << o.out;
+  EXPECT_TRUE(Has(o.out, "5  stop --wait or checkpoint --wait gave up")) << o.out;
 }
 
 // ---- runctl resume: what it refuses ----
