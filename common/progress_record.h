@@ -107,6 +107,11 @@ struct ProgressSnapshot {
   Phase phase() const { return static_cast<Phase>(record.phase); }
 };
 
+// Whether a rank has attached a writer to its record (holdfast-train, or the
+// Python module): the writer stamps its pid on open; CreateProgressFile leaves
+// it 0 (and sets a heartbeat, so the heartbeat says nothing here).
+inline bool WriterAttached(const ProgressSnapshot& p) { return p.valid && p.record.pid != 0; }
+
 int64_t MonotonicNowNs();
 
 // Creates (or truncates) the record file for `rank`, zeroed and initialised,

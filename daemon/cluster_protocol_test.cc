@@ -193,6 +193,22 @@ TEST(ClusterProtocolTest, ProgressRoundTripMovesClocks) {
   EXPECT_EQ(got.ranks[2].progress.record.ring[999 % kProgressRingSize].seq, 1000u);
 }
 
+TEST(ClusterProtocolTest, WhetherAWriterIsAttachedCrossesNodes) {
+  ProgressMsg sent = std::get<ProgressMsg>(OneOfEach()[1]);
+  sent.ranks[0].progress.record.pid = 0;  // a job without the progress module
+  ProgressMsg got = RoundTrip(sent);
+  EXPECT_FALSE(WriterAttached(got.ranks[0].progress));
+  EXPECT_TRUE(WriterAttached(got.ranks[1].progress));
+  // A daemon from before the field sent no "writer": read as attached, as it judged.
+  std::string line = EncodeClusterMessage(sent, kSenderNow);
+  for (std::string key = "\"writer\":false,"; line.find(key) != std::string::npos;) line.erase(line.find(key), key.size());
+  for (std::string key = "\"writer\":true,"; line.find(key) != std::string::npos;) line.erase(line.find(key), key.size());
+  ASSERT_EQ(line.find("writer"), std::string::npos) << line;
+  auto old = ParseClusterMessage(line, kReceiverNow);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_TRUE(WriterAttached(std::get<ProgressMsg>(*old).ranks[0].progress));
+}
+
 TEST(ClusterProtocolTest, RankExitRoundTrip) {
   const RankExitMsg sent = std::get<RankExitMsg>(OneOfEach()[2]);
   RankExitMsg got = RoundTrip(sent);

@@ -164,8 +164,7 @@ Result<RankView> ParseView(const json& j, const std::string& where, int64_t now)
     c.issued_ns = Back(issued, now);
     c.completed_ns = Back(completed, now);
   }
-  p.rank = v.rank;
-  p.pid = v.pid;
+  p.rank = v.rank;  // (p.pid: set from "writer" above)
   return v;
 }
 

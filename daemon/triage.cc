@@ -93,8 +93,6 @@ void HangDetector::StartGeneration(int64_t now_ns, int world_size) {
   stepped_.assign(world_size, false);
 }
 
-bool WriterAttached(const ProgressSnapshot& p) { return p.valid && p.record.pid != 0; }
-
 HangDetector::Verdict HangDetector::Observe(int64_t now_ns, const std::vector<RankView>& ranks) {
   Verdict v;
   bool any_writer = false;

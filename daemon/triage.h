@@ -64,11 +64,6 @@ class HangDetector {
   std::deque<double> step_seconds_;  // recent step times, newest last
 };
 
-// Whether a rank has attached a writer to its record (holdfast-train, or the
-// Python module): the writer stamps its pid on open; the daemon creates the
-// file with pid 0 (and a heartbeat, so the heartbeat says nothing here).
-bool WriterAttached(const ProgressSnapshot& p);
-
 struct Incident {
   std::string kind;           // crash | hang | exit
   std::vector<int> culprits;  // ranks
