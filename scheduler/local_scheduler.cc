@@ -1,5 +1,7 @@
 #include "scheduler/local_scheduler.h"
 
+#include "common/atomic_file.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -382,32 +384,7 @@ Status LocalScheduler::PublishLeader(const std::string& addr) {
   HF_ASSIGN_OR_RETURN(stamp.machine, MachineHostName());
   const std::string text = FormatLeaderStamp(stamp);
   const std::string path = leader_file();
-  const std::string tmp = path + ".tmp." + std::to_string(stamp.pid);
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot publish the leader's address: open " + tmp, errno);
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      close(fd);
-      unlink(tmp.c_str());
-      return ErrnoError("cannot publish the leader's address: write " + tmp, err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (close(fd) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return ErrnoError("cannot publish the leader's address: close " + tmp, err);
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return ErrnoError("cannot publish the leader's address: rename " + tmp + " to " + path, err);
-  }
-  return Status::Ok();
+  return WriteFileAtomically(path, text).WithContext("cannot publish the leader's address");
 }
 
 void LocalScheduler::WithdrawLeader() {

@@ -1,5 +1,7 @@
 #include "scheduler/slurm_scheduler.h"
 
+#include "common/atomic_file.h"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <signal.h>
@@ -61,22 +63,6 @@ Result<std::string> Resolve(const std::string& node, const std::string& addr) {
   freeaddrinfo(res);
   if (out.empty()) return InvalidArgumentError("node " + node + ": NodeAddr '" + addr + "' has no IP address");
   return out;
-}
-
-// Writes `text` to a temporary file renamed over `path`: a reader sees the old
-// file or the whole new one.
-Status WriteFileAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return IoError("write " + tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return IoError("rename " + tmp + " to " + path + ": " + ec.message());
-  return Status::Ok();
 }
 
 }  // namespace
