@@ -3,9 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -113,6 +116,8 @@ Status RunRecorder::OpenRun() {
     as.resumed_from_step = last_committed_step_;
   }
   HF_ASSIGN_OR_RETURN(attempt_, db_->StartAttempt(run_id_, as));
+  // From here on a write never holds up supervision for long (see Write).
+  db_->SetBusyTimeout(kBusyWaitMs);
   if (existing.has_value()) {
     EventRecord ev = NewEvent(kind);
     const std::string from = as.resumed_from_step ? "step " + std::to_string(*as.resumed_from_step) : "the start";
@@ -146,8 +151,9 @@ Result<std::optional<RunRecord>> RunRecorder::RunOfSlurmJob(const std::string& j
 
 int RunRecorder::StartGeneration(int64_t start_step) {
   ++generation_;
-  auto gen = db_->StartGeneration(run_id_, attempt_, start_step);
-  if (!gen.ok()) spdlog::warn("lineage: {}", gen.status().ToString());
+  Write("generation " + std::to_string(generation_) + " start", [run = run_id_, a = attempt_, start_step](LineageDb& db) {
+    return db.StartGeneration(run, a, start_step).status();
+  });
   last_recorded_step_ = -1;
   last_step_update_ns_ = clock_->MonotonicNs();
   return generation_;
@@ -157,14 +163,20 @@ void RunRecorder::UpdateStep(int64_t step, bool force) {
   if (step < 0 || step == last_recorded_step_) return;
   const int64_t now = clock_->MonotonicNs();
   if (!force && now - last_step_update_ns_ < kStepUpdateEveryNs) return;
-  Warn(db_->UpdateGenerationStep(run_id_, attempt_, generation_, step));
+  Flush();
+  Write("generation step", [run = run_id_, a = attempt_, g = generation_, step](LineageDb& db) {
+    return db.UpdateGenerationStep(run, a, g, step);
+  });
   last_recorded_step_ = step;
   last_step_update_ns_ = now;
 }
 
 void RunRecorder::EndGeneration(RunState state, const std::string& cause) {
   if (generation_ < 0) return;
-  Warn(db_->EndGeneration(run_id_, attempt_, generation_, state, cause));
+  Write("generation " + std::to_string(generation_) + " end",
+        [run = run_id_, a = attempt_, g = generation_, state, cause](LineageDb& db) {
+          return db.EndGeneration(run, a, g, state, cause);
+        });
 }
 
 EventRecord RunRecorder::NewEvent(const std::string& kind, const std::string& host) const {
@@ -178,8 +190,9 @@ EventRecord RunRecorder::NewEvent(const std::string& kind, const std::string& ho
 }
 
 void RunRecorder::RecordEvent(const EventRecord& event) {
-  auto id = db_->RecordEvent(event);
-  if (!id.ok()) spdlog::warn("lineage: {}", id.status().ToString());
+  EventRecord ev = event;
+  if (ev.time_ms == 0) ev.time_ms = clock_->UnixMs();  // when it happened, even if written later
+  Write("event " + ev.kind + ": " + ev.summary, [ev](LineageDb& db) { return db.RecordEvent(ev).status(); });
   if (IsIncidentKind(event.kind)) {
     last_incident_ = IncidentSummary{event.kind, event.summary, clock_->UnixMs(), event.action, event.runbook};
     ++incident_counts_[event.kind];
@@ -238,7 +251,8 @@ void RunRecorder::RecordCommitted(int64_t step, int world_size) {
     c.path = tracker_.StepDir(step);
     c.bytes = tracker_.StepBytes(step);
   }
-  Warn(db_->RecordCheckpoint(c));
+  c.committed_ms = clock_->UnixMs();
+  Write("checkpoint step " + std::to_string(step) + " committed", [c](LineageDb& db) { return db.RecordCheckpoint(c); });
   recorded_steps_.insert(step);
 }
 
@@ -251,8 +265,11 @@ void RunRecorder::RecordPruned() {
       ++it;
       continue;
     }
-    Warn(db_->MarkCheckpoint(run_id_, *it, CheckpointState::kPruned,
-                             "no longer on disk (" + tracker_.StepDir(*it) + "): pruned by the trainer or removed"));
+    Write("checkpoint step " + std::to_string(*it) + " pruned",
+          [run = run_id_, step = *it, why = "no longer on disk (" + tracker_.StepDir(*it) +
+                                           "): pruned by the trainer or removed"](LineageDb& db) {
+            return db.MarkCheckpoint(run, step, CheckpointState::kPruned, why);
+          });
     it = recorded_steps_.erase(it);
   }
 }
@@ -323,20 +340,84 @@ void RunRecorder::RecordHealth(const std::vector<health::CheckResult>& results, 
     h.source = r.evidence.source;
     h.evidence_json = health::ResultToJson(r);
     h.suggested_action = health::ActionName(r.action);
-    auto id = db_->RecordHealthResult(h);
-    if (!id.ok()) spdlog::warn("lineage: {}", id.status().ToString());
+    h.time_ms = clock_->UnixMs();
+    Write("health " + h.check, [h](LineageDb& db) { return db.RecordHealthResult(h).status(); });
   }
 }
 
 void RunRecorder::EndAttempt(RunState state, const std::string& cause) {
-  Warn(db_->EndAttempt(run_id_, attempt_, state, cause));
+  Write("attempt " + std::to_string(attempt_) + " end", [run = run_id_, a = attempt_, state, cause](LineageDb& db) {
+    return db.EndAttempt(run, a, state, cause);
+  });
   attempt_ended_ = true;
+  FlushBeforeExit();  // a requeue ends this daemon next
 }
 
 void RunRecorder::EndRun(RunState state, const std::string& cause) {
   RecordPruned();  // the trainer prunes after its last commit
-  if (!attempt_ended_) Warn(db_->EndAttempt(run_id_, attempt_, state, cause));
-  Warn(db_->EndRun(run_id_, state, cause));
+  if (!attempt_ended_) {
+    Write("attempt " + std::to_string(attempt_) + " end", [run = run_id_, a = attempt_, state, cause](LineageDb& db) {
+      return db.EndAttempt(run, a, state, cause);
+    });
+  }
+  Write("run end", [run = run_id_, state, cause](LineageDb& db) { return db.EndRun(run, state, cause); });
+  FlushBeforeExit();
+}
+
+void RunRecorder::Write(std::string what, std::function<Status(LineageDb&)> write) {
+  if (held_.empty()) {
+    Status s = write(*db_);
+    if (s.code() != StatusCode::kUnavailable) {
+      Warn(s);
+      return;
+    }
+    locked_since_ns_ = clock_->MonotonicNs();
+    held_total_ = 0;
+    spdlog::warn("lineage.db is locked by another process ({}): holding records in memory and writing them, in "
+                 "order, once it is free; training is not affected",
+                 s.message());
+  }
+  held_.push_back({std::move(what), std::move(write)});
+  ++held_total_;
+}
+
+void RunRecorder::Flush() {
+  if (held_.empty()) return;
+  while (!held_.empty()) {
+    Status s = held_.front().write(*db_);
+    if (s.code() == StatusCode::kUnavailable) return;  // still locked: next poll
+    Warn(s);
+    held_.pop_front();
+  }
+  const double locked_s = static_cast<double>(clock_->MonotonicNs() - locked_since_ns_) / 1e9;
+  spdlog::info("lineage.db is free again after {:.1f} s; {} held record(s) written", locked_s, held_total_);
+  EventRecord ev = NewEvent(event_kind::kLineageDelayed);
+  char secs[32];
+  std::snprintf(secs, sizeof(secs), "%.1f", locked_s);
+  ev.summary = "lineage.db was locked by another process for " + std::string(secs) + " s; " +
+               std::to_string(held_total_) + " record(s) were held in memory and written in order";
+  ev.evidence_json = nlohmann::json{{"locked_s", locked_s}, {"held_records", held_total_}}.dump();
+  ev.action = "none needed; keep long transactions (sqlite3 shells, backups) off a running run's lineage.db";
+  ev.runbook = RunbookFor(ev.kind);
+  RecordEvent(ev);
+}
+
+void RunRecorder::FlushBeforeExit() {
+  // Real time, not the injected clock: this waits for another process.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kExitWaitMs);
+  if (!held_.empty()) {
+    spdlog::warn("lineage.db is still locked; waiting up to {} s to write {} held record(s)", kExitWaitMs / 1000,
+                 held_.size());
+  }
+  while (!held_.empty() && std::chrono::steady_clock::now() < deadline) {
+    Flush();
+    if (!held_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  for (const HeldWrite& h : held_) {
+    spdlog::error("lineage: NOT RECORDED (lineage.db locked for more than {} s at exit): {}", kExitWaitMs / 1000,
+                  h.what);
+  }
+  held_.clear();
 }
 
 }  // namespace holdfast

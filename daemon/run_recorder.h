@@ -5,12 +5,20 @@
 // through here; the supervisor and its state machine never touch SQL.
 //
 // Lineage errors are logged and never stop a run: the record is for people,
-// the run is what matters.
+// the run is what matters. While another process holds lineage.db locked
+// (an `sqlite3` shell left in a transaction, a backup), writes wait at most
+// kBusyWaitMs, so supervision is never held up, and are kept in memory in
+// order and written once the lock is gone (Flush, every poll); a
+// lineage_delayed event then says for how long and how many. At the end of
+// the run the daemon waits up to kExitWaitMs for the lock, then logs every
+// record it could not write.
 //
 // Thread-safety: none; owned by the daemon's event-loop thread.
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -85,6 +93,14 @@ class RunRecorder {
   // ---- health ----
   void RecordHealth(const std::vector<health::CheckResult>& results, const std::string& host);
 
+  // ---- writes held while lineage.db is locked ----
+  static constexpr int kBusyWaitMs = 50;
+  static constexpr int kExitWaitMs = 60'000;
+  // Writes what is held, in order, as far as the lock allows.
+  void Flush();
+  // Records held in memory, waiting for the lock.
+  size_t held() const { return held_.size(); }
+
   // ---- the end ----
   // Ends this attempt only (before a requeue: the run goes on in the next).
   void EndAttempt(RunState state, const std::string& cause);
@@ -99,6 +115,19 @@ class RunRecorder {
   void RecordCommitted(int64_t step, int world_size);
   void RecordPruned();
   void RecordCheckpointFailures(const std::vector<RankView>& views);
+
+  // Runs `write` now, or holds it (and every later one, to keep their order)
+  // while lineage.db is locked by another process.
+  void Write(std::string what, std::function<Status(LineageDb&)> write);
+  void FlushBeforeExit();
+
+  struct HeldWrite {
+    std::string what;
+    std::function<Status(LineageDb&)> write;
+  };
+  std::deque<HeldWrite> held_;
+  int64_t locked_since_ns_ = 0;  // monotonic; when the first write was held
+  size_t held_total_ = 0;        // held since then
 
   RecorderOptions opts_;
   const TimeSource* clock_;  // not owned

@@ -53,6 +53,7 @@ inline constexpr RunbookEntry kRunbooks[] = {
     {event_kind::kDaemonRestart, "runbooks/crash.md"},
     {event_kind::kStraggler, "runbooks/straggler.md"},
     {event_kind::kStragglerRecovered, "runbooks/straggler.md"},
+    {event_kind::kLineageDelayed, "runbooks/lineage-locked.md"},
     {event_kind::kRestart, ""},
     {event_kind::kRequeue, "runbooks/requeue-failed.md"},
     {event_kind::kResume, ""},

@@ -502,6 +502,11 @@ Result<sqlite3_stmt*> LineageDb::Prepare(const std::string& sql) {
   return stmt;
 }
 
+void LineageDb::SetBusyTimeout(int ms) {
+  options_.busy_timeout_ms = ms;
+  sqlite3_busy_timeout(db_, ms);
+}
+
 Status LineageDb::Configure() {
   sqlite3_busy_timeout(db_, options_.busy_timeout_ms);
   if (options_.read_only) return Exec("PRAGMA query_only = 1");

@@ -62,6 +62,7 @@ inline constexpr const char kBudgetExhausted[] = "budget_exhausted";
 inline constexpr const char kDaemonRestart[] = "daemon_restart";
 inline constexpr const char kStraggler[] = "straggler";                    // a rank computing far slower than the others
 inline constexpr const char kStragglerRecovered[] = "straggler_recovered";  // an action-free note
+inline constexpr const char kLineageDelayed[] = "lineage_delayed";  // records held while lineage.db was locked
 inline constexpr const char kRestart[] = "restart";    // an action, not an incident
 inline constexpr const char kRequeue[] = "requeue";    // an action
 inline constexpr const char kResume[] = "resume";      // an action
@@ -229,6 +230,9 @@ class LineageDb {
   // Version of the file on disk (for a reader of an old file, lower than
   // kSchemaVersion: its reads come from a migrated in-memory copy).
   int file_schema_version() const { return file_schema_version_; }
+  // How long a statement waits for another process's lock before it fails
+  // with kUnavailable (LineageOptions::busy_timeout_ms at Open).
+  void SetBusyTimeout(int ms);
 
   // ---- writes (holdfastd's leader) ----
   // Returns the run id (`run.run_id`, or a new one when empty). state is set

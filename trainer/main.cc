@@ -36,6 +36,7 @@
 #include "trainer/comm/communicator.h"
 #include "trainer/config.h"
 #include "trainer/exit_codes.h"
+#include "trainer/faults.h"
 #include "trainer/local_launcher.h"
 #include "trainer/train_state.h"
 #include "trainer/trainer.h"
@@ -55,103 +56,7 @@ struct Flags {
   int64_t resume_from_step = -1;
   bool strict_determinism = false;
   std::string inject_fault;  // KIND@RANK:STEP, see ParseFault
-};
-
-// Fault injection for Holdfast's own tests and drills (--inject-fault):
-// "hang@1:12" spins rank 1 in compute at the start of step 12 (its peers then
-// wait in the next allreduce), "crash@0:7" aborts rank 0 at step 7, and
-// "slow@2:10" makes rank 2 a straggler: from step 10 on, for the rest of that
-// process's life, it computes 4x as long ("slow@2:10:x3": 3x). A fault fires
-// once per run: a marker file in output.dir records that it fired, so a
-// restarted generation runs clean.
-struct Fault {
-  std::string kind;
-  int rank = -1;
-  int64_t step = -1;
-  double factor = 4;  // slow: compute time multiplier
-  std::string marker;
-};
-
-bool ParseInt(const std::string& text, int64_t lo, int64_t hi, int64_t* out) {
-  if (text.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-Result<Fault> ParseFault(const std::string& text, const std::string& out_dir) {
-  auto bad = [&](const std::string& why) {
-    return InvalidArgumentError("--inject-fault '" + text + "': " + why);
-  };
-  Fault f;
-  const size_t at = text.find('@'), colon = text.find(':', at == std::string::npos ? 0 : at);
-  if (at == std::string::npos || colon == std::string::npos) {
-    return bad("expected KIND@RANK:STEP, e.g. hang@1:12 (slow also takes :xF, e.g. slow@2:10:x4)");
-  }
-  f.kind = text.substr(0, at);
-  if (f.kind != "hang" && f.kind != "crash" && f.kind != "slow") return bad("KIND must be hang, crash or slow");
-  int64_t rank = 0;
-  if (!ParseInt(text.substr(at + 1, colon - at - 1), 0, 1 << 20, &rank)) return bad("RANK must be a rank number");
-  f.rank = static_cast<int>(rank);
-  std::string step = text.substr(colon + 1);
-  const size_t factor_colon = step.find(':');
-  if (factor_colon != std::string::npos) {
-    const std::string factor = step.substr(factor_colon + 1);
-    step.resize(factor_colon);
-    if (f.kind != "slow") return bad("only slow takes a factor (:xF)");
-    char* end = nullptr;
-    const double v = factor.size() > 1 && factor[0] == 'x' ? std::strtod(factor.c_str() + 1, &end) : 0;
-    if (end == nullptr || *end != '\0' || !(v >= 1 && v <= 1000)) {
-      return bad("the factor must read xF with F from 1 to 1000, e.g. x4");
-    }
-    f.factor = v;
-  }
-  if (!ParseInt(step, 1, INT64_MAX, &f.step)) return bad("STEP must be a step number (1 or more)");
-  f.marker =
-      out_dir + "/fault-" + f.kind + "-rank" + std::to_string(f.rank) + "-step" + std::to_string(f.step) + ".fired";
-  return f;
-}
-
-// Records in output.dir that `f` fired. False when it fired before (a
-// restarted generation runs clean) or the marker cannot be written (it would
-// fire in every generation): then nothing is injected.
-bool ClaimFault(const Fault& f) {
-  if (std::filesystem::exists(f.marker)) return false;
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(f.marker).parent_path(), ec);
-  std::ofstream marker(f.marker);
-  marker << "fired\n";
-  marker.close();
-  if (!marker) {
-    spdlog::error("cannot write the fault marker {}: not injecting (it would fire in every generation)", f.marker);
-    return false;
-  }
-  return true;
-}
-
-void MaybeFireFault(const Fault& f, int rank, int64_t next_step) {
-  if (f.kind == "slow" || f.rank != rank || f.step != next_step || !ClaimFault(f)) return;
-  spdlog::warn("FAULT INJECTED: {} on rank {} at step {}", f.kind, rank, next_step);
-  if (f.kind == "crash") std::abort();
-  // A hang in compute: busy, never entering the next collective.
-  volatile double x = 1.0;
-  for (;;) x = x * 1.0000001 + 1e-9;
-}
-
-// The slow fault: from its step on, the rank sleeps (F-1) x the compute time
-// it measured in its previous step (step time minus the gradient allreduce
-// wait minus its own injected sleep) in the before-update hook, i.e. after the
-// step's collectives and before the optimizer: outside any collective, inside
-// the step's time. Its peers then wait for it in the next step's allreduce.
-struct Slowdown {
-  bool active = false;
-  double factor = 1;
-  double last_compute_ms = 0;  // measured in the previous step
-  double sleep_ms = 0;         // to sleep in this step
-  double slept_ms = 0;         // slept in this step
+  std::string drill_dir;     // faults asked for while the run goes on (trainer/faults.h)
 };
 
 std::atomic<int> g_stop_signal{0};
@@ -428,8 +333,7 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
   Slowdown slow;
   const bool slow_here = fault && fault->kind == "slow" && fault->rank == rank;
   bool slow_claimed = false;  // the marker was looked at (it fires once per run)
-  if (slow_here) {
-    slow.factor = fault->factor;
+  if (slow_here || !flags.drill_dir.empty()) {
     trainer.SetBeforeUpdateHook([w = writer.get(), &slow] {
       if (w != nullptr) w->WaitStaged();
       if (slow.active && slow.sleep_ms > 0) {
@@ -440,17 +344,21 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
   }
 
   while (trainer.step() < cfg.train.steps) {
-    if (fault) MaybeFireFault(*fault, rank, trainer.step() + 1);
-    if (slow_here && !slow_claimed && trainer.step() + 1 >= fault->step) {
+    const int64_t next_step = trainer.step() + 1;
+    if (fault && fault->kind != "slow" && fault->rank == rank && fault->step == next_step && ClaimFault(*fault)) {
+      FireHangOrCrash(*fault, rank, next_step);
+    }
+    if (slow_here && !slow_claimed && next_step >= fault->step) {
       slow_claimed = true;
-      slow.active = ClaimFault(*fault);
-      if (slow.active) {
-        spdlog::warn("FAULT INJECTED: slow x{} on rank {} from step {} on (compute {} times as long)", slow.factor,
-                     rank, trainer.step() + 1, slow.factor);
+      if (ClaimFault(*fault)) slow.Start(*fault, next_step);
+    }
+    if (!flags.drill_dir.empty()) {
+      if (std::optional<Fault> drill = TakeDrill(flags.drill_dir, rank, next_step)) {
+        FireHangOrCrash(*drill, rank, next_step);
+        slow.Start(*drill, next_step);
       }
     }
-    slow.sleep_ms = slow.active ? (slow.factor - 1) * slow.last_compute_ms : 0;
-    slow.slept_ms = 0;
+    slow.BeforeStep(next_step);
     StepRequests requests;
     requests.stop = g_stop_signal.load() != 0;
     requests.checkpoint = g_checkpoint_signal.exchange(false);
@@ -459,7 +367,7 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
       spdlog::error("{}", m.status().ToString());
       return kExitFailed;
     }
-    slow.last_compute_ms = std::max(0.0, m->step_ms - m->comm_wait_ms - slow.slept_ms);
+    slow.AfterStep(m->step_ms, m->comm_wait_ms);
     if (main_rank) {
       nlohmann::json line = {{"step", m->step},           {"loss", m->loss},         {"lr", m->lr},
                              {"grad_norm", m->grad_norm}, {"tokens_per_s", m->tokens_per_s},
@@ -553,6 +461,10 @@ int main(int argc, char** argv) {
   app.add_option("--inject-fault", flags.inject_fault,
                  "test/drill only: KIND@RANK:STEP with KIND hang, crash or slow (slow@RANK:STEP:xF computes F "
                  "times as long from STEP on, default x4); fires once per output.dir");
+  app.add_option("--drill-dir", flags.drill_dir,
+                 "test/drill only: before each step, rank R takes DIR/rank-R if present and does what it says: "
+                 "hang, crash, or 'slow xF N' (F times the compute for N steps)")
+      ->envname("HOLDFAST_DRILL_DIR");
   app.add_flag("--strict-determinism", flags.strict_determinism,
                "refuse to resume when threads, BLAS, world size or LibTorch differ from the checkpoint");
   try {

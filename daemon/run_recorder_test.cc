@@ -1,0 +1,130 @@
+// RunRecorder while another process holds lineage.db locked: supervision is
+// not held up, nothing is lost, order and times are kept.
+#include "daemon/run_recorder.h"
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/support/subprocess.h"
+
+namespace holdfast {
+namespace {
+
+using testing::TempDir;
+
+// Another connection (as an `sqlite3` shell would be) inside BEGIN EXCLUSIVE.
+class Locker {
+ public:
+  explicit Locker(const std::string& path) {
+    EXPECT_EQ(sqlite3_open(path.c_str(), &db_), SQLITE_OK);
+    EXPECT_EQ(sqlite3_exec(db_, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db_);
+  }
+  ~Locker() {
+    sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
+    sqlite3_close(db_);
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+class RunRecorderTest : public ::testing::Test {
+ protected:
+  RunRecorderTest() : dir_("run_recorder") {
+    job_.name = "unit";
+    job_.command = {"/bin/true"};
+    job_.nproc = 2;
+    alloc_.nodes = {{"host-a", "127.0.0.1"}};
+    RecorderOptions ro;
+    ro.run_dir = dir_.path();
+    ro.job = &job_;
+    ro.allocation = alloc_;
+    ro.world_size = 2;
+    auto rec = RunRecorder::Open(ro, &clock_);
+    EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+    if (rec.ok()) recorder_ = std::move(rec).value();
+  }
+
+  std::unique_ptr<LineageDb> Reader() const {
+    LineageOptions o;
+    o.read_only = true;
+    auto db = LineageDb::Open(dir_ / "lineage.db", o);
+    EXPECT_TRUE(db.ok()) << db.status().ToString();
+    return db.ok() ? std::move(db).value() : nullptr;
+  }
+
+  TempDir dir_;
+  JobConfig job_;
+  Allocation alloc_;
+  FakeTimeSource clock_;
+  std::unique_ptr<RunRecorder> recorder_;
+};
+
+TEST_F(RunRecorderTest, RecordsMadeWhileLineageIsLockedAreWrittenInOrderOnceItIsFree) {
+  ASSERT_NE(recorder_, nullptr);
+  recorder_->StartGeneration(0);
+  const int64_t crash_ms = clock_.UnixMs();
+  {
+    Locker lock(dir_ / "lineage.db");
+    EventRecord crash = recorder_->NewEvent(event_kind::kCrash, "host-a");
+    crash.rank = 1;
+    crash.summary = "rank 1 killed by signal 9 (SIGKILL)";
+    recorder_->RecordEvent(crash);
+    recorder_->EndGeneration(RunState::kFailed, "rank 1 crashed");
+    clock_.Advance(3);
+    recorder_->StartGeneration(10);
+    recorder_->Flush();  // a poll while still locked
+    EXPECT_EQ(recorder_->held(), 3u) << "the event and both generation writes wait for the lock";
+  }
+  clock_.Advance(2);
+  recorder_->Flush();  // the next poll
+  EXPECT_EQ(recorder_->held(), 0u);
+
+  auto db = Reader();
+  ASSERT_NE(db, nullptr);
+  auto events = db->Events(recorder_->run_id(), 0);
+  ASSERT_TRUE(events.ok()) << events.status().ToString();
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[0].kind, event_kind::kCrash);
+  EXPECT_EQ((*events)[0].time_ms, crash_ms) << "an event keeps the time it happened";
+  EXPECT_EQ((*events)[1].kind, event_kind::kLineageDelayed);
+  EXPECT_NE((*events)[1].summary.find("locked by another process for 5.0 s; 3 record(s)"), std::string::npos)
+      << (*events)[1].summary;
+  EXPECT_EQ((*events)[1].runbook, "runbooks/lineage-locked.md");
+  auto gens = db->Generations(recorder_->run_id());
+  ASSERT_TRUE(gens.ok());
+  ASSERT_EQ(gens->size(), 2u);
+  EXPECT_EQ((*gens)[0].state, RunState::kFailed);
+  EXPECT_EQ((*gens)[1].start_step, 10);
+  auto inc = db->LastIncident(recorder_->run_id());
+  ASSERT_TRUE(inc.ok() && inc->has_value());
+  EXPECT_EQ((*inc)->kind, event_kind::kCrash) << "the note is not an incident";
+}
+
+TEST_F(RunRecorderTest, TheEndOfTheRunIsWrittenWhenTheLockGoesBeforeTheExitWait) {
+  ASSERT_NE(recorder_, nullptr);
+  recorder_->StartGeneration(0);
+  auto lock = std::make_unique<Locker>(dir_ / "lineage.db");
+  recorder_->EndGeneration(RunState::kSucceeded, "");
+  EXPECT_EQ(recorder_->held(), 1u);
+  std::thread release([&lock] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    lock.reset();
+  });
+  recorder_->EndRun(RunState::kSucceeded, "");  // waits for the lock (up to kExitWaitMs)
+  release.join();
+  EXPECT_EQ(recorder_->held(), 0u);
+  auto db = Reader();
+  ASSERT_NE(db, nullptr);
+  auto run = db->GetRun(recorder_->run_id());
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->state, RunState::kSucceeded);
+}
+
+}  // namespace
+}  // namespace holdfast

@@ -1,0 +1,79 @@
+#include "trainer/faults.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace holdfast {
+namespace {
+
+TEST(FaultsTest, InjectFaultReadsKindRankStepAndFactor) {
+  auto f = ParseFault("slow@2:10:x3", "/out");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->kind, "slow");
+  EXPECT_EQ(f->rank, 2);
+  EXPECT_EQ(f->step, 10);
+  EXPECT_EQ(f->factor, 3);
+  EXPECT_EQ(f->marker, "/out/fault-slow-rank2-step10.fired");
+  EXPECT_NE(ParseFault("hang@1:12:x3", "").status().message().find("only slow takes a factor"), std::string::npos);
+  EXPECT_NE(ParseFault("boom@1:12", "").status().message().find("KIND must be"), std::string::npos);
+  EXPECT_NE(ParseFault("hang@1:0", "").status().message().find("STEP must be"), std::string::npos);
+}
+
+TEST(FaultsTest, DrillTextsAndWhatIsWrongWithBadOnes) {
+  EXPECT_EQ(ParseDrill("hang\n")->kind, "hang");
+  EXPECT_EQ(ParseDrill("crash")->kind, "crash");
+  auto slow = ParseDrill("slow x4 30\n");
+  ASSERT_TRUE(slow.ok());
+  EXPECT_EQ(slow->factor, 4);
+  EXPECT_EQ(slow->slow_steps, 30);
+  EXPECT_NE(ParseDrill("slow 4 30").status().message().find("xF"), std::string::npos);
+  EXPECT_NE(ParseDrill("slow x4").status().message().find("number of steps"), std::string::npos);
+  EXPECT_NE(ParseDrill("hang now").status().message().find("takes nothing more"), std::string::npos);
+  EXPECT_NE(ParseDrill("explode").status().message().find("unknown fault 'explode'"), std::string::npos);
+}
+
+TEST(FaultsTest, ADrillFileIsTakenOnceAndOnlyByItsRank) {
+  const std::string dir = ::testing::TempDir() + "/drill-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/rank-1") << "slow x2 5\n";
+  EXPECT_FALSE(TakeDrill(dir, 0, 7).has_value());
+  auto f = TakeDrill(dir, 1, 7);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->kind, "slow");
+  EXPECT_EQ(f->rank, 1);
+  EXPECT_EQ(f->step, 7);
+  EXPECT_FALSE(TakeDrill(dir, 1, 8).has_value()) << "a drill fires once";
+  EXPECT_TRUE(std::filesystem::exists(dir + "/rank-1.taken-7"));
+  std::ofstream(dir + "/rank-1") << "nonsense\n";
+  EXPECT_FALSE(TakeDrill(dir, 1, 9).has_value()) << "a bad drill is ignored, not fired";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FaultsTest, ASlowdownForNStepsEnds) {
+  Fault f;
+  f.kind = "slow";
+  f.factor = 3;
+  f.slow_steps = 2;
+  Slowdown s;
+  s.BeforeStep(4);
+  s.AfterStep(10, 2);  // 8 ms of compute
+  EXPECT_EQ(s.sleep_ms, 0);
+  s.Start(f, 5);
+  s.BeforeStep(5);
+  EXPECT_EQ(s.sleep_ms, 16);  // (3 - 1) x 8
+  s.slept_ms = 16;
+  s.AfterStep(26, 2);  // compute is still 8 ms
+  s.BeforeStep(6);
+  EXPECT_EQ(s.sleep_ms, 16);
+  s.AfterStep(26, 2);
+  s.BeforeStep(7);
+  EXPECT_FALSE(s.active);
+  EXPECT_EQ(s.sleep_ms, 0);
+}
+
+}  // namespace
+}  // namespace holdfast
