@@ -193,6 +193,7 @@ void Follower::Impl::OnMessage(const ClusterMessage& msg) {
       RemoveProgressRecords(opts_.job.supervise.progress_dir, run_id_, &mine);
     }
     generation_ = m->generation;
+    kill_timer_.cancel();  // the previous generation's
     GenerationSpec spec;
     spec.run_id = m->run_id;
     spec.attempt = m->attempt;
@@ -239,12 +240,17 @@ void Follower::Impl::OnLeaderGone(const std::string& why) {
   Done(finish_code_ >= 0 ? finish_code_ : kDaemonExitFailed);
 }
 
+// The KILL after the grace is for this generation's ranks only: a stop that
+// arrives once they are all gone arms nothing, and a timer that outlives its
+// generation does nothing (it once killed the next generation's fresh rank,
+// which the leader then read as a new crash, every generation: bench/soak).
 void Follower::Impl::StopRanks(double grace_s) {
+  if (!ranks_.AnyAlive()) return;
   ranks_.SignalAll(SIGTERM);
   ranks_.SignalAll(SIGCONT);
   kill_timer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
-  kill_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
-    if (!e) self->ranks_.Kill({});
+  kill_timer_.async_wait([self = shared_from_this(), gen = generation_](const boost::system::error_code& e) {
+    if (!e && self->generation_ == gen) self->ranks_.Kill({});
   });
 }
 

@@ -136,6 +136,31 @@ TEST_F(SupervisionTest, TwoNodesAFollowerRankDiesAndBothNodesRestart) {
   EXPECT_EQ(gens->size(), 2u);
 }
 
+// Two nodes of one rank each: the follower's only rank dies. It is restarted
+// once, and the next generation's rank lives: the follower's KILL timer for the
+// dead generation once fired into the next one (found by bench/soak).
+TEST_F(SupervisionTest, TwoNodesOfOneRankAFollowersCrashRestartsOnce) {
+  WriteJob("crash@1:8");
+  std::string job = ReadFile(dir_ / "job.toml");
+  job.replace(job.find("nproc = 2"), 9, "nproc = 1");
+  WriteFile(dir_ / "job.toml", job);
+  std::vector<std::string> leader = Daemon();
+  leader.insert(leader.end(), {"--nodes", "2"});
+  std::vector<std::string> follower = Daemon();
+  follower.insert(follower.end(), {"--nodes", "2", "--node-id", "1"});
+  ChildProcess lead(leader, dir_ / "daemon.log");
+  ChildProcess follow(follower, dir_ / "follower.log");
+  ExpectFinishedBitExact(lead);
+  EXPECT_EQ(follow.Wait(), 0) << ReadFile(dir_ / "follower.log");
+  auto db = Lineage();
+  ASSERT_NE(db, nullptr);
+  auto run = db->LatestRun();
+  ASSERT_TRUE(run.ok());
+  auto gens = db->Generations(run->run_id);
+  ASSERT_TRUE(gens.ok());
+  EXPECT_EQ(gens->size(), 2u) << ReadFile(dir_ / "daemon.log");
+}
+
 // Node health: an InfiniBand port (a fixture sysfs tree in the kernel's layout)
 // goes down mid-run. The periodic monitor sees it, lineage records the result
 // with its evidence, the policy's action (exclude the node) stops the run, and
