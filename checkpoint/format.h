@@ -46,6 +46,10 @@ inline constexpr uint32_t kMaxShardHeaderSize = 64u << 20;
 inline constexpr uint32_t kMaxWorldSize = 1u << 20;
 inline constexpr char kManifestFileName[] = "MANIFEST.json";
 inline constexpr char kTempSuffix[] = ".tmp";
+// Written into a step folder by a trainer that found the checkpoint corrupt
+// while resuming (the reason, one line): the daemon records it in lineage and
+// never resumes from that step; the files stay as evidence.
+inline constexpr char kCorruptMarkerFileName[] = "CORRUPT";
 
 // XXH3-64 of a byte range (libxxhash).
 uint64_t Xxh3(const void* data, size_t n);
@@ -83,6 +87,11 @@ Result<ShardHeader> LayoutShard(int64_t step, int rank, int world_size,
                                 const std::vector<std::pair<std::string, uint64_t>>& buffers);
 // The header_size bytes of `header` (as laid out by LayoutShard).
 std::vector<uint8_t> EncodeShardHeader(const ShardHeader& header);
+// Writes the header checksum, the XXH3-64 of header[0, header_size - 8), into
+// its last 8 bytes (EncodeShardHeader's last step; the fuzz target uses it to
+// let damaged tables reach the checks behind the checksum). `header` is not
+// owned; header_size >= 8.
+void SealShardHeader(uint8_t* header, size_t header_size);
 // Reads the header size from the first kShardFixedHeaderSize bytes; checks magic
 // and version only.
 Result<uint32_t> PeekShardHeaderSize(const uint8_t* data, size_t n);
@@ -112,6 +121,15 @@ struct Manifest {
 // The manifest's bytes: pretty JSON whose last member is "manifest_xxh3", the
 // XXH3-64 of every byte before the line that holds it.
 std::string EncodeManifest(const Manifest& m);
+// A manifest's text from its body (the JSON object up to, not including, its
+// closing "\n}"): the body, then the "manifest_xxh3" member holding the
+// XXH3-64 of the body, then "\n}\n". EncodeManifest's last step; the fuzz
+// target uses it to give any bytes a valid checksum.
+std::string SealManifest(std::string body);
+// The number of bytes of `text` that its checksum covers: all but its
+// "manifest_xxh3" member and closing brace; nullopt when text does not end
+// with such a member (16 characters of any kind as its value).
+std::optional<size_t> ManifestBodySize(const std::string& text);
 // Verifies the embedded checksum, parses and validates. kCorruption on any damage.
 Result<Manifest> ParseManifest(const std::string& text);
 

@@ -1,6 +1,7 @@
 #include "daemon/checkpoint_tracker.h"
 
 #include <filesystem>
+#include <fstream>
 
 #include "checkpoint/checkpoint_loader.h"
 #include "checkpoint/format.h"
@@ -29,7 +30,18 @@ std::vector<int64_t> CheckpointTracker::StepsOnDisk() const {
   return out;
 }
 
+std::string CheckpointTracker::CorruptMark(int64_t step) const {
+  std::ifstream in(std::filesystem::path(StepDir(step)) / kCorruptMarkerFileName);
+  if (!in) return "";
+  std::string reason;
+  std::getline(in, reason);
+  return reason.empty() ? "marked corrupt by a trainer" : reason;
+}
+
 Status CheckpointTracker::Verify(int64_t step) const {
+  if (std::string mark = CorruptMark(step); !mark.empty()) {
+    return CorruptionError("checkpoint step " + std::to_string(step) + ": " + mark);
+  }
   HF_ASSIGN_OR_RETURN(Manifest m, CheckpointLoader(root_).ReadManifest(step));
   for (const ManifestShard& shard : m.shards) {
     const std::filesystem::path path = std::filesystem::path(StepDir(step)) / shard.file;

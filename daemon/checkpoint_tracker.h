@@ -39,8 +39,11 @@ class CheckpointTracker {
   std::vector<int64_t> StepsOnDisk() const;
   // The newest step that checks out (see above); -1 when none (or no root).
   int64_t NewestVerified() const;
-  // Whether step checks out; the error says why not.
+  // Whether step checks out; the error says why not. A step a trainer marked
+  // corrupt (kCorruptMarkerFileName) never does.
   Status Verify(int64_t step) const;
+  // The reason a trainer wrote when it found `step` corrupt; "" when unmarked.
+  std::string CorruptMark(int64_t step) const;
   std::string StepDir(int64_t step) const;
   // Bytes of the step folder's files (0 when missing).
   int64_t StepBytes(int64_t step) const;

@@ -69,5 +69,20 @@ TEST(CheckpointTrackerTest, TheNewestStepWhoseShardsAreAllThereWins) {
   EXPECT_EQ(t.StepsOnDisk(), (std::vector<int64_t>{30, 20, 10})) << "on disk, whatever their state";
 }
 
+// A trainer that found step 20 corrupt while resuming (a flipped byte the
+// daemon's size check cannot see) marks it: never resumed from again, and the
+// reason is what it wrote.
+TEST(CheckpointTrackerTest, AStepATrainerMarkedCorruptIsNeverChosen) {
+  TempDir dir("tracker");
+  CheckpointTracker t(dir.path());
+  WriteStep(dir.path(), 10, 2, 64);
+  WriteStep(dir.path(), 20, 2, 64);
+  EXPECT_EQ(t.CorruptMark(20), "");
+  std::ofstream(dir / (StepDirName(20) + "/" + kCorruptMarkerFileName)) << "shard-00001-of-00002.bin: checksum mismatch\n";
+  EXPECT_EQ(t.CorruptMark(20), "shard-00001-of-00002.bin: checksum mismatch");
+  EXPECT_EQ(t.NewestVerified(), 10);
+  EXPECT_NE(t.Verify(20).message().find("checksum mismatch"), std::string::npos) << t.Verify(20).message();
+}
+
 }  // namespace
 }  // namespace holdfast

@@ -219,6 +219,7 @@ int64_t RunRecorder::NewestCommittedStep() {
 
 void RunRecorder::ObserveCheckpoints(const std::vector<RankView>& views, int world_size) {
   RecordCheckpointFailures(views);
+  RecordCorrupt();
   int64_t committed = INT64_MAX;
   for (const RankView& v : views) {
     committed = std::min<int64_t>(committed, v.progress.valid ? v.progress.record.checkpoint_step : -1);
@@ -271,6 +272,40 @@ void RunRecorder::RecordPruned() {
             return db.MarkCheckpoint(run, step, CheckpointState::kPruned, why);
           });
     it = recorded_steps_.erase(it);
+  }
+}
+
+void RunRecorder::RecordCorrupt() {
+  if (!tracker_.enabled()) return;
+  for (auto it = recorded_steps_.begin(); it != recorded_steps_.end();) {
+    const int64_t step = *it;
+    const std::string reason = tracker_.CorruptMark(step);
+    if (reason.empty()) {
+      ++it;
+      continue;
+    }
+    it = recorded_steps_.erase(it);
+    spdlog::error("CHECKPOINT CORRUPT: step {}: {}", step, reason);
+    Write("checkpoint step " + std::to_string(step) + " corrupt", [run = run_id_, step, reason](LineageDb& db) {
+      return db.MarkCheckpoint(run, step, CheckpointState::kCorrupt, reason);
+    });
+    int64_t newest = -1;  // what the ranks fell back to: the newest older step that checks out
+    for (int64_t s : tracker_.StepsOnDisk()) {
+      if (s < step && tracker_.Verify(s).ok()) {
+        newest = s;
+        break;
+      }
+    }
+    EventRecord ev = NewEvent(event_kind::kCheckpointCorrupt);
+    ev.summary = "checkpoint step " + std::to_string(step) + " is corrupt: " + reason;
+    ev.evidence_json =
+        nlohmann::json{{"step", step}, {"path", tracker_.StepDir(step)}, {"reason", reason}, {"newest_good_step", newest}}
+            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    ev.action = "the ranks skipped it and resumed from " +
+                (newest >= 0 ? "step " + std::to_string(newest) : std::string("the start")) +
+                "; it is never resumed from (its files stay as evidence)";
+    ev.runbook = RunbookFor(ev.kind);
+    RecordEvent(ev);
   }
 }
 

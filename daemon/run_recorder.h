@@ -115,6 +115,8 @@ class RunRecorder {
   void RecordCommitted(int64_t step, int world_size);
   void RecordPruned();
   void RecordCheckpointFailures(const std::vector<RankView>& views);
+  // Checkpoints a trainer found corrupt while resuming (CheckpointTracker::CorruptMark).
+  void RecordCorrupt();
 
   // Runs `write` now, or holds it (and every later one, to keep their order)
   // while lineage.db is locked by another process.

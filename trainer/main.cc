@@ -30,6 +30,7 @@
 
 #include "checkpoint/checkpoint_loader.h"
 #include "checkpoint/checkpoint_writer.h"
+#include "common/atomic_file.h"
 #include "common/progress_record.h"
 #include "common/store.h"
 #include "common/tcp_store.h"
@@ -145,6 +146,13 @@ Result<int64_t> ResumeFromCheckpoint(const Flags& flags, const std::string& root
                                                              : loader.LoadNewestAll(lo, &skipped, validate);
   for (const SkippedCheckpoint& s : skipped) {
     spdlog::warn("skipping checkpoint of step {} ({}): {}", s.step, s.dir, s.reason.ToString());
+    // Say so on disk, once (rank 0), for holdfastd and on-call (checkpoint/format.h).
+    if (s.reason.code() == StatusCode::kCorruption && trainer->rank() == 0) {
+      const std::string marker = s.dir + "/" + kCorruptMarkerFileName;
+      if (Status w = WriteFileAtomically(marker, s.reason.message() + "\n"); !w.ok()) {
+        spdlog::warn("cannot mark checkpoint {} corrupt: {}", s.dir, w.ToString());
+      }
+    }
   }
   if (!ckpt.ok()) {
     if (flags.resume_from_step < 0 && ckpt.status().code() == StatusCode::kNotFound) {
