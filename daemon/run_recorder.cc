@@ -102,6 +102,7 @@ Status RunRecorder::OpenRun() {
   if (recorded.ok()) {
     for (const CheckpointRecord& c : *recorded) {
       if (c.state == CheckpointState::kCommitted) recorded_steps_.insert(c.step);
+      if (c.state == CheckpointState::kCorrupt) corrupt_steps_.insert(c.step);
     }
   }
   last_committed_step_ = existing.has_value() ? NewestCommittedStep() : -1;
@@ -277,14 +278,15 @@ void RunRecorder::RecordPruned() {
 
 void RunRecorder::RecordCorrupt() {
   if (!tracker_.enabled()) return;
-  for (auto it = recorded_steps_.begin(); it != recorded_steps_.end();) {
-    const int64_t step = *it;
+  // Every step folder on disk, not only those in lineage: a rank can die
+  // between committing a step and the daemon's next look.
+  for (int64_t step : tracker_.StepsOnDisk()) {
+    if (corrupt_steps_.count(step) != 0) continue;
     const std::string reason = tracker_.CorruptMark(step);
-    if (reason.empty()) {
-      ++it;
-      continue;
-    }
-    it = recorded_steps_.erase(it);
+    if (reason.empty()) continue;
+    corrupt_steps_.insert(step);
+    if (recorded_steps_.count(step) == 0) RecordCommitted(step, opts_.world_size);  // it was committed
+    recorded_steps_.erase(step);
     spdlog::error("CHECKPOINT CORRUPT: step {}: {}", step, reason);
     Write("checkpoint step " + std::to_string(step) + " corrupt", [run = run_id_, step, reason](LineageDb& db) {
       return db.MarkCheckpoint(run, step, CheckpointState::kCorrupt, reason);
