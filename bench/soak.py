@@ -187,6 +187,10 @@ class Run:
             raise Failure("the new generation stopped training")
         return time.monotonic() - t0
 
+    def finishing(self, st):
+        """Whether the run is near enough its last step to end during a few seconds' fault."""
+        return max((r.get("step") or 0) for r in self.ranks(st)) > self.soak.args.steps - 300
+
     def generation(self, st):
         return (st["attempt"], st["generation"])
 
@@ -510,7 +514,7 @@ def f_enospc(soak, run, st):
         e = run.wait_event(lambda e: e["incident"], since=since, timeout=WAIT_S)
         if e is None:
             raise Failure("no incident while the checkpoint disk was full")
-        if e["kind"] != "checkpoint_failed" or "No space left" not in e["summary"]:
+        if e["kind"] != "checkpoint_failed" or "No space left" not in e["summary"] + e["evidence"]:
             raise Failure(f"expected checkpoint_failed (No space left), lineage says {e['kind']}: {e['summary']}")
         failed_step = json.loads(e["evidence"])["step"]
     finally:
@@ -541,9 +545,24 @@ def f_lineage_locked(soak, run, st):
         t = time.monotonic()
         s = run.status()
         worst = max(worst, time.monotonic() - t)
-        if s is None:
+        if s is None and run.leader.poll() is None and not run.finishing(st):
             db.execute("COMMIT")
             raise Failure("holdfastd did not answer status while lineage.db was locked")
+        if s is None:  # the run reached its last step: its end must be written once the lock goes
+            time.sleep(1)
+            db.execute("COMMIT")
+            db.close()
+            t0 = time.monotonic()
+            codes = run.wait_exit()
+            if codes.get("leader") != 0:
+                raise Failure(f"the run ended while lineage.db was locked; holdfastd exited {codes.get('leader')}")
+            with run.db() as rdb:
+                state = rdb.execute("SELECT state FROM run ORDER BY created_ms DESC LIMIT 1").fetchone()[0]
+            if state != "succeeded":
+                raise Failure(f"the run ended while lineage.db was locked but lineage says it is {state}")
+            if run.wait_event(lambda e: e["kind"] == "lineage_delayed", since=since, timeout=5) is None:
+                raise Failure("no lineage_delayed record after the lock was released")
+            return time.monotonic() - t0
         time.sleep(0.2)
     st2 = run.status()
     db.execute("COMMIT")

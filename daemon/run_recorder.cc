@@ -339,7 +339,10 @@ void RunRecorder::RecordCheckpointFailures(const std::vector<RankView>& views) {
       spdlog::warn("CHECKPOINT FAILED: step {} on rank {} (training goes on): {}", step, r.rank, r.error);
     }
     if (!failed_steps_recorded_.insert(step).second) continue;  // a rank reporting it late
-    const Report& first = reports.front();
+    // Name the rank whose own write failed: the others report only that a peer's did.
+    const Report& first = *std::find_if(reports.begin(), reports.end(), [&](const Report& r) {
+      return r.error.find(" failed to write its shard") == std::string::npos || &r == &reports.back();
+    });
     nlohmann::json list = nlohmann::json::array();
     uint64_t missed = 0;
     for (const Report& r : reports) {
