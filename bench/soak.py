@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import signal
 import socket
@@ -341,6 +342,12 @@ def f_kill_during_checkpoint(soak, run, st):
     return restart_fault(run, st, lambda: os.kill(pid, signal.SIGKILL), "crash", rank)
 
 
+def step_of(name):
+    """The step of a checkpoint folder name ("step-000000000040"), else -1."""
+    m = re.fullmatch(r"step-(\d+)", name)
+    return int(m.group(1)) if m else -1
+
+
 def committed_steps(run):
     with run.db() as db:
         return [r[0] for r in db.execute("SELECT step FROM checkpoint WHERE state = 'committed' ORDER BY step")]
@@ -350,8 +357,8 @@ def f_corrupt_checkpoint(soak, run, st):
     """Flip a byte in the newest committed checkpoint, then SIGKILL a rank: the restart must
     skip that checkpoint (checkpoint_corrupt in lineage) and resume from an older one."""
     rank = random.randrange(2)
-    steps = sorted(int(n[5:]) for n in os.listdir(run.ck)
-                   if n.startswith("step-") and os.path.exists(os.path.join(run.ck, n, "MANIFEST.json"))
+    steps = sorted(step_of(n) for n in os.listdir(run.ck)
+                   if step_of(n) >= 0 and os.path.exists(os.path.join(run.ck, n, "MANIFEST.json"))
                    and not os.path.exists(os.path.join(run.ck, n, "CORRUPT")))
     if len(steps) < 2:
         raise NotExercised("fewer than two committed checkpoints")
@@ -541,14 +548,18 @@ def f_lineage_locked(soak, run, st):
     db.execute("BEGIN EXCLUSIVE")
     t_lock = time.monotonic()
     worst = 0.0
+    step_seen = step0
     while time.monotonic() - t_lock < LOCK_S:
         t = time.monotonic()
         s = run.status()
         worst = max(worst, time.monotonic() - t)
-        if s is None and run.leader.poll() is None and not run.finishing(st):
+        ending = s is None or not run.ranks(s)
+        if ending and run.leader.poll() is None and not run.finishing(st):
             db.execute("COMMIT")
             raise Failure("holdfastd did not answer status while lineage.db was locked")
-        if s is None:  # the run reached its last step: its end must be written once the lock goes
+        if s is not None and run.ranks(s):
+            step_seen = max((r.get("step") or 0) for r in run.ranks(s))
+        if ending:  # the run reached its last step: its end must be written once the lock goes
             time.sleep(1)
             db.execute("COMMIT")
             db.close()
@@ -564,12 +575,10 @@ def f_lineage_locked(soak, run, st):
                 raise Failure("no lineage_delayed record after the lock was released")
             return time.monotonic() - t0
         time.sleep(0.2)
-    st2 = run.status()
     db.execute("COMMIT")
     db.close()
     t0 = time.monotonic()
-    step1 = max(r["step"] for r in run.ranks(st2))
-    if step1 <= step0:
+    if step_seen <= step0:
         raise Failure("training stopped while lineage.db was locked")
     e = run.wait_event(lambda e: e["kind"] == "lineage_delayed", since=since, timeout=30)
     if e is None:
@@ -786,8 +795,8 @@ checkpoint_write_mb = 1
         # Every checkpoint on disk is in lineage as committed.
         on_disk = set()
         for name in os.listdir(run.ck) if os.path.isdir(run.ck) else []:
-            if name.startswith("step-") and os.path.exists(os.path.join(run.ck, name, "MANIFEST.json")):
-                on_disk.add(int(name[5:]))
+            if step_of(name) >= 0 and os.path.exists(os.path.join(run.ck, name, "MANIFEST.json")):
+                on_disk.add(step_of(name))
         recorded = set(committed_steps(run))
         for s in sorted(on_disk - recorded):
             result["losses"].append(f"run {run.index}: checkpoint step {s} on disk but not in lineage")

@@ -74,6 +74,19 @@ int64_t ParseStepDirName(const std::string& name) {
   return v;
 }
 
+int64_t ParseCorruptStepDirName(const std::string& name) {
+  const size_t at = name.find(kCorruptDirSuffix);
+  if (at == std::string::npos) return -1;
+  const std::string rest = name.substr(at + std::strlen(kCorruptDirSuffix));
+  if (!rest.empty()) {
+    if (rest.size() < 2 || rest[0] != '.') return -1;
+    for (size_t i = 1; i < rest.size(); ++i) {
+      if (rest[i] < '0' || rest[i] > '9') return -1;
+    }
+  }
+  return ParseStepDirName(name.substr(0, at));
+}
+
 std::string ShardFileName(int rank, int world_size) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "shard-%05d-of-%05d.bin", rank, world_size);
@@ -139,8 +152,14 @@ std::vector<uint8_t> EncodeShardHeader(const ShardHeader& h) {
     put(e.size, 8);
   }
   HF_CHECK(pos + 8 == out.size());
-  put(Xxh3(out.data(), pos), 8);
+  SealShardHeader(out.data(), out.size());
   return out;
+}
+
+void SealShardHeader(uint8_t* header, size_t header_size) {
+  HF_CHECK(header_size >= 8);
+  const uint64_t sum = Xxh3(header, header_size - 8);
+  for (int i = 0; i < 8; ++i) header[header_size - 8 + i] = static_cast<uint8_t>(sum >> (8 * i));
 }
 
 Result<uint32_t> PeekShardHeaderSize(const uint8_t* data, size_t n) {
@@ -237,20 +256,32 @@ std::string EncodeManifest(const Manifest& m) {
   // dump(2) ends with "\n}"; drop it so the checksum member can close the object.
   HF_CHECK(body.size() >= 2 && body.compare(body.size() - 2, 2, "\n}") == 0);
   body.resize(body.size() - 2);
-  std::string out = body;
-  out += kManifestSuffixHead;
-  out += HexU64(Xxh3(body.data(), body.size()));
-  out += kManifestSuffixTail;
-  return out;
+  return SealManifest(std::move(body));
+}
+
+std::string SealManifest(std::string body) {
+  const uint64_t sum = Xxh3(body.data(), body.size());
+  body += kManifestSuffixHead;
+  body += HexU64(sum);
+  body += kManifestSuffixTail;
+  return body;
+}
+
+std::optional<size_t> ManifestBodySize(const std::string& text) {
+  if (text.size() < kSuffixLen) return std::nullopt;
+  const size_t body_len = text.size() - kSuffixLen;
+  if (text.compare(body_len, kSuffixHeadLen, kManifestSuffixHead) != 0 ||
+      text.compare(text.size() - kSuffixTailLen, kSuffixTailLen, kManifestSuffixTail) != 0) {
+    return std::nullopt;
+  }
+  return body_len;
 }
 
 Result<Manifest> ParseManifest(const std::string& text) {
   if (text.size() < kSuffixLen + 1) return ManifestCorrupt("only " + std::to_string(text.size()) + " bytes");
-  const size_t body_len = text.size() - kSuffixLen;
-  if (text.compare(body_len, kSuffixHeadLen, kManifestSuffixHead) != 0 ||
-      text.compare(text.size() - kSuffixTailLen, kSuffixTailLen, kManifestSuffixTail) != 0) {
-    return ManifestCorrupt("does not end with its \"manifest_xxh3\" member (truncated or edited)");
-  }
+  const std::optional<size_t> body_size = ManifestBodySize(text);
+  if (!body_size) return ManifestCorrupt("does not end with its \"manifest_xxh3\" member (truncated or edited)");
+  const size_t body_len = *body_size;
   std::optional<uint64_t> want = ParseHexU64(text.substr(body_len + kSuffixHeadLen, 16));
   if (!want) return ManifestCorrupt("manifest_xxh3 is not 16 lowercase hex digits");
   uint64_t got = Xxh3(text.data(), body_len);

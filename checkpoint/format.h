@@ -46,10 +46,15 @@ inline constexpr uint32_t kMaxShardHeaderSize = 64u << 20;
 inline constexpr uint32_t kMaxWorldSize = 1u << 20;
 inline constexpr char kManifestFileName[] = "MANIFEST.json";
 inline constexpr char kTempSuffix[] = ".tmp";
-// Written into a step folder by a trainer that found the checkpoint corrupt
-// while resuming (the reason, one line): the daemon records it in lineage and
-// never resumes from that step; the files stay as evidence.
+// A trainer that finds a committed checkpoint corrupt while resuming writes
+// the reason (one line) into the step folder as CORRUPT and moves the folder
+// aside to "step-N.corrupt" (".corrupt.2", ... when taken): loaders never see
+// it, the step can be saved again, and the files stay as evidence until a
+// person removes them. holdfastd records each such folder in lineage.
 inline constexpr char kCorruptMarkerFileName[] = "CORRUPT";
+inline constexpr char kCorruptDirSuffix[] = ".corrupt";
+// The step of a folder moved aside as corrupt ("step-N.corrupt[.K]"), else -1.
+int64_t ParseCorruptStepDirName(const std::string& name);
 
 // XXH3-64 of a byte range (libxxhash).
 uint64_t Xxh3(const void* data, size_t n);

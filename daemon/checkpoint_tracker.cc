@@ -38,6 +38,24 @@ std::string CheckpointTracker::CorruptMark(int64_t step) const {
   return reason.empty() ? "marked corrupt by a trainer" : reason;
 }
 
+std::vector<CheckpointTracker::CorruptFolder> CheckpointTracker::CorruptFolders() const {
+  std::vector<CorruptFolder> out;
+  if (!enabled()) return out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root_, ec)) {
+    const std::string name = e.path().filename().string();
+    int64_t step = ParseCorruptStepDirName(name);
+    if (step < 0) step = ParseStepDirName(name);
+    if (step < 0) continue;
+    std::ifstream in(e.path() / kCorruptMarkerFileName);
+    if (!in) continue;
+    std::string reason;
+    std::getline(in, reason);
+    out.push_back({step, e.path().string(), reason.empty() ? "marked corrupt by a trainer" : reason});
+  }
+  return out;
+}
+
 Status CheckpointTracker::Verify(int64_t step) const {
   if (std::string mark = CorruptMark(step); !mark.empty()) {
     return CorruptionError("checkpoint step " + std::to_string(step) + ": " + mark);

@@ -44,6 +44,14 @@ class CheckpointTracker {
   Status Verify(int64_t step) const;
   // The reason a trainer wrote when it found `step` corrupt; "" when unmarked.
   std::string CorruptMark(int64_t step) const;
+  // Step folders a trainer found corrupt: marked in place, or moved aside
+  // ("step-N.corrupt[.K]", checkpoint/format.h).
+  struct CorruptFolder {
+    int64_t step;
+    std::string dir;
+    std::string reason;
+  };
+  std::vector<CorruptFolder> CorruptFolders() const;
   std::string StepDir(int64_t step) const;
   // Bytes of the step folder's files (0 when missing).
   int64_t StepBytes(int64_t step) const;

@@ -82,6 +82,18 @@ TEST(CheckpointTrackerTest, AStepATrainerMarkedCorruptIsNeverChosen) {
   EXPECT_EQ(t.CorruptMark(20), "shard-00001-of-00002.bin: checksum mismatch");
   EXPECT_EQ(t.NewestVerified(), 10);
   EXPECT_NE(t.Verify(20).message().find("checksum mismatch"), std::string::npos) << t.Verify(20).message();
+  ASSERT_EQ(t.CorruptFolders().size(), 1u);
+
+  // Moved aside, as the trainer does next: not a step any more, still a corrupt folder.
+  std::filesystem::rename(dir / StepDirName(20), dir / (StepDirName(20) + kCorruptDirSuffix));
+  EXPECT_EQ(t.StepsOnDisk(), (std::vector<int64_t>{10}));
+  auto folders = t.CorruptFolders();
+  ASSERT_EQ(folders.size(), 1u);
+  EXPECT_EQ(folders[0].step, 20);
+  EXPECT_EQ(folders[0].reason, "shard-00001-of-00002.bin: checksum mismatch");
+  EXPECT_EQ(ParseCorruptStepDirName("step-000000000020.corrupt.2"), 20);
+  EXPECT_EQ(ParseCorruptStepDirName("step-000000000020.corrupt.x"), -1);
+  EXPECT_EQ(ParseCorruptStepDirName("step-000000000020"), -1);
 }
 
 }  // namespace

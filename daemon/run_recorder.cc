@@ -102,7 +102,7 @@ Status RunRecorder::OpenRun() {
   if (recorded.ok()) {
     for (const CheckpointRecord& c : *recorded) {
       if (c.state == CheckpointState::kCommitted) recorded_steps_.insert(c.step);
-      if (c.state == CheckpointState::kCorrupt) corrupt_steps_.insert(c.step);
+      if (c.state == CheckpointState::kCorrupt) corrupt_seen_.insert(std::to_string(c.step) + "\n" + c.reason);
     }
   }
   last_committed_step_ = existing.has_value() ? NewestCommittedStep() : -1;
@@ -278,13 +278,14 @@ void RunRecorder::RecordPruned() {
 
 void RunRecorder::RecordCorrupt() {
   if (!tracker_.enabled()) return;
-  // Every step folder on disk, not only those in lineage: a rank can die
-  // between committing a step and the daemon's next look.
-  for (int64_t step : tracker_.StepsOnDisk()) {
-    if (corrupt_steps_.count(step) != 0) continue;
-    const std::string reason = tracker_.CorruptMark(step);
-    if (reason.empty()) continue;
-    corrupt_steps_.insert(step);
+  // Every folder on disk, not only steps in lineage: a rank can die between
+  // committing a step and the daemon's next look.
+  for (const CheckpointTracker::CorruptFolder& f : tracker_.CorruptFolders()) {
+    // One report per corruption: the same folder is seen marked in place,
+    // then moved aside; the reason (shard, checksums) tells two apart.
+    if (!corrupt_seen_.insert(std::to_string(f.step) + "\n" + f.reason).second) continue;
+    const int64_t step = f.step;
+    const std::string reason = f.reason;
     if (recorded_steps_.count(step) == 0) RecordCommitted(step, opts_.world_size);  // it was committed
     recorded_steps_.erase(step);
     spdlog::error("CHECKPOINT CORRUPT: step {}: {}", step, reason);
@@ -301,11 +302,11 @@ void RunRecorder::RecordCorrupt() {
     EventRecord ev = NewEvent(event_kind::kCheckpointCorrupt);
     ev.summary = "checkpoint step " + std::to_string(step) + " is corrupt: " + reason;
     ev.evidence_json =
-        nlohmann::json{{"step", step}, {"path", tracker_.StepDir(step)}, {"reason", reason}, {"newest_good_step", newest}}
+        nlohmann::json{{"step", step}, {"path", f.dir}, {"reason", reason}, {"newest_good_step", newest}}
             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     ev.action = "the ranks skipped it and resumed from " +
                 (newest >= 0 ? "step " + std::to_string(newest) : std::string("the start")) +
-                "; it is never resumed from (its files stay as evidence)";
+                "; it is never resumed from; its files stay as evidence in " + f.dir;
     ev.runbook = RunbookFor(ev.kind);
     RecordEvent(ev);
   }

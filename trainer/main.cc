@@ -121,6 +121,24 @@ std::vector<BufferView> ToBufferViews(const std::vector<StateView>& views) {
   return out;
 }
 
+// Marks a corrupt step folder (CORRUPT: the reason) and renames it to
+// "<dir>.corrupt[.K]". Best effort: a failure is logged, never fatal.
+void SetAsideCorrupt(const std::string& dir, const Status& reason) {
+  if (Status w = WriteFileAtomically(dir + "/" + kCorruptMarkerFileName, reason.message() + "\n"); !w.ok()) {
+    spdlog::warn("cannot mark checkpoint {} corrupt: {}", dir, w.ToString());
+    return;
+  }
+  for (int k = 1; k < 1000; ++k) {
+    const std::string to = dir + kCorruptDirSuffix + (k == 1 ? "" : "." + std::to_string(k));
+    std::error_code ec;
+    if (std::filesystem::exists(to, ec)) continue;
+    std::filesystem::rename(dir, to, ec);
+    if (ec) spdlog::warn("cannot move corrupt checkpoint {} aside: {}", dir, ec.message());
+    else spdlog::warn("moved corrupt checkpoint {} to {} (evidence; remove it once looked at)", dir, to);
+    return;
+  }
+}
+
 // Finds and restores the checkpoint to resume from. Returns the step restored,
 // or -1 when starting fresh. Each rank saved only its slice of the parameters
 // and moments, so every rank reads all shards (the loader checksums them all
@@ -146,13 +164,8 @@ Result<int64_t> ResumeFromCheckpoint(const Flags& flags, const std::string& root
                                                              : loader.LoadNewestAll(lo, &skipped, validate);
   for (const SkippedCheckpoint& s : skipped) {
     spdlog::warn("skipping checkpoint of step {} ({}): {}", s.step, s.dir, s.reason.ToString());
-    // Say so on disk, once (rank 0), for holdfastd and on-call (checkpoint/format.h).
-    if (s.reason.code() == StatusCode::kCorruption && trainer->rank() == 0) {
-      const std::string marker = s.dir + "/" + kCorruptMarkerFileName;
-      if (Status w = WriteFileAtomically(marker, s.reason.message() + "\n"); !w.ok()) {
-        spdlog::warn("cannot mark checkpoint {} corrupt: {}", s.dir, w.ToString());
-      }
-    }
+    // Say so on disk, once (rank 0), and move it aside (checkpoint/format.h).
+    if (s.reason.code() == StatusCode::kCorruption && trainer->rank() == 0) SetAsideCorrupt(s.dir, s.reason);
   }
   if (!ckpt.ok()) {
     if (flags.resume_from_step < 0 && ckpt.status().code() == StatusCode::kNotFound) {
