@@ -663,6 +663,7 @@ class Soak:
         os.makedirs(self.work, exist_ok=True)
         self.host = socket.gethostname()
         self.status_latency = []
+        self.current = None  # the run in progress (close() stops it)
         self.ck_root = os.path.join(self.work, "ck")
         os.makedirs(self.ck_root, exist_ok=True)
         self.tmpfs, self.tmpfs_why = False, ""
@@ -674,6 +675,8 @@ class Soak:
             self.tmpfs_why = f"cannot mount a tmpfs for the checkpoint disk: {r.stderr.strip() or r.returncode}"
 
     def close(self):
+        if self.current is not None:
+            self.current.kill_all()
         if self.tmpfs:
             subprocess.run(["umount", self.ck_root], check=False)
 
@@ -823,6 +826,7 @@ checkpoint_write_mb = 1
             result["runs"] += 1
             shm_before = set(os.listdir("/dev/shm"))
             run = Run(self, index)
+            self.current = run
             run.start()
             last = 0
             while schedule:
@@ -865,7 +869,9 @@ checkpoint_write_mb = 1
                 codes = run.kill_all()
                 result["losses"].append(f"run {index}: ended early (daemons {codes}); not compared")
             result["leaks"] += [f"run {index}: {x}" for x in self.leaks(run, shm_before)]
-            if not a.keep and not result["losses"] and not result["leaks"]:
+            self.current = None
+            failed_here = any(w.startswith(f"run {index}:") for p in per.values() for w in p["wrong"])
+            if not a.keep and not result["losses"] and not result["leaks"] and not failed_here:
                 shutil.rmtree(run.dir, ignore_errors=True)
                 shutil.rmtree(run.ck, ignore_errors=True)
         result["wall_s"] = time.monotonic() - t_start
@@ -929,6 +935,7 @@ def main():
     args = ap.parse_args()
     if args.quick:
         args.per_kind, args.steps = 1, 400
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the run and unmount on the way out
     soak = Soak(args)
     try:
         result = soak.main()

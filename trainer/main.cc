@@ -426,6 +426,9 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
         }
         auto decision = writer->Save(m->step, ToBufferViews(*views));
         if (!decision.ok()) spdlog::error("checkpoint step {}: {}", m->step, decision.status().ToString());
+        // The save goes on in the writer's thread: this rank is on to the next
+        // batch, and the checkpoint allowance must not cover a hang there.
+        if (progress != nullptr) progress->SetPhase(Phase::kData);
       }
     } else if (m->stop) {
       spdlog::warn("stop requested (signal) after step {}; no checkpoint.dir is set, so nothing is saved", m->step);
