@@ -24,7 +24,7 @@ Kinds (docs/reliability.md says what each injects and what counts as recovered):
 Prints a table per kind (injected, recovered, time to recover median / max, wrong causes,
 losses) and the leak counts; writes WORK/soak.json; --docs rewrites the "## Soak" section
 of docs/reliability.md. Exit status 1 when anything was not recovered, had a wrong cause,
-lost anything or leaked. --quick: each kind once, a 400-step run (CI).
+lost anything or leaked. --quick: each kind once, 600-step runs (CI).
 """
 
 import argparse
@@ -55,7 +55,7 @@ LOCAL_KINDS = [
 WAIT_S = 120          # any single wait for the run; longer is "not recovered"
 CKPT_EVERY = 10       # steps between checkpoints
 BUDGET = 4            # restarts in place per attempt
-SLOW_STEPS = 40       # straggler drill length (steps)
+SLOW_STEPS = 100      # straggler drill length (steps): longer than the detector's 10 s window at x5
 LOCK_S = 8.0          # lineage_locked: how long another process holds lineage.db
 CLOCK_STEP_S = 300    # clock_step: the wall clock goes back this much, then forward again
 TMPFS_MB = 256        # the checkpoint filesystem (enospc fills it)
@@ -188,9 +188,10 @@ class Run:
             raise Failure("the new generation stopped training")
         return time.monotonic() - t0
 
-    def finishing(self, st):
-        """Whether the run is near enough its last step to end during a few seconds' fault."""
-        return max((r.get("step") or 0) for r in self.ranks(st)) > self.soak.args.steps - 300
+    def finishing(self, st, margin=300):
+        """Whether the run is within `margin` steps of its last: a fault that needs many
+        seconds of training may see the run end first."""
+        return max((r.get("step") or 0) for r in self.ranks(st)) > self.soak.args.steps - margin
 
     def generation(self, st):
         return (st["attempt"], st["generation"])
@@ -835,6 +836,11 @@ checkpoint_write_mb = 1
                 if st is None or max(r["step"] for r in run.ranks(st)) > a.steps - 80:
                     break  # too near the end: the rest goes to a fresh run
                 kind = schedule.pop(0)
+                if kind in ("straggler", "lineage_locked") and run.finishing(st, 450 if kind == "straggler" else 300):
+                    schedule.append(kind)  # needs more of the run than is left: a later run takes it
+                    if all(k in ("straggler", "lineage_locked") for k in schedule):
+                        break
+                    continue
                 run.mark()
                 log(f"run {index} step {max(r['step'] for r in run.ranks(st))}: {kind} "
                     f"({len(schedule)} to go)")
@@ -931,10 +937,10 @@ def main():
     ap.add_argument("--work", default="")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--docs", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="each kind once, 400-step runs (CI)")
+    ap.add_argument("--quick", action="store_true", help="each kind once, 600-step runs (CI)")
     args = ap.parse_args()
     if args.quick:
-        args.per_kind, args.steps = 1, 400
+        args.per_kind, args.steps = 1, 600
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the run and unmount on the way out
     soak = Soak(args)
     try:
