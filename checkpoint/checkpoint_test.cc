@@ -185,6 +185,35 @@ TEST(CheckpointTest, AFailedRankMeansNoManifestAndEveryRankHearsOfIt) {
   EXPECT_EQ(FilesIn(tmp.path() + "/" + StepDirName(8)), (std::vector<std::string>{"shard-00000-of-00002.bin"}));
 }
 
+// Rank 0's own write fails (a full disk): the other ranks hear at once that
+// rank 0 will not commit, rather than waiting out commit_timeout.
+TEST(CheckpointTest, ARank0WriteFailureIsHeardByTheOthersWithoutWaitingOutTheTimeout) {
+  TempDir tmp;
+  auto store = std::make_shared<InMemoryStore>();
+  FailingStorage failing(PosixStorage::Default());
+  failing.FailNthWrite(1, ENOSPC);
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  for (int r = 0; r < 2; ++r) {
+    CheckpointWriterOptions o;
+    o.root = tmp.path();
+    o.rank = r;
+    o.world_size = 2;
+    o.store = store;
+    o.commit_timeout = std::chrono::seconds(3600);  // the bug waited this out
+    o.storage = r == 0 ? static_cast<Storage*>(&failing) : nullptr;
+    writers.push_back(std::move(CheckpointWriter::Create(o)).value());
+  }
+  State s0(8, 0), s1(8, 1);
+  ASSERT_TRUE(writers[0]->Save(8, s0.Views()).ok());
+  ASSERT_TRUE(writers[1]->Save(8, s1.Views()).ok());
+  Status st0 = writers[0]->Flush();
+  Status st1 = writers[1]->Flush();
+  EXPECT_NE(st0.message().find("No space left"), std::string::npos) << st0.ToString();
+  EXPECT_EQ(st1.code(), StatusCode::kUnavailable) << st1.ToString();
+  EXPECT_NE(st1.message().find("rank 0 failed to write its shard"), std::string::npos) << st1.ToString();
+  EXPECT_EQ(writers[1]->newest_committed_step(), -1);
+}
+
 // A peer SIGKILLed before it published its shard never will: a rank exiting
 // for that reason gives up the commit at once instead of joining a writer that
 // waits out commit_timeout (it took the supervisor's SIGKILL to end it).

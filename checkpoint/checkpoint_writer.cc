@@ -267,6 +267,14 @@ SaveOutcome CheckpointWriter::Run(const Job& job) {
   if (!sum.ok()) {
     out.status = sum.status().WithContext("checkpoint step " + std::to_string(job.step) + " rank " +
                                           std::to_string(options_.rank));
+    if (options_.rank == 0 && options_.world_size > 1) {
+      // Rank 0 commits, so it also says it will not: otherwise every other rank
+      // waits out commit_timeout for the outcome, its next save blocked behind
+      // this one (found by bench/soak, with rank 0's disk full).
+      Status told = options_.store->Set(OutcomeKey(job.step),
+                                        Bytes("rank 0 failed to write its shard: " + sum.status().ToString()));
+      if (!told.ok()) spdlog::warn("checkpoint: could not publish the outcome of step {}: {}", job.step, told.ToString());
+    }
   } else {
     out.status = Commit(job, dir, *sum);
   }
