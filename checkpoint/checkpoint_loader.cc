@@ -65,7 +65,7 @@ Result<Manifest> CheckpointLoader::ReadManifest(int64_t step) const {
 }
 
 Status CheckpointLoader::ReadAndCheck(const std::string& path, const ManifestShard& want,
-                                      const LoadOptions& options, uint8_t* dst) const {
+                                      const LoadOptions& options, std::unique_ptr<uint8_t[]>* keep) const {
   HF_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, storage_->OpenReadable(path));
   if (file->size() != want.size) {
     return CorruptionError(path + " is " + std::to_string(file->size()) + " bytes, the manifest says " +
@@ -73,8 +73,15 @@ Status CheckpointLoader::ReadAndCheck(const std::string& path, const ManifestSha
   }
   if (options.drop_cache) file->DropCache();
   const size_t chunk = std::max<size_t>(options.read_chunk_bytes, 4096);
+  // Memory for the bytes only now that the file has the size the manifest claims.
   std::unique_ptr<uint8_t[]> scratch;
-  if (dst == nullptr) scratch.reset(new uint8_t[std::min<uint64_t>(chunk, want.size) + 1]);
+  uint8_t* dst = nullptr;
+  if (keep != nullptr) {
+    keep->reset(new uint8_t[want.size]);
+    dst = keep->get();
+  } else {
+    scratch.reset(new uint8_t[std::min<uint64_t>(chunk, want.size) + 1]);
+  }
   XXH3_state_t* state = XXH3_createState();
   HF_CHECK(state != nullptr);
   XXH3_64bits_reset(state);
@@ -119,8 +126,7 @@ Result<LoadedShard> CheckpointLoader::ReadShard(int64_t step, const Manifest& m,
   out.manifest = m;
   const ManifestShard& mine = m.shards[rank];
   const std::string path = out.dir + "/" + mine.file;
-  out.bytes.reset(new uint8_t[mine.size]);
-  HF_RETURN_IF_ERROR(ReadAndCheck(path, mine, options, out.bytes.get()));
+  HF_RETURN_IF_ERROR(ReadAndCheck(path, mine, options, &out.bytes));
   Result<ShardHeader> header = ParseShardHeader(out.bytes.get(), mine.size, mine.size);
   if (!header.ok()) return header.status().WithContext(path);
   out.header = std::move(header).value();

@@ -127,9 +127,10 @@ class CheckpointLoader {
                    std::vector<SkippedCheckpoint>* skipped) const;
 
   // Reads path fully, checks size and checksum against the manifest entry;
-  // into dst (not owned) if given, else through a scratch buffer.
+  // into *keep (not owned; allocated once the file's size matches the
+  // manifest's, which is only a claim) if given, else through a scratch buffer.
   Status ReadAndCheck(const std::string& path, const ManifestShard& want, const LoadOptions& options,
-                      uint8_t* dst) const;
+                      std::unique_ptr<uint8_t[]>* keep) const;
 
   const std::string root_;
   Storage* const storage_;  // not owned

@@ -181,5 +181,30 @@ TEST(CheckpointLoaderAllTest, ARejectedCheckpointIsSkippedForTheNewestThatPasses
   EXPECT_EQ(loader.LoadAll(1, other).status().code(), StatusCode::kFailedPrecondition);
 }
 
+TEST(CheckpointLoaderAllTest, AManifestClaimingAHugeShardIsSkippedNotAllocated) {
+  // A manifest rewritten with a valid checksum (a buggy writer, a hand edit)
+  // claims a 1 PiB shard: the loader must find the file too small and fall
+  // back to the previous checkpoint, not try to allocate the claim first.
+  TempDir tmp;
+  SaveAllRanks(tmp.path(), 1, 1);
+  SaveAllRanks(tmp.path(), 2, 1);
+  CheckpointLoader loader(tmp.path());
+  Result<Manifest> m = loader.ReadManifest(2);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  m->shards[0].size = uint64_t{1} << 50;
+  std::ofstream(tmp.path() + "/step-000000000002/" + kManifestFileName, std::ios::trunc) << EncodeManifest(*m);
+
+  for (bool all : {false, true}) {
+    std::vector<SkippedCheckpoint> skipped;
+    const int64_t step = all ? (loader.LoadNewestAll({}, &skipped).ok() ? 1 : -1)
+                             : (loader.LoadNewest(0, {}, &skipped).ok() ? 1 : -1);
+    EXPECT_EQ(step, 1) << (all ? "LoadNewestAll" : "LoadNewest");
+    ASSERT_EQ(skipped.size(), 1u);
+    EXPECT_EQ(skipped[0].step, 2);
+    EXPECT_NE(skipped[0].reason.message().find("the manifest says 1125899906842624"), std::string::npos)
+        << skipped[0].reason.ToString();
+  }
+}
+
 }  // namespace
 }  // namespace holdfast

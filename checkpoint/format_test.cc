@@ -113,5 +113,34 @@ TEST(FormatTest, ManifestWithValidChecksumButWrongShapeIsRejected) {
   EXPECT_NE(r.status().message().find("one shard entry per rank"), std::string::npos) << r.status().ToString();
 }
 
+TEST(FormatTest, SealedManifestBodyVerifies) {
+  const std::string text = EncodeManifest(SampleManifest());
+  std::optional<size_t> body = ManifestBodySize(text);
+  ASSERT_TRUE(body.has_value());
+  EXPECT_EQ(SealManifest(text.substr(0, *body)), text);
+  EXPECT_FALSE(ManifestBodySize(text.substr(0, text.size() - 1)).has_value());
+  EXPECT_FALSE(ManifestBodySize("{}").has_value());
+
+  // An edited body with a recomputed checksum passes the checksum, and only
+  // then meets the field checks.
+  std::string edited = text.substr(0, *body);
+  edited.replace(edited.find("\"step\": 1200"), 12, "\"step\": -120");
+  Result<Manifest> r = ParseManifest(SealManifest(edited));
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(r.status().message().find("step out of range"), std::string::npos) << r.status().ToString();
+}
+
+TEST(FormatTest, SealedShardHeaderVerifies) {
+  Result<ShardHeader> h = LayoutShard(7, 0, 1, {{"meta", 10}});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  std::vector<uint8_t> bytes = EncodeShardHeader(*h);
+  bytes[16] = 8;  // step 7 -> 8: the checksum no longer holds ...
+  EXPECT_EQ(ParseShardHeader(bytes.data(), bytes.size(), h->file_size).status().code(), StatusCode::kCorruption);
+  SealShardHeader(bytes.data(), bytes.size());  // ... until it is written again
+  Result<ShardHeader> back = ParseShardHeader(bytes.data(), bytes.size(), h->file_size);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->step, 8);
+}
+
 }  // namespace
 }  // namespace holdfast

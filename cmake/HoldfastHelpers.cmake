@@ -44,3 +44,28 @@ function(holdfast_use_torch target)
     target_include_directories(${target} SYSTEM BEFORE PRIVATE ${HOLDFAST_FMT_FIRST_DIR})
   endif()
 endfunction()
+
+# holdfast_fuzz_target(NAME CORPUS DIR SOURCES ... [DEPS ...] [DEFINITIONS ...] [FLAGS ...]) -> a libFuzzer
+# executable, only with HOLDFAST_FUZZ (clang). SOURCES are the harness and the product sources it
+# exercises, compiled into the target with libFuzzer's coverage instrumentation and ASan + UBSan
+# (undefined behaviour stops the run like a crash; cmake/fuzz_ignorelist.txt lists the known
+# third-party exceptions), so that libFuzzer sees their edges; DEPS are
+# linked as built. CORPUS names the seed folder tests/fuzz/corpus/DIR; FLAGS are libFuzzer flags
+# the target needs (e.g. -max_len=N for inputs longer than 4096 bytes). `ninja holdfast_fuzz`
+# builds every target; BUILD/fuzz_targets.txt lists them for scripts/fuzz.sh.
+function(holdfast_fuzz_target name)
+  if(NOT HOLDFAST_FUZZ)
+    return()
+  endif()
+  cmake_parse_arguments(A "" "CORPUS" "SOURCES;DEPS;DEFINITIONS;FLAGS" ${ARGN})
+  add_executable(${name} ${A_SOURCES})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_options(${name} PRIVATE ${HOLDFAST_WARNINGS} -fsanitize=fuzzer,address,undefined
+    -fno-sanitize-recover=all -fsanitize-ignorelist=${PROJECT_SOURCE_DIR}/cmake/fuzz_ignorelist.txt)
+  target_compile_definitions(${name} PRIVATE ${A_DEFINITIONS})
+  target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(${name} PRIVATE ${A_DEPS})
+  add_dependencies(holdfast_fuzz ${name})
+  list(JOIN A_FLAGS " " flags)
+  set_property(GLOBAL APPEND PROPERTY HOLDFAST_FUZZ_TARGETS "${A_CORPUS} ${name} $<TARGET_FILE:${name}> ${flags}")
+endfunction()

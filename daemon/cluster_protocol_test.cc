@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -720,6 +724,35 @@ TEST(LineConnectionTest, PeerHangingUpMidLineIsReported) {
   s.a.close();
   s.io.run();
   EXPECT_EQ(why, "the peer closed the connection in the middle of a line");
+}
+
+// A node cut off the network closes nothing: the connection must give up on
+// a silent peer by itself (found by bench/soak_slurm.py: a partitioned
+// follower was never lost, and the run waited on it until Slurm killed the job).
+TEST(LineConnectionTest, PeerTimeoutMakesTheKernelGiveUpOnASilentPeer) {
+  SocketPair s;
+  const int fd = s.a.native_handle();  // the same descriptor once the connection owns the socket
+  auto conn = std::make_shared<LineConnection>(std::move(s.a));
+  int keepalive = 0;
+  unsigned int user_timeout_ms = 1;
+  socklen_t len = sizeof(keepalive);
+  ASSERT_EQ(getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &keepalive, &len), 0);
+  len = sizeof(user_timeout_ms);
+  ASSERT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, &len), 0);
+  EXPECT_EQ(keepalive, 0) << "off unless asked for";
+  EXPECT_EQ(user_timeout_ms, 0u);
+
+  ASSERT_TRUE(conn->SetPeerTimeout(12).ok());
+  int idle_s = 0;
+  len = sizeof(keepalive);
+  ASSERT_EQ(getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &keepalive, &len), 0);
+  len = sizeof(idle_s);
+  ASSERT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, &len), 0);
+  len = sizeof(user_timeout_ms);
+  ASSERT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, &len), 0);
+  EXPECT_EQ(keepalive, 1) << "an idle connection to a vanished node is probed";
+  EXPECT_LT(idle_s, 12);
+  EXPECT_EQ(user_timeout_ms, 12000u) << "unacknowledged data is given up on after the timeout";
 }
 
 }  // namespace

@@ -154,6 +154,11 @@ void Follower::Impl::Connect() {
     }
     ::fcntl(sock->native_handle(), F_SETFD, FD_CLOEXEC);
     self->conn_ = std::make_shared<LineConnection>(std::move(*sock));
+    if (self->opts_.job.supervise.node_timeout_s > 0) {
+      // A leader cut off the network must not keep this node's ranks waiting on it forever.
+      Status s = self->conn_->SetPeerTimeout(self->opts_.job.supervise.node_timeout_s);
+      if (!s.ok()) spdlog::warn("{}", s.ToString());
+    }
     std::weak_ptr<Impl> weak = self;
     self->conn_->Start(
         [weak](std::string_view line) {

@@ -44,6 +44,7 @@ Result<JobConfig> LoadJobConfig(const std::string& path) {
     HF_RETURN_IF_ERROR(r.Double("backoff_initial_s", &s.backoff_initial_s, 0, 3600));
     HF_RETURN_IF_ERROR(r.Double("backoff_max_s", &s.backoff_max_s, 0, 86400));
     HF_RETURN_IF_ERROR(r.Double("term_grace_s", &s.term_grace_s, 0, 3600));
+    HF_RETURN_IF_ERROR(r.Double("node_timeout_s", &s.node_timeout_s, 0, 86400));
     HF_RETURN_IF_ERROR(r.String("progress_dir", &s.progress_dir));
     HF_RETURN_IF_ERROR(r.Bool("health_prelaunch", &s.health_prelaunch));
     HF_RETURN_IF_ERROR(r.Double("health_poll_s", &s.health_poll_s, 0, 86400));

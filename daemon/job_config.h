@@ -34,6 +34,10 @@ struct SuperviseConfig {
   double backoff_initial_s = 0.25; // delay before restart n: initial * 2^(n-1), capped
   double backoff_max_s = 30;
   double term_grace_s = 3;         // TERM, then KILL after this
+  // A node whose network stack answers nothing for this long (cut off, powered
+  // off) is lost: its cluster connection closes (LineConnection::SetPeerTimeout).
+  // 0 = the kernel's own bounds (~15 minutes with data in flight, none when idle).
+  double node_timeout_s = 30;
   std::string progress_dir = "/dev/shm";
   // Node health (health/): pre-launch checks before the first generation, then
   // the light periodic monitor every health_poll_s (0 = off). Thresholds and

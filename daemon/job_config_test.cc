@@ -69,6 +69,20 @@ TEST(JobConfigTest, StragglerKeysDefaultOnAndCanBeTurnedOff) {
       << negative.status().message();
 }
 
+TEST(JobConfigTest, NodeTimeoutDefaultsTo30SecondsAnd0TurnsItOff) {
+  auto defaults = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n"));
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_DOUBLE_EQ(defaults->supervise.node_timeout_s, 30.0);
+  auto off = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\nnode_timeout_s = 0\n"));
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_DOUBLE_EQ(off->supervise.node_timeout_s, 0.0);
+  auto negative = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\nnode_timeout_s = -1\n"));
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("key 'supervise.node_timeout_s' must be between 0 and 86400"),
+            std::string::npos)
+      << negative.status().message();
+}
+
 TEST(JobConfigTest, BadInputNamesFileLineAndKey) {
   auto unknown = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\nhang_minimum = 3\n"));
   ASSERT_FALSE(unknown.ok());

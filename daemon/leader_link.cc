@@ -8,8 +8,10 @@ namespace holdfast {
 
 namespace asio = boost::asio;
 
-LeaderLink::LeaderLink(asio::io_context* io, Scheduler* scheduler, const TimeSource* clock, Handlers handlers)
-    : io_(*io), scheduler_(scheduler), clock_(clock), handlers_(std::move(handlers)), acceptor_(io_) {}
+LeaderLink::LeaderLink(asio::io_context* io, Scheduler* scheduler, const TimeSource* clock, Handlers handlers,
+                       double peer_timeout_s)
+    : io_(*io), scheduler_(scheduler), clock_(clock), handlers_(std::move(handlers)), acceptor_(io_),
+      peer_timeout_s_(peer_timeout_s) {}
 
 Status LeaderLink::Listen(const std::string& addr, uint16_t port) {
   boost::system::error_code ec;
@@ -34,6 +36,10 @@ void LeaderLink::Accept() {
     if (e) return;
     ::fcntl(sock.native_handle(), F_SETFD, FD_CLOEXEC);
     auto conn = std::make_shared<LineConnection>(std::move(sock));
+    if (self->peer_timeout_s_ > 0) {
+      // Without it a follower cut off the network is never lost: the run waits on it forever.
+      if (Status s = conn->SetPeerTimeout(self->peer_timeout_s_); !s.ok()) spdlog::warn("{}", s.ToString());
+    }
     auto node = std::make_shared<int>(-1);
     std::weak_ptr<LineConnection> weak_conn = conn;
     conn->Start(

@@ -35,7 +35,10 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
   };
 
   // `io`, `scheduler` and `clock` are not owned and must outlive the link.
-  LeaderLink(boost::asio::io_context* io, Scheduler* scheduler, const TimeSource* clock, Handlers handlers);
+  // peer_timeout_s > 0: a follower whose node answers nothing that long is
+  // lost (LineConnection::SetPeerTimeout); 0: only when its connection closes.
+  LeaderLink(boost::asio::io_context* io, Scheduler* scheduler, const TimeSource* clock, Handlers handlers,
+             double peer_timeout_s = 0);
 
   // Binds addr:port (0 = any), publishes "addr:port" for the followers, accepts.
   Status Listen(const std::string& addr, uint16_t port);
@@ -57,6 +60,7 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
   boost::asio::ip::tcp::acceptor acceptor_;
   std::map<int, std::shared_ptr<LineConnection>> nodes_;  // accepted followers by node
   bool published_ = false;
+  const double peer_timeout_s_;
 };
 
 }  // namespace holdfast

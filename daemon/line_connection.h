@@ -12,13 +12,26 @@
 // owner through Close). Close drops lines not yet written; CloseAfterSending
 // writes them first (a reject before hanging up).
 //
+// A peer that stops answering closes nothing by itself: a node cut off the
+// network, or powered off, leaves the socket open, idle forever (or, with
+// data unacknowledged, for the kernel's ~15 minutes of retransmissions).
+// SetPeerTimeout bounds that: then a peer silent at the TCP level for about
+// that long closes the connection ("no answer from the peer for N s").
+//
 // Thread-safety: loop thread only: create it, call it and let its callbacks
 // run on the thread that runs the socket's io_context. It keeps itself alive
 // (shared_from_this) while a read or write is in flight, so create it with
 // std::make_shared and hold it while it is wanted.
 #pragma once
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -41,6 +54,30 @@ class LineConnection : public std::enable_shared_from_this<LineConnection> {
   explicit LineConnection(boost::asio::ip::tcp::socket socket, size_t max_line_bytes = kMaxClusterMessageBytes)
       : socket_(std::move(socket)), max_line_bytes_(max_line_bytes), buf_(max_line_bytes) {
     HF_CHECK(max_line_bytes_ >= 2);
+  }
+
+  // Closes the connection when the peer's TCP stack has answered nothing for
+  // about `seconds` (> 0): keepalive probes an idle connection, and
+  // TCP_USER_TIMEOUT gives up on data the peer does not acknowledge. A live
+  // peer's kernel answers both however busy its process is, so only a node
+  // that is gone or unreachable trips it. Call before Start.
+  Status SetPeerTimeout(double seconds) {
+    HF_CHECK(seconds > 0);
+    peer_timeout_s_ = seconds;
+    const int fd = socket_.native_handle();
+    const int on = 1;
+    const int idle_s = std::max(1, static_cast<int>(seconds / 3));
+    const int interval_s = std::max(1, static_cast<int>(seconds / 6));
+    const int probes = 6;  // TCP_USER_TIMEOUT decides when to give up; this only bounds the probes
+    const unsigned int user_timeout_ms = static_cast<unsigned int>(seconds * 1000);
+    if (::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) != 0 ||
+        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s)) != 0 ||
+        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s)) != 0 ||
+        ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes)) != 0 ||
+        ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms)) != 0) {
+      return ErrnoError("set the cluster connection's peer timeout", errno);
+    }
+    return Status::Ok();
   }
 
   // Starts reading. on_line gets each line without its '\n' (the view is
@@ -124,7 +161,17 @@ class LineConnection : public std::enable_shared_from_this<LineConnection> {
       return buf_.size() == 0 ? "the peer closed the connection"
                               : "the peer closed the connection in the middle of a line";
     }
-    return "read: " + e.message();
+    return "read: " + PeerError(e);
+  }
+
+  std::string PeerError(const boost::system::error_code& e) const {
+    if (e == boost::asio::error::timed_out && peer_timeout_s_ > 0) {
+      char text[128];
+      std::snprintf(text, sizeof(text), "no answer from the peer for %.0f s (its node is down or cut off the network)",
+                    peer_timeout_s_);
+      return text;
+    }
+    return e.message();
   }
 
   void Write() {
@@ -132,7 +179,7 @@ class LineConnection : public std::enable_shared_from_this<LineConnection> {
                              [self = shared_from_this()](const boost::system::error_code& e, size_t) {
                                if (self->closed_) return;
                                if (e) {
-                                 self->Close("write: " + e.message());
+                                 self->Close("write: " + self->PeerError(e));
                                  return;
                                }
                                self->out_.pop_front();
@@ -153,6 +200,7 @@ class LineConnection : public std::enable_shared_from_this<LineConnection> {
   bool closing_ = false;   // no more reads or sends; close once out_ is written
   std::string close_why_;  // for CloseAfterSending
   bool closed_ = false;
+  double peer_timeout_s_ = 0;  // SetPeerTimeout's, for the close reason
 };
 
 }  // namespace holdfast

@@ -9,6 +9,7 @@
 // main() only wires objects together: flags, the job config, the scheduler,
 // the run lock, the event loop, and the Supervisor (leader) or Follower.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -139,14 +140,6 @@ int main(int argc, char** argv) {
                         "] [%^%l%$] %v");
   }
 
-  // The leader owns the run directory for its whole life (held until exit,
-  // released by the kernel however it exits).
-  std::unique_ptr<RunLock> lock;
-  if (alloc->leader()) {
-    auto l = RunLock::Acquire(run_dir, wait_for_lock);
-    if (!l.ok()) return Usage(l.status().message());
-    lock = std::move(l).value();
-  }
   if (config_path.empty()) {
     if (resume.empty()) return Usage("--config job.toml is required (or --resume RUN to continue a recorded run)");
     // The run's own job config, as recorded in lineage.
@@ -164,6 +157,24 @@ int main(int argc, char** argv) {
   }
   auto job = LoadJobConfig(config_path);
   if (!job.ok()) return Usage(job.status().message());
+
+  // The leader owns the run directory for its whole life (held until exit,
+  // released by the kernel however it exits). A requeued Slurm job waits for
+  // its previous daemon as long as its followers wait for it: Slurm requeues
+  // a job whose node stopped answering, and the daemon on that node, cut off,
+  // may still be giving up on its own requeue (--slurm-timeout).
+  std::unique_ptr<RunLock> lock;
+  if (alloc->leader()) {
+    auto l = RunLock::Acquire(run_dir, wait_for_lock);
+    if (!l.ok() && l.status().code() == StatusCode::kFailedPrecondition && alloc->restart_count > 0) {
+      spdlog::warn("{}: this job was requeued; waiting up to {:.0f} s (startup_timeout_s) for it to exit",
+                   l.status().message(), job->supervise.startup_timeout_s);
+      l = RunLock::AcquireWithin(run_dir,
+                                 std::chrono::milliseconds(static_cast<int64_t>(job->supervise.startup_timeout_s * 1000)));
+    }
+    if (!l.ok()) return Usage(l.status().message());
+    lock = std::move(l).value();
+  }
 
   boost::asio::io_context io;
   const TimeSource* clock = RealTimeSource::Get();

@@ -223,9 +223,25 @@ void RunController::OnNodeLost(const std::string& host, const std::vector<int>& 
     if (pending_ && pending_->action == RecoveryAction::kRestartInPlace) {
       pending_.reset();
       HandleIncident(std::move(f), {});
-    } else if (static_cast<int>(exits_.size()) >= opts_.world_size) {
-      AfterAllStopped();
+      return;
     }
+    // Already stopping otherwise (a preemption, say: Slurm requeues a job whose node stopped
+    // answering, with SIGTERM, before the daemons find that node lost): the lost node is still
+    // an incident of the run, and a requeue does not come back to it (found by
+    // bench/soak_slurm.py: lineage had no node_lost, and the requeue excluded nothing).
+    EventRecord ev = recorder_->NewEvent(f.event_kind, host);
+    ev.summary = f.triage.summary;
+    ev.runbook = f.triage.runbook;
+    ev.action = pending_ ? "already stopping [recovery: " + pending_->reason + "]" : "already stopping";
+    if (pending_ && (pending_->action == RecoveryAction::kRequeueExcluding ||
+                     pending_->action == RecoveryAction::kDrainAndRequeue)) {
+      std::vector<std::string>& ex = pending_->exclude_hosts;
+      if (std::find(ex.begin(), ex.end(), host) == ex.end()) ex.push_back(host);
+      ev.action += "; the requeue excludes " + host;
+    }
+    recorder_->RecordEvent(ev);
+    spdlog::warn("action: {}", ev.action);
+    if (static_cast<int>(exits_.size()) >= opts_.world_size) AfterAllStopped();
     return;
   }
   HandleIncident(std::move(f), {});

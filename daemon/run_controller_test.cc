@@ -6,6 +6,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "common/launch_contract.h"
@@ -328,6 +330,29 @@ TEST_F(RunControllerTest, ALostNodeEndsALocalRunAndIsRequeuedAwayUnderAScheduler
   ASSERT_EQ(actions_.requeued.size(), 1u);
   EXPECT_EQ(actions_.requeued[0], std::vector<std::string>{"host-b"});
   EXPECT_EQ(actions_.finished, kDaemonExitPreempted);
+}
+
+// Slurm requeues a job whose node stopped answering (SIGTERM: a preemption to
+// the daemon) before the daemons find that node lost: the lost node is still
+// recorded, and the requeue excludes it (found by bench/soak_slurm.py).
+TEST_F(RunControllerTest, ANodeLostWhileStoppingForAPreemptionIsRecordedAndExcluded) {
+  Make(SchedulerCapabilities{true, true, false});
+  controller_->Launch();
+  Train(4);
+  controller_->OnStopRequest(IncidentKind::kPreemption, "Slurm is requeueing job 7: SIGTERM");
+  controller_->OnRankExit(RankExit{0, Exited(kRankExitPreempted), "", {}}, Views(4));
+  controller_->OnRankExit(RankExit{1, Exited(kRankExitPreempted), "", {}}, Views(4));
+  controller_->OnNodeLost("host-b", {2, 3}, "no answer from the peer for 10 s");
+  ASSERT_EQ(actions_.requeued.size(), 1u);
+  EXPECT_EQ(actions_.requeued[0], std::vector<std::string>{"host-b"});
+  EXPECT_EQ(actions_.finished, kDaemonExitPreempted);
+  const auto events = Events();
+  const auto lost = std::find_if(events.begin(), events.end(), [](const EventRecord& e) { return e.kind == "node_lost"; });
+  ASSERT_NE(lost, events.end());
+  EXPECT_EQ(lost->node, "host-b");
+  EXPECT_NE(lost->summary.find("no answer from the peer for 10 s"), std::string::npos) << lost->summary;
+  EXPECT_NE(lost->action.find("already stopping"), std::string::npos) << lost->action;
+  EXPECT_NE(lost->action.find("the requeue excludes host-b"), std::string::npos) << lost->action;
 }
 
 TEST_F(RunControllerTest, AHealthDrainRequestDrainsAndRequeuesWhereTheSchedulerMay) {

@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <sstream>
+#include <thread>
 
 namespace holdfast {
 namespace {
@@ -123,6 +125,23 @@ Result<std::unique_ptr<RunLock>> RunLock::Acquire(const std::string& run_dir, bo
     return written;
   }
   return std::unique_ptr<RunLock>(new RunLock(fd, path));
+}
+
+Result<std::unique_ptr<RunLock>> RunLock::AcquireWithin(const std::string& run_dir, std::chrono::milliseconds timeout,
+                                                        int node_id) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    auto lock = Acquire(run_dir, /*wait=*/false, node_id);
+    if (lock.ok() || lock.status().code() != StatusCode::kFailedPrecondition) return lock;
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited >= timeout) {
+      const auto s = std::chrono::duration_cast<std::chrono::seconds>(waited).count();
+      return FailedPreconditionError(lock.status().message() + " (waited " + std::to_string(s) + " s for it to exit)");
+    }
+    // A lock has no "wait with a timeout": poll (a holder on its way out goes within seconds).
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(std::chrono::milliseconds(100),
+                                                                              timeout - waited));
+  }
 }
 
 std::optional<pid_t> RunLock::Holder(const std::string& run_dir, int node_id) {

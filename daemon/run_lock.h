@@ -25,6 +25,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,14 @@ class RunLock {
   // Other errors: the lock file cannot be opened (errno-derived), or its file
   // system cannot lock (kUnavailable; e.g. Lustre mounted without -o flock).
   static Result<std::unique_ptr<RunLock>> Acquire(const std::string& run_dir, bool wait, int node_id = 0);
+
+  // Like Acquire(wait=false), retried until the holder lets go or `timeout`
+  // has passed; then Acquire's refusal, saying how long it waited. For a
+  // requeued Slurm job: Slurm requeues a job whose node stopped answering, and
+  // that node's holdfastd, cut off the network, may still hold the run while
+  // it gives up on its own requeue.
+  static Result<std::unique_ptr<RunLock>> AcquireWithin(const std::string& run_dir, std::chrono::milliseconds timeout,
+                                                        int node_id = 0);
 
   // The pid recorded by the process that now holds the run's lock, or nullopt
   // when nobody holds it (a leftover file from a dead holder says nothing).

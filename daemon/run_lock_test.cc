@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -162,6 +163,39 @@ TEST(RunLockTest, WaitingAcquireTakesTheLockWhenTheHolderExits) {
   EXPECT_TRUE(WIFEXITED(WaitFor(waiter)));
   close(result[0]);
   EXPECT_EQ(RunLock::Holder(dir.path()), std::nullopt);
+}
+
+// A requeued Slurm job whose previous daemon, cut off the network with its
+// node, still holds the run (found by bench/soak_slurm.py, node_partition of
+// the leader's node: the requeued job was refused and the run lost).
+TEST(RunLockTest, AcquireWithinTakesTheLockWhenTheHolderExitsInTimeAndRefusesOtherwise) {
+  TempDir dir("run_lock");
+  int release[2];
+  ASSERT_EQ(pipe(release), 0);
+  int ready = -1;
+  const pid_t holder = ForkHolder(dir.path(), Then::kWaitForEof, &ready, release[0], release[1]);
+  ASSERT_GT(holder, 0);
+  ASSERT_EQ(ReadByte(ready), 'L');
+  close(ready);
+  close(release[0]);
+
+  auto refused = RunLock::AcquireWithin(dir.path(), std::chrono::milliseconds(300));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(refused.status().message(), "another holdfastd (pid " + std::to_string(holder)))
+      << refused.status().message();
+  EXPECT_TRUE(Contains(refused.status().message(), "(waited 0 s for it to exit)")) << refused.status().message();
+
+  // The holder goes while the second one waits.
+  std::thread release_soon([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    close(release[1]);
+  });
+  auto taken = RunLock::AcquireWithin(dir.path(), std::chrono::seconds(60));
+  release_soon.join();
+  ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+  EXPECT_EQ(RunLock::Holder(dir.path()), getpid());
+  EXPECT_TRUE(WIFEXITED(WaitFor(holder)));
 }
 
 TEST(RunLockTest, ReleasedWhenTheObjectGoesAndNobodyHoldsAFreshRun) {

@@ -37,6 +37,22 @@ void Split(int64_t from, int64_t to, int64_t at, int64_t* before, int64_t* after
   *after += to - cut;
 }
 
+// The record is the job's to write, and may hold anything. Clock readings (and
+// the last step's duration) that no CLOCK_MONOTONIC clock could give at now_ns,
+// negative or past now, are moved into [0 (unset), now_ns], so that the
+// differences below never overflow.
+ProgressRecordLayout WithReadingsUpToNow(const ProgressRecordLayout& record, int64_t now_ns) {
+  ProgressRecordLayout p = record;
+  for (int64_t* t : {&p.phase_started_ns, &p.step_started_ns, &p.heartbeat_ns, &p.last_step_ns}) {
+    *t = std::clamp<int64_t>(*t, 0, now_ns);
+  }
+  for (CollectiveEntry& e : p.ring) {
+    e.issued_ns = std::clamp<int64_t>(e.issued_ns, 0, now_ns);
+    e.completed_ns = std::clamp<int64_t>(e.completed_ns, 0, now_ns);
+  }
+  return p;
+}
+
 }  // namespace
 
 StragglerConfig StragglerConfig::FromSupervise(const SuperviseConfig& supervise) {
@@ -69,7 +85,8 @@ StragglerVerdict StragglerDetector::Observe(int64_t now_ns, const std::vector<Ra
 
 void StragglerDetector::ObserveRank(int64_t now_ns, const RankView& view, Track* t) {
   if (!view.alive || !view.progress.valid || view.progress.torn) return;
-  const ProgressRecordLayout& p = view.progress.record;
+  if (view.progress.record.step < 0) return;  // not a count of completed steps
+  const ProgressRecordLayout p = WithReadingsUpToNow(view.progress.record, now_ns);
   if (t->seen && (p.pid != t->pid || p.step < t->step)) *t = Track{};  // another process in this slot
 
   // The ring, oldest first.
@@ -105,8 +122,9 @@ void StragglerDetector::ObserveRank(int64_t now_ns, const RankView& view, Track*
   int64_t end_ns = now_ns;
   if (stepped) {
     if (p.step_started_ns > 0 && p.last_step_ns > 0) {
-      end_ns = p.step_started_ns + p.last_step_ns;
-      if (end_ns > p.heartbeat_ns) end_ns = p.step_started_ns;
+      // step_started_ns + last_step_ns, unless that lies past the heartbeat.
+      end_ns = p.last_step_ns <= p.heartbeat_ns - p.step_started_ns ? p.step_started_ns + p.last_step_ns
+                                                                    : p.step_started_ns;
     }
     end_ns = std::min(end_ns, now_ns);
     if (t->sampling) end_ns = std::max(end_ns, t->open_start_ns);

@@ -99,7 +99,10 @@ class StragglerDetector {
   void StartGeneration(int64_t now_ns, int world_size);
 
   // Feed one poll of every rank. Ranks that are dead or whose record is
-  // invalid or torn are skipped (their earlier samples stay).
+  // invalid, torn or has a negative step are skipped (their earlier samples
+  // stay). A record's clock readings (and last step duration) are taken as
+  // unset when negative and as now_ns when past it: whatever a job writes,
+  // nothing overflows.
   StragglerVerdict Observe(int64_t now_ns, const std::vector<RankView>& ranks);
 
   // The rank's pace at the last Observe; nullopt until it has min_samples

@@ -1,6 +1,7 @@
 #include "daemon/straggler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -385,6 +386,44 @@ TEST(StragglerTest, FactorZeroIsOffButKeepsThePace) {
   EXPECT_EQ(d.Slowest()->rank, 0);
   EXPECT_FALSE(d.Slowest()->straggling);
   EXPECT_NEAR(d.Slowest()->ratio, 410.0 / 110, 0.3);
+}
+
+TEST(StragglerTest, ImpossibleReadingsInARecordAreNotMeasured) {
+  // A record is the job's to write. One whose clock readings lie at the ends
+  // of int64 (and whose step count runs backwards) must not overflow the
+  // detector's arithmetic (HOLDFAST_SANITIZE=undefined reported it) nor make
+  // a straggler of anyone; the other ranks keep their pace.
+  SimParams p;
+  p.compute_ms = [](int, int64_t, double) { return 100.0; };
+  DdpSim sim(p);
+  StragglerDetector d(Config());
+  d.StartGeneration(0, p.world);
+  int64_t step = 0;
+  for (int64_t t = 200 * kMs; t <= 60 * kSec; t += 200 * kMs) {
+    std::vector<RankView> views = sim.ViewsAt(t);
+    ProgressRecordLayout& r = views[3].progress.record;
+    r.step = (step += 1000) % 7000 - 1000;
+    r.step_started_ns = INT64_MAX - 1;
+    r.last_step_ns = INT64_MAX - 1;
+    r.heartbeat_ns = INT64_MIN;
+    r.phase_started_ns = INT64_MIN;
+    for (CollectiveEntry& e : r.ring) {
+      e.issued_ns = INT64_MIN + 1;
+      e.completed_ns = INT64_MAX;
+    }
+    StragglerVerdict v = d.Observe(t, views);
+    EXPECT_FALSE(v.straggler) << v.summary;
+  }
+  for (int rank = 0; rank < p.world; ++rank) {
+    std::optional<RankPace> pace = d.Pace(rank);
+    if (rank < 3) {
+      ASSERT_TRUE(pace.has_value()) << rank;
+    }
+    if (!pace) continue;
+    for (double v : {pace->steps_per_s, pace->step_ms_p50, pace->compute_ms_p50, pace->wait_ms_p50}) {
+      EXPECT_TRUE(std::isfinite(v) && v >= 0) << "rank " << rank << ": " << v;
+    }
+  }
 }
 
 TEST(StragglerTest, ConfigComesFromTheSuperviseSection) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "lineage/incident.h"
@@ -23,6 +24,13 @@ std::string Fixed1(double v) {
   os.precision(1);
   os << v;
   return os.str();
+}
+
+// The step a rank works on, one past the steps it completed, for messages. A
+// record is the job's to write: INT64_MAX completed steps must not overflow.
+std::string StepAfter(int64_t completed) {
+  if (completed == std::numeric_limits<int64_t>::max()) return "after " + std::to_string(completed);
+  return std::to_string(completed + 1);
 }
 
 const char* ProcStateWords(char s) {
@@ -79,7 +87,7 @@ std::string Doing(int64_t now_ns, const RankView& r) {
                                   ? std::string(CollectiveKindName(static_cast<CollectiveKind>(p.collective_kind))) +
                                         " #" + std::to_string(p.waiting_on)
                                   : std::string(PhaseName(static_cast<Phase>(p.phase)));
-    s = "in " + where + " of step " + std::to_string(p.step + 1) + " for " + Fixed1(age) + " s";
+    s = "in " + where + " of step " + StepAfter(p.step) + " for " + Fixed1(age) + " s";
   }
   if (const char* w = ProcStateWords(r.proc_state)) s += ", " + std::string(w);
   return s;
@@ -219,7 +227,8 @@ Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const Ha
     for (const RankView& r : ranks) {
       if (r.progress.valid && r.progress.record.waiting_on == w) {
         in_w.push_back(r.rank);
-        wait_s = std::max(wait_s, Seconds(now_ns - r.progress.record.phase_started_ns));
+        const int64_t since = r.progress.record.phase_started_ns;  // <= 0: unset
+        if (since > 0) wait_s = std::max(wait_s, Seconds(now_ns - since));
       }
     }
     std::string line;
@@ -296,7 +305,7 @@ Incident TriageExit(int64_t now_ns, const std::vector<RankView>& ranks, int rank
   std::string where;
   if (self != nullptr && self->progress.valid) {
     const ProgressRecordLayout& p = self->progress.record;
-    where = " in " + std::string(PhaseName(static_cast<Phase>(p.phase))) + " of step " + std::to_string(p.step + 1);
+    where = " in " + std::string(PhaseName(static_cast<Phase>(p.phase))) + " of step " + StepAfter(p.step);
   }
   inc.summary = "rank " + std::to_string(rank) + " " + DescribeWaitStatus(wstatus) + where;
   IncidentEvidence ev;

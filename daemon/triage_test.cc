@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <limits>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -179,6 +181,28 @@ TEST(TriageTest, CrashNamesRankSignalPhaseAndKeepsTheLogTail) {
   auto ev = nlohmann::json::parse(inc.evidence_json);
   EXPECT_EQ(ev["signal"], 9);
   EXPECT_EQ(ev["log_tail"][1], "boom");
+}
+
+TEST(TriageTest, RecordsHoldingExtremeValuesAreTriagedWithoutOverflow) {
+  // A record is the job's to write. Found by daemon/fuzz/progress_record_fuzz.cc
+  // (UBSan: signed overflow in the step after INT64_MAX, and in the wait since
+  // a phase start near INT64_MIN).
+  const int64_t now = 100 * kSec;
+  const int64_t kMax = std::numeric_limits<int64_t>::max();
+  std::vector<RankView> ranks = {Rank(0, 7, Phase::kCollective, std::numeric_limits<int64_t>::min() + 1, 15, 15),
+                                 Rank(1, kMax, Phase::kForward, now - 6 * kSec, 14)};
+  HangDetector::Verdict v;
+  v.stalled_s = 6;
+  v.timeout_s = 5;
+  v.allowance = "step";
+  Incident hang = TriageHang(now, ranks, v);
+  EXPECT_EQ(hang.culprits, std::vector<int>{1});
+  EXPECT_NE(hang.summary.find("rank 1 never entered allreduce #15 (in forward of step after 9223372036854775807"),
+            std::string::npos)
+      << hang.summary;
+  EXPECT_NE(hang.summary.find("rank 0 waiting in it for 0.0 s"), std::string::npos) << hang.summary;
+  Incident crash = TriageExit(now, ranks, 1, SIGKILL, {});
+  EXPECT_EQ(crash.summary, "rank 1 killed by signal 9 (SIGKILL) in forward of step after 9223372036854775807");
 }
 
 TEST(TriageTest, RankListCompressesRanges) {

@@ -216,6 +216,42 @@ Status ApplyTable(const toml::table& root, const std::string& file, TrainerConfi
   return Status::Ok();
 }
 
+// Whether s is well-formed UTF-8 (no overlong forms, surrogates or code points
+// past U+10FFFF): what a TOML string may hold.
+bool IsUtf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    uint32_t cp = 0;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (s.size() - i < len) return false;
+    for (size_t k = 1; k < len; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    static constexpr uint32_t kMinOfLength[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMinOfLength[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
 Status ApplyOverride(const std::string& text, TrainerConfig* config) {
   const std::string where = "flag --set '" + text + "'";
   const size_t eq = text.find('=');
@@ -246,6 +282,11 @@ Status ApplyOverride(const std::string& text, TrainerConfig* config) {
   if (!parsed_ok) {
     if (d->kind != Kind::kString) {
       return InvalidArgumentError(where + ": key '" + section + "." + key + "' must be " + KindName(d->kind));
+    }
+    // Taken as it is, so it must be what a config file could hold (ConfigToToml prints it).
+    if (!IsUtf8(value)) {
+      return InvalidArgumentError(where + ": key '" + section + "." + key +
+                                  "' must be UTF-8 text, as in a TOML file");
     }
     parsed = toml::table{{"v", value}};
   }

@@ -84,6 +84,21 @@ TEST_F(ConfigTest, BadOverridesAreRejectedClearly) {
   EXPECT_EQ(ok->data.format, "bin");
 }
 
+TEST_F(ConfigTest, BareOverrideMustBeUtf8SoThatThePrintedConfigReadsBack) {
+  // A bare word is taken as the string; bytes that are not UTF-8 could not
+  // be in a TOML file, and printed they would read back as other characters.
+  auto bad = LoadTrainerConfig("", {"data.path=x", "output.dir=runs/\xff\xb7"});
+  ASSERT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("must be UTF-8"), std::string::npos) << bad.status().ToString();
+  EXPECT_FALSE(LoadTrainerConfig("", {"data.path=\xc0\xaf"}).ok());  // an overlong '/'
+
+  auto ok = LoadTrainerConfig("", {"data.path=x", "output.dir=runs/caf\xc3\xa9"});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  auto again = LoadTrainerConfig(Write(ConfigToToml(*ok)), {});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->output.dir, "runs/caf\xc3\xa9");
+}
+
 TEST_F(ConfigTest, CrossKeyRules) {
   const std::string path = Write("[data]\npath = \"x\"\n");
   EXPECT_NE(LoadTrainerConfig(path, {"model.n_embd=100", "model.n_head=3"}).status().message().find("divisible"),

@@ -347,6 +347,49 @@ TEST_F(SlurmJobs, RequeueWhileSlurmctldIsDownIsRetried) {
   std::cerr << "slurmctld was down " << outage_s << " s\n";
 }
 
+// A follower's node is cut off the network (its veth down): nothing closes its
+// cluster connection, so the leader finds it lost when it has answered nothing
+// for node_timeout_s, and requeues the job without it (found by
+// bench/soak_slurm.py: the leader waited on it until Slurm killed the job).
+TEST_F(SlurmJobs, FollowerCutOffTheNetworkIsFoundLostAndTheJobRequeuedWithoutIt) {
+  WriteJob(Train::kLong, "", "node_timeout_s = 10\n");
+  const uint32_t job = Submit();
+  ASSERT_NE(job, 0u);
+  ASSERT_TRUE(WaitForCheckpoint(40));
+  // The link back, and n2 back in service for the next test: once it answers again Slurm may
+  // drain it ("Kill task failed": the cut-off step could not report), so resume until idle.
+  ScopeExit heal([this] {
+    RunProcess({Tool("ip"), "link", "set", "hfv2", "up"});
+    WaitFor("n2 back in service", std::chrono::seconds(120), [] {
+      const std::string state = Slurm("sinfo", {"-h", "-n", "n2", "-o", "%t"}).output;
+      if (state == "idle\n") return true;
+      Slurm("scontrol", {"update", "nodename=n2", "state=resume"});
+      return false;
+    });
+  });
+  ProcessResult cut = RunProcess({Tool("ip"), "link", "set", "hfv2", "down"});
+  ASSERT_EQ(cut.exit_code, 0) << cut.output;
+  ASSERT_TRUE(WaitForJobsToEnd(std::chrono::seconds(300)));
+
+  const std::string info = ShowJob(job);
+  EXPECT_EQ(Field(info, "JobState"), "COMPLETED") << info;
+  EXPECT_EQ(Field(info, "Restarts"), "1") << info;
+  // Not ExcNodeList: the job stays COMPLETING until Slurm finds n2 not responding, and Slurm may
+  // start it again (n2 down) before the epilog's watcher sees it pending.
+  EXPECT_EQ(Field(info, "NodeList"), "n[1,3]") << info;
+  auto rec = Record();
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->run.state, RunState::kSucceeded) << rec->run.cause << "\n" << rec->EventList();
+  const EventRecord* lost = rec->Find(event_kind::kNodeLost, "no answer from the peer for 10 s");
+  ASSERT_NE(lost, nullptr) << rec->EventList();
+  EXPECT_EQ(lost->node, "n2") << rec->EventList();
+  EXPECT_NE(rec->Find(event_kind::kRequeue, "excluding n2"), nullptr) << rec->EventList();
+  ASSERT_EQ(rec->attempts.size(), 2u) << rec->EventList();
+  EXPECT_EQ(Join(rec->attempts[0].nodes), "n1,n2");
+  EXPECT_EQ(Join(rec->attempts[1].nodes), "n1,n3");
+  ExpectFinalParamsEqualReference(Train::kLong);
+}
+
 // A run directory submitted twice: the first job fails (no restart budget),
 // the second continues the same run from its newest checkpoint.
 TEST_F(SlurmJobs, TwoSubmissionsOfOneRunDirectoryContinueOneRun) {

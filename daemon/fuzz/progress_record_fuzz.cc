@@ -1,0 +1,259 @@
+// libFuzzer target: the shared-memory progress records (common/progress_record.h)
+// that ranks write and holdfastd reads, and what the daemon does with them.
+//
+// A record is written by the job (holdfast-train, or any PyTorch job through
+// the Python module) and may hold anything: the daemon must read and judge it
+// without crashing and without undefined behaviour, however wrong it is. The
+// record has no checksum; what the reader validates is its magic and version
+// (and its sequence lock: an odd seq that never turns even reads as torn).
+// This harness writes each fuzzed record into a memfd that a ProgressReader
+// maps, with the magic and version repaired, and feeds what the reader returns
+// to the daemon's consumers, poll by poll, as the supervisor does: the
+// HangDetector and, on a hang, TriageHang; the StragglerDetector; the cluster
+// protocol that carries a follower's views to the leader (encode, parse back);
+// and finally TriageExit. Input:
+//   header, 16 bytes:
+//     [0]      flags: bits 0-3 == 15: records read as written (no repair);
+//              bits 4-5: ranks - 1; bit 6: keep seq as written (else made
+//              even: no writer is mid-update); bit 7: triage a hang at every
+//              poll, not only when the detector declares one
+//     [1, 9)   CLOCK_MONOTONIC at the first poll (ns, little-endian; kept in [1, 2^62))
+//     [9, 13)  poll interval (ns, little-endian)
+//     [13, 15) wait status of the rank that ends last (triaged as a crash)
+//     [15]     straggler settings: bit 0: factor 2 (else 0, off); bits 1-3: min_duration_s
+//   then, for each poll and each rank in turn: one state byte (bits 0-2: the
+//   /proc state, "RSDTtZIX"; bit 3: the process is dead) and the record's 936
+//   bytes. A trailing partial poll is ignored.
+// Properties: see the HF_CHECKs. Seeds: tests/fuzz/corpus/progress_record
+// (records written by ProgressWriter during a simulated run).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/progress_record.h"
+#include "daemon/cluster_protocol.h"
+#include "daemon/straggler.h"
+#include "daemon/triage.h"
+#include "lineage/incident.h"
+
+namespace holdfast {
+namespace {
+
+constexpr size_t kRecordSize = sizeof(ProgressRecordLayout);
+constexpr size_t kHeaderSize = 16;
+constexpr int kMaxRanks = 4;
+constexpr char kProcStates[] = "RSDTtZIX";
+
+template <typename T>
+T Get(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// One memfd per rank slot, mapped by a ProgressReader as the daemon maps a
+// rank's record file; the harness writes each input's records into it.
+struct Slot {
+  int fd = -1;
+  std::unique_ptr<ProgressReader> reader;
+};
+
+Slot* Slots() {
+  static Slot* slots = [] {
+    auto* s = new Slot[kMaxRanks];
+    for (int r = 0; r < kMaxRanks; ++r) {
+      s[r].fd = memfd_create("holdfast-progress-fuzz", MFD_CLOEXEC);
+      HF_CHECK(s[r].fd >= 0);
+      HF_CHECK(ftruncate(s[r].fd, kRecordSize) == 0);
+      Result<std::unique_ptr<ProgressReader>> reader =
+          ProgressReader::Open("/proc/self/fd/" + std::to_string(s[r].fd));
+      HF_CHECK_MSG(reader.ok(), reader.status().ToString());
+      s[r].reader = std::move(reader).value();
+    }
+    return s;
+  }();
+  return slots;
+}
+
+ProgressSnapshot ReadThrough(Slot& slot, const ProgressRecordLayout& record) {
+  HF_CHECK(pwrite(slot.fd, &record, kRecordSize, 0) == static_cast<ssize_t>(kRecordSize));
+  return slot.reader->Read();
+}
+
+// A clock reading as the receiver of a cluster message gets it back: unset
+// (<= 0) stays unset, a reading after the sender's now arrives as now.
+int64_t Carried(int64_t t, int64_t now) { return t <= 0 ? 0 : (t >= now ? now : t); }
+
+bool KnownToThisBuild(const ProgressRecordLayout& p) {
+  if (p.phase > static_cast<uint32_t>(Phase::kDone)) return false;
+  if (p.collective_kind > static_cast<uint32_t>(CollectiveKind::kAllgather)) return false;
+  const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (p.ring[(p.ring_head - n + i) % kProgressRingSize].kind > static_cast<uint32_t>(CollectiveKind::kAllgather)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The error text, when it is plain ASCII that travels unchanged.
+bool PlainError(const ProgressRecordLayout& p) {
+  for (size_t i = 0; i < sizeof(p.checkpoint_error); ++i) {
+    const unsigned char c = static_cast<unsigned char>(p.checkpoint_error[i]);
+    if (c == 0) return true;
+    if (c >= 0x80) return false;
+  }
+  return false;  // no terminating NUL: cut on the way
+}
+
+// A follower's views, sent to the leader and parsed there at the same clock.
+void CheckCarried(const std::vector<RankView>& views, int64_t now) {
+  ProgressMsg msg;
+  msg.generation = 1;
+  msg.ranks = views;
+  const std::string line = EncodeClusterMessage(msg, now);
+  Result<ClusterMessage> parsed = ParseClusterMessage(line, now);
+  HF_CHECK_MSG(parsed.ok(), parsed.status().ToString());
+  HF_CHECK(EncodeClusterMessage(*parsed, now) == line);
+  const auto* got = std::get_if<ProgressMsg>(&*parsed);
+  HF_CHECK(got != nullptr && got->generation == 1 && got->ranks.size() == views.size());
+  for (size_t i = 0; i < views.size(); ++i) {
+    const RankView& o = views[i];
+    const RankView& q = got->ranks[i];
+    HF_CHECK(q.rank == o.rank && q.node == o.node && q.host == o.host && q.pid == o.pid && q.alive == o.alive);
+    HF_CHECK(q.proc_state == o.proc_state);
+    HF_CHECK(q.progress.torn == o.progress.torn);
+    const ProgressRecordLayout& a = o.progress.record;
+    const ProgressRecordLayout& b = q.progress.record;
+    const bool known = KnownToThisBuild(a);
+    HF_CHECK(q.progress.valid == (o.progress.valid && known));
+    HF_CHECK(WriterAttached(q.progress) == (q.progress.valid && known && a.pid != 0));
+    if (!known) continue;
+    HF_CHECK(b.step == a.step && b.phase == a.phase && b.collective_kind == a.collective_kind);
+    HF_CHECK(b.collectives_issued == a.collectives_issued && b.collectives_done == a.collectives_done);
+    HF_CHECK(b.waiting_on == a.waiting_on && b.last_step_ns == a.last_step_ns);
+    HF_CHECK(b.checkpoint_step == a.checkpoint_step && b.checkpoint_failures == a.checkpoint_failures);
+    HF_CHECK(b.checkpoint_failed_step == a.checkpoint_failed_step && b.ring_head == a.ring_head);
+    HF_CHECK(b.phase_started_ns == Carried(a.phase_started_ns, now));
+    HF_CHECK(b.step_started_ns == Carried(a.step_started_ns, now));
+    HF_CHECK(b.heartbeat_ns == Carried(a.heartbeat_ns, now));
+    if (PlainError(a)) HF_CHECK(std::strcmp(b.checkpoint_error, a.checkpoint_error) == 0);
+    const uint64_t n = std::min<uint64_t>(a.ring_head, kProgressRingSize);
+    for (uint64_t k = 0; k < n; ++k) {
+      const size_t at = (a.ring_head - n + k) % kProgressRingSize;
+      const CollectiveEntry& x = a.ring[at];
+      const CollectiveEntry& y = b.ring[at];
+      HF_CHECK(y.seq == x.seq && y.kind == x.kind && y.bytes == x.bytes);
+      HF_CHECK(y.issued_ns == Carried(x.issued_ns, now) && y.completed_ns == Carried(x.completed_ns, now));
+    }
+  }
+}
+
+// What on-call reads back with `runctl triage`.
+void CheckEvidence(const Incident& inc, const std::vector<RankView>& views) {
+  HF_CHECK(!inc.summary.empty() && !inc.runbook.empty());
+  Result<IncidentEvidence> ev = ParseIncidentEvidence(inc.evidence_json);
+  HF_CHECK_MSG(ev.ok(), ev.status().ToString());
+  HF_CHECK(ev->ranks.size() == views.size());
+  HF_CHECK(ev->culprits == inc.culprits || inc.kind != "hang");
+  HF_CHECK(ToJson(*ev) == inc.evidence_json);
+  HF_CHECK(!inc.culprits.empty());
+  for (int c : inc.culprits) HF_CHECK(c >= 0 && c < static_cast<int>(views.size()));
+}
+
+void CheckPace(const StragglerDetector& detector, int ranks, const StragglerConfig& config) {
+  for (int r = 0; r < ranks; ++r) {
+    std::optional<RankPace> pace = detector.Pace(r);
+    if (!pace) continue;
+    HF_CHECK(pace->rank == r && pace->samples >= config.min_samples);
+    for (double v : {pace->steps_per_s, pace->step_ms_p50, pace->step_ms_p99, pace->compute_ms_p50,
+                     pace->wait_ms_p50}) {
+      HF_CHECK_MSG(std::isfinite(v) && v >= 0, std::to_string(v));
+    }
+  }
+  if (const std::optional<SlowestRank>& s = detector.Slowest()) {
+    HF_CHECK(s->rank >= 0 && s->rank < ranks && std::isfinite(s->ratio) && s->ratio >= 0);
+  }
+}
+
+}  // namespace
+}  // namespace holdfast
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace holdfast;
+  if (size < kHeaderSize) return 0;
+  Slot* slots = Slots();
+  const uint8_t flags = data[0];
+  const bool repair = (flags & 0x0f) != 0x0f;
+  const int ranks = 1 + ((flags >> 4) & 3);
+  const bool keep_seq = (flags & 0x40) != 0;
+  const bool always_triage = (flags & 0x80) != 0;
+  const int64_t start_ns = 1 + static_cast<int64_t>(Get<uint64_t>(data + 1) % ((uint64_t{1} << 62) - 1));
+  const int64_t interval_ns = Get<uint32_t>(data + 9);
+  const int wstatus = Get<uint16_t>(data + 13);
+  StragglerConfig straggler_config;
+  straggler_config.factor = (data[15] & 1) != 0 ? 2.0 : 0.0;
+  straggler_config.min_duration_s = (data[15] >> 1) & 7;
+  data += kHeaderSize;
+  size -= kHeaderSize;
+
+  const size_t slot_bytes = 1 + kRecordSize;
+  const size_t polls = size / (slot_bytes * static_cast<size_t>(ranks));
+  HangDetector hangs{SuperviseConfig{}};
+  StragglerDetector stragglers(straggler_config);
+  hangs.StartGeneration(start_ns, ranks);
+  stragglers.StartGeneration(start_ns, ranks);
+  std::vector<RankView> views;
+  int64_t now = start_ns;
+  for (size_t poll = 0; poll < polls; ++poll) {
+    now = start_ns + static_cast<int64_t>(poll) * interval_ns;
+    views.clear();
+    for (int r = 0; r < ranks; ++r) {
+      const uint8_t* slot = data + (poll * static_cast<size_t>(ranks) + static_cast<size_t>(r)) * slot_bytes;
+      ProgressRecordLayout record;
+      std::memcpy(&record, slot + 1, kRecordSize);
+      if (repair) {
+        record.magic = kProgressMagic;
+        record.version = kProgressVersion;
+      }
+      if (!keep_seq) record.seq &= ~uint64_t{1};
+      RankView v;
+      v.rank = r;
+      v.node = 0;
+      v.host = "node-0";
+      v.pid = 1000 + r;
+      v.proc_state = kProcStates[slot[0] & 7];
+      v.alive = (slot[0] & 8) == 0;
+      v.progress = ReadThrough(slots[r], record);
+      HF_CHECK(v.progress.valid == (record.magic == kProgressMagic && record.version == kProgressVersion));
+      HF_CHECK(!v.progress.torn || record.seq % 2 == 1);
+      if (v.progress.valid) HF_CHECK(std::memcmp(&v.progress.record, &record, kRecordSize) == 0);
+      views.push_back(std::move(v));
+    }
+
+    const HangDetector::Verdict verdict = hangs.Observe(now, views);
+    HF_CHECK(verdict.stalled_s >= 0 && std::isfinite(verdict.timeout_s));
+    if (verdict.hung || always_triage) CheckEvidence(TriageHang(now, views, verdict), views);
+
+    const StragglerVerdict straggler = stragglers.Observe(now, views);
+    if (straggler.straggler || straggler.recovered) {
+      HF_CHECK(straggler.rank >= 0 && straggler.rank < ranks && !straggler.summary.empty());
+    }
+    CheckPace(stragglers, ranks, straggler_config);
+
+    CheckCarried(views, now);
+  }
+  if (!views.empty()) {
+    const int last = ranks - 1;
+    CheckEvidence(TriageExit(now, views, last, wstatus, {"Traceback (most recent call last):", "\xff\xfe"}), views);
+  }
+  return 0;
+}
