@@ -771,8 +771,15 @@ checkpoint_write_mb = 1
                 break
             time.sleep(0.2)
         out += [f"process {p}" for p in procs]
+        # This run's records only: other runs on the machine (a Slurm soak, ctest) have their own.
+        try:
+            with run.db() as db:
+                ids = [r[0] for r in db.execute("SELECT run_id FROM run")]
+        except sqlite3.Error:
+            ids = []
         shm_now = set(os.listdir("/dev/shm"))
-        out += [f"shm /dev/shm/{n}" for n in sorted(shm_now - shm_before) if n.startswith("holdfast")]
+        out += [f"shm /dev/shm/{n}" for n in sorted(shm_now - shm_before)
+                if any(n.startswith(f"holdfast-{i}-") for i in ids)]
         for root, _, files in os.walk(self.work):
             for name in files:
                 p = os.path.join(root, name)
