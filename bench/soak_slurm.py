@@ -178,6 +178,10 @@ def show_job(job_id):
     return out
 
 
+LIVE_JOB_STATES = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                   "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT")
+
+
 def expand(hostlist):
     r = slurm("scontrol", "show", "hostnames", hostlist)
     return r.stdout.split() if r.returncode == 0 else []
@@ -251,12 +255,12 @@ checkpoint_write_mb = 4
         """The job's final Slurm state once it is over (COMPLETED, FAILED, ...), else None."""
         info = self.refresh()
         if not info:
-            return self.info.get("JobState", "GONE") if self.info else None
+            if not ctld_up():
+                return None  # the controller is away: nothing is known
+            last = self.info.get("JobState")  # purged (MinJobAge) since it was last seen
+            return last if last and last not in LIVE_JOB_STATES else "GONE"
         st = info.get("JobState", "")
-        if st in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD",
-                  "REQUEUE_FED", "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"):
-            return None
-        return st
+        return None if st in LIVE_JOB_STATES else st
 
     def step(self, st):
         return max((r.get("step") or 0) for r in self.ranks(st)) if st else 0
@@ -586,9 +590,11 @@ def heal(s, node):
     sh(["ip", "link", "set", veth(node), "up"])
     s.cut.discard(node)
     deadline = time.monotonic() + WAIT_S
+    good = 0  # the node re-registers after its first answer (briefly 'unk'): wait for it to settle
     while time.monotonic() < deadline:
         state = node_states().get(node, ("?", ""))[0]
-        if state in ("idle", "mix", "alloc", "comp"):
+        good = good + 1 if state in ("idle", "mix", "alloc") else 0
+        if good >= 3:
             return
         if "down" in state or "drain" in state or state.endswith("*"):
             slurm("scontrol", "update", f"nodename={node}", "state=resume")
