@@ -92,11 +92,15 @@ class Run:
         self.finished = False
 
     # -- daemons --
-    def start(self, which=("leader", "follower")):
+    def start(self, which=("leader", "follower"), resume=False):
+        """Starts the daemons; resume: after the run stopped (failed), `holdfastd --resume
+        latest`, as a person would."""
         for role in which:
             cmd = [self.soak.holdfastd, "--run-dir", self.run_dir, "--config", self.job, "--nodes", "2"]
             if role == "follower":
                 cmd += ["--node-id", "1"]
+            elif resume:
+                cmd += ["--resume", "latest"]
             self.starts += 1
             out = open(os.path.join(self.dir, f"{role}-{self.starts}.log"), "w")
             p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -106,6 +110,19 @@ class Run:
                 deadline = time.monotonic() + 30
                 while time.monotonic() < deadline and self.status() is None and p.poll() is None:
                     time.sleep(0.05)
+
+    def start_resume(self):
+        self.start(resume=True)
+
+    def trains_again(self, t0, what):
+        """After a restart of the daemons: the run trains 2 steps; seconds from t0."""
+        st = self.wait_training()
+        if st is None:
+            raise Failure(f"{what} did not train again")
+        first = min(r["step"] for r in self.ranks(st))
+        if self.wait_training(first + 2) is None:
+            raise Failure(f"{what} stopped training")
+        return time.monotonic() - t0
 
     def wait_exit(self, timeout=WAIT_S):
         """Both daemons' exit codes (None where one is still running at the timeout)."""
@@ -294,15 +311,8 @@ def budget_stop_and_resume(run, since, t0):
     if state != "failed" or f"restart budget of {BUDGET} exhausted" not in cause:
         raise Failure(f"budget spent: run {state}: {cause}")
     run.kill_all()
-    before = None
     run.start_resume()
-    st = run.wait_training(after=before)
-    if st is None:
-        raise Failure("holdfastd --resume latest did not train again")
-    first = min(r["step"] for r in run.ranks(st))
-    if run.wait_training(first + 2) is None:
-        raise Failure("the resumed attempt stopped training")
-    return time.monotonic() - t0
+    return run.trains_again(t0, "holdfastd --resume latest")
 
 
 def f_rank_sigkill(soak, run, st):
@@ -450,13 +460,7 @@ def f_follower_kill(soak, run, st):
     if codes.get("leader") != 1:
         raise Failure(f"node lost: leader exited {codes.get('leader')}, expected 1")
     run.start_resume()
-    st2 = run.wait_training()
-    if st2 is None:
-        raise Failure("holdfastd --resume latest did not train again")
-    first = min(r["step"] for r in run.ranks(st2))
-    if run.wait_training(first + 2) is None:
-        raise Failure("the resumed attempt stopped training")
-    return time.monotonic() - t0
+    return run.trains_again(t0, "holdfastd --resume latest")
 
 
 def f_preemption(soak, run, st):
@@ -627,26 +631,57 @@ FAULTS = {
 }
 
 
-def _start_resume(self):
-    """After the run stopped (failed): `holdfastd --resume latest`, as a person would."""
-    for role in ("leader", "follower"):
-        cmd = [self.soak.holdfastd, "--run-dir", self.run_dir, "--config", self.job, "--nodes", "2"]
-        if role == "leader":
-            cmd += ["--resume", "latest"]
-        else:
-            cmd += ["--node-id", "1"]
-        self.starts += 1
-        out = open(os.path.join(self.dir, f"{role}-{self.starts}.log"), "w")
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True)
-        setattr(self, role, p)
-        if role == "leader":
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and self.status() is None and p.poll() is None:
-                time.sleep(0.05)
 
 
-Run.start_resume = _start_resume
+# ------------------------------------------------------------------ the model ----
+
+def write_train_config(work, steps, log_every=50, ckpt_every=CKPT_EVERY):
+    """The soaks' training run (a small GPT on the license texts every Debian machine
+    carries); returns the config's path."""
+    corpus = os.path.join(work, "corpus.txt")
+    with open(corpus, "w") as out:
+        for name in ("GPL-3", "LGPL-2.1", "Apache-2.0"):
+            with open(f"/usr/share/common-licenses/{name}") as f:
+                out.write(f.read())
+    path = os.path.join(work, "train.toml")
+    with open(path, "w") as f:
+        f.write(f"""[model]
+n_layer = 2
+n_head = 4
+n_embd = 64
+block_size = 64
+dropout = 0.1
+[data]
+format = "text"
+path = "{corpus}"
+[train]
+steps = {steps}
+micro_batch = 4
+seed = 11
+threads = 1
+log_every = {log_every}
+[optim]
+lr = 3e-3
+min_lr = 3e-4
+warmup_steps = 20
+[dist]
+bucket_mb = 0.05
+[checkpoint]
+every_steps = {ckpt_every}
+keep_last = 4
+""")
+    return path
+
+
+def reference_params(train, cfg, work):
+    """The final parameters of the fault-free run: same config, 2 ranks, no supervisor."""
+    ref = os.path.join(work, "ref")
+    r = subprocess.run([train, "--config", cfg, "--nproc", "2", "--set", f"output.dir={work}/ref_out",
+                        "--dump-final", ref], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"soak: the reference run failed:\n{r.stdout}\n{r.stderr}")
+    with open(os.path.join(ref, "params.bin"), "rb") as f:
+        return f.read()
 
 
 # ------------------------------------------------------------------ the soak ----
@@ -681,41 +716,6 @@ class Soak:
         if self.tmpfs:
             subprocess.run(["umount", self.ck_root], check=False)
 
-    def train_toml(self):
-        corpus = os.path.join(self.work, "corpus.txt")
-        with open(corpus, "w") as out:
-            for name in ("GPL-3", "LGPL-2.1", "Apache-2.0"):
-                with open(f"/usr/share/common-licenses/{name}") as f:
-                    out.write(f.read())
-        path = os.path.join(self.work, "train.toml")
-        with open(path, "w") as f:
-            f.write(f"""[model]
-n_layer = 2
-n_head = 4
-n_embd = 64
-block_size = 64
-dropout = 0.1
-[data]
-format = "text"
-path = "{corpus}"
-[train]
-steps = {self.args.steps}
-micro_batch = 4
-seed = 11
-threads = 1
-log_every = 50
-[optim]
-lr = 3e-3
-min_lr = 3e-4
-warmup_steps = 20
-[dist]
-bucket_mb = 0.05
-[checkpoint]
-every_steps = {CKPT_EVERY}
-keep_last = 4
-""")
-        return path
-
     def job_text(self, run):
         cmd = [self.train, "--config", self.train_cfg, "--set", f"output.dir={run.dir}/out",
                "--set", f"checkpoint.dir={run.ck}", "--dump-final", run.final, "--drill-dir", run.drill]
@@ -741,15 +741,8 @@ checkpoint_write_mb = 1
 """
 
     def reference(self):
-        self.train_cfg = self.train_toml()
-        ref = os.path.join(self.work, "ref")
-        r = subprocess.run([self.train, "--config", self.train_cfg, "--nproc", "2", "--set",
-                            f"output.dir={self.work}/ref_out", "--dump-final", ref],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            sys.exit(f"soak: the reference run failed:\n{r.stdout}\n{r.stderr}")
-        with open(os.path.join(ref, "params.bin"), "rb") as f:
-            self.ref_params = f.read()
+        self.train_cfg = write_train_config(self.work, self.args.steps)
+        self.ref_params = reference_params(self.train, self.train_cfg, self.work)
 
     # -- leaks --
     def leaks(self, run, shm_before):

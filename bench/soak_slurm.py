@@ -710,46 +710,9 @@ class SlurmSoak:
 
     # -- the reference --
     def reference(self):
-        corpus = os.path.join(self.work, "corpus.txt")
-        with open(corpus, "w") as out:
-            for name in ("GPL-3", "LGPL-2.1", "Apache-2.0"):
-                with open(f"/usr/share/common-licenses/{name}") as f:
-                    out.write(f.read())
-        self.train_cfg = os.path.join(self.work, "train.toml")
-        with open(self.train_cfg, "w") as f:
-            f.write(f"""[model]
-n_layer = 2
-n_head = 4
-n_embd = 64
-block_size = 64
-dropout = 0.1
-[data]
-format = "text"
-path = "{corpus}"
-[train]
-steps = {self.args.steps}
-micro_batch = 4
-seed = 11
-threads = 1
-log_every = 100
-[optim]
-lr = 3e-3
-min_lr = 3e-4
-warmup_steps = 20
-[dist]
-bucket_mb = 0.05
-[checkpoint]
-every_steps = {CKPT_EVERY}
-keep_last = 4
-""")
-        ref = os.path.join(self.work, "ref")
         t0 = time.monotonic()
-        r = sh([self.train, "--config", self.train_cfg, "--nproc", "2", "--set", f"output.dir={self.work}/ref_out",
-                "--dump-final", ref])
-        if r.returncode != 0:
-            sys.exit(f"soak_slurm: the reference run failed:\n{r.stdout}\n{r.stderr}")
-        with open(os.path.join(ref, "params.bin"), "rb") as f:
-            self.ref_params = f.read()
+        self.train_cfg = soak.write_train_config(self.work, self.args.steps, log_every=100, ckpt_every=CKPT_EVERY)
+        self.ref_params = soak.reference_params(self.train, self.train_cfg, self.work)
         log(f"reference: {self.args.steps} steps in {time.monotonic() - t0:.0f} s")
 
     # -- the end of a job --
@@ -912,9 +875,14 @@ keep_last = 4
                     break
                 if kind in NEEDS_THREE_NODES:
                     excluded = job.refresh().get("ExcNodeList", "(null)")
-                    states = node_states()
-                    if excluded not in ("", "(null)") or any(
-                            states.get(n, ("?",))[0] not in ("idle", "mix", "alloc") for n in NODES):
+                    settle = time.monotonic() + 15  # a node re-registering shows 'unk' for a moment
+                    while True:
+                        states = node_states()
+                        up = all(states.get(n, ("?",))[0] in ("idle", "mix", "alloc") for n in NODES)
+                        if up or time.monotonic() > settle:
+                            break
+                        time.sleep(1)
+                    if excluded not in ("", "(null)") or not up:
                         log(f"job {index}: Slurm keeps {excluded} out of it (nodes: {states}): {kind} goes to "
                             f"the next job")
                         break

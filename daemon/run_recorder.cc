@@ -152,6 +152,7 @@ Result<std::optional<RunRecord>> RunRecorder::RunOfSlurmJob(const std::string& j
 
 int RunRecorder::StartGeneration(int64_t start_step) {
   ++generation_;
+  corrupt_scan_due_ = true;
   Write("generation " + std::to_string(generation_) + " start", [run = run_id_, a = attempt_, start_step](LineageDb& db) {
     return db.StartGeneration(run, a, start_step).status();
   });
@@ -161,10 +162,10 @@ int RunRecorder::StartGeneration(int64_t start_step) {
 }
 
 void RunRecorder::UpdateStep(int64_t step, bool force) {
+  Flush();  // every poll: held records go in as soon as the lock is gone
   if (step < 0 || step == last_recorded_step_) return;
   const int64_t now = clock_->MonotonicNs();
   if (!force && now - last_step_update_ns_ < kStepUpdateEveryNs) return;
-  Flush();
   Write("generation step", [run = run_id_, a = attempt_, g = generation_, step](LineageDb& db) {
     return db.UpdateGenerationStep(run, a, g, step);
   });
@@ -220,7 +221,17 @@ int64_t RunRecorder::NewestCommittedStep() {
 
 void RunRecorder::ObserveCheckpoints(const std::vector<RankView>& views, int world_size) {
   RecordCheckpointFailures(views);
-  RecordCorrupt();
+  // A trainer marks a corrupt checkpoint while it restores, before its phase
+  // leaves "starting": look at the folders from the start of a generation until
+  // a poll that finds every rank past that, not on every poll of a long run.
+  if (corrupt_scan_due_) {
+    RecordCorrupt();
+    bool started = static_cast<int>(views.size()) >= world_size;
+    for (const RankView& v : views) {
+      started = started && v.progress.valid && v.progress.record.phase != static_cast<uint32_t>(Phase::kStarting);
+    }
+    if (started) corrupt_scan_due_ = false;
+  }
   int64_t committed = INT64_MAX;
   for (const RankView& v : views) {
     committed = std::min<int64_t>(committed, v.progress.valid ? v.progress.record.checkpoint_step : -1);

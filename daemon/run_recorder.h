@@ -141,6 +141,7 @@ class RunRecorder {
   int64_t requested_start_step_ = -1;
   int64_t last_committed_step_ = -1;
   std::set<int64_t> recorded_steps_;  // committed in lineage and (as far as we know) on disk
+  bool corrupt_scan_due_ = true;       // a generation is restoring: look for corrupt folders
   std::set<std::string> corrupt_seen_;  // "step\nreason" of each corruption recorded
   int64_t last_recorded_step_ = -1;
   int64_t last_step_update_ns_ = 0;

@@ -105,6 +105,21 @@ int Watch(uint32_t job_id, const RequeueRequest& req, double wait_s, std::time_t
                   : "could not finish the requeue: " + s.message()));
       return s.ok() ? 0 : 1;
     }
+    if (!job->pending() && !job->completing && !job->requeue_pending) {
+      // Running again (or over) without having been seen pending: Slurm started it as soon as
+      // its nodes were released (a node that stopped answering, once marked down), before this
+      // watcher could act. The requeue it was started for is over: take the request out of the
+      // comment, or the job's next requeue would act on it (found by bench/soak_slurm.py: a
+      // stale "exclude=n2" left a later requeue, with another node down, too few nodes).
+      SlurmJobUpdate u;
+      u.comment = StripRequeueRequest(job->comment);
+      Status s = slurm.UpdateJob(job_id, u);
+      Log("job " + std::to_string(job_id) + (req.run_id.empty() ? "" : " (run " + req.run_id + ")") +
+          (job->running() ? ": started again" : ": ended (state " + job->state + ")") + " before it was seen pending" +
+          (req.exclude.empty() ? "" : "; " + CompressSlurmHostlist(req.exclude) + " not excluded") +
+          (s.ok() ? "; request removed" : "; could not remove the request: " + s.message()));
+      return 1;
+    }
     if (std::chrono::steady_clock::now() >= deadline) {
       Log("job " + std::to_string(job_id) + ": not pending after " + std::to_string(static_cast<int>(wait_s)) +
           " s (state " + job->state + (job->completing ? "+COMPLETING" : "") +

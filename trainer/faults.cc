@@ -126,15 +126,16 @@ void FireHangOrCrash(const Fault& f, int rank, int64_t next_step) {
   for (;;) x = x * 1.0000001 + 1e-9;
 }
 
-void Slowdown::Start(const Fault& f, int64_t first_step) {
+void Slowdown::Start(const Fault& f, int rank, int64_t first_step) {
   active = true;
   factor = f.factor;
   until_step = f.slow_steps > 0 ? first_step + f.slow_steps - 1 : 0;
   if (until_step > 0) {
-    spdlog::warn("FAULT INJECTED: slow x{} from step {} to step {} (compute {} times as long)", factor, first_step,
-                 until_step, factor);
+    spdlog::warn("FAULT INJECTED: slow x{} on rank {} from step {} to step {} (compute {} times as long)", factor,
+                 rank, first_step, until_step, factor);
   } else {
-    spdlog::warn("FAULT INJECTED: slow x{} from step {} on (compute {} times as long)", factor, first_step, factor);
+    spdlog::warn("FAULT INJECTED: slow x{} on rank {} from step {} on (compute {} times as long)", factor, rank,
+                 first_step, factor);
   }
 }
 

@@ -64,7 +64,7 @@ struct Slowdown {
   double sleep_ms = 0;         // to sleep in this step
   double slept_ms = 0;         // slept in this step
 
-  void Start(const Fault& f, int64_t first_step);
+  void Start(const Fault& f, int rank, int64_t first_step);
   // Before step `next_step`: how long its hook sleeps.
   void BeforeStep(int64_t next_step);
   // After the step: its measured time and its allreduce wait.

@@ -62,7 +62,7 @@ TEST(FaultsTest, ASlowdownForNStepsEnds) {
   s.BeforeStep(4);
   s.AfterStep(10, 2);  // 8 ms of compute
   EXPECT_EQ(s.sleep_ms, 0);
-  s.Start(f, 5);
+  s.Start(f, 1, 5);
   s.BeforeStep(5);
   EXPECT_EQ(s.sleep_ms, 16);  // (3 - 1) x 8
   s.slept_ms = 16;

@@ -371,12 +371,12 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
     }
     if (slow_here && !slow_claimed && next_step >= fault->step) {
       slow_claimed = true;
-      if (ClaimFault(*fault)) slow.Start(*fault, next_step);
+      if (ClaimFault(*fault)) slow.Start(*fault, rank, next_step);
     }
     if (!flags.drill_dir.empty()) {
       if (std::optional<Fault> drill = TakeDrill(flags.drill_dir, rank, next_step)) {
         FireHangOrCrash(*drill, rank, next_step);
-        slow.Start(*drill, next_step);
+        slow.Start(*drill, rank, next_step);
       }
     }
     slow.BeforeStep(next_step);

@@ -375,8 +375,10 @@ TEST_F(SlurmJobs, FollowerCutOffTheNetworkIsFoundLostAndTheJobRequeuedWithoutIt)
   EXPECT_EQ(Field(info, "JobState"), "COMPLETED") << info;
   EXPECT_EQ(Field(info, "Restarts"), "1") << info;
   // Not ExcNodeList: the job stays COMPLETING until Slurm finds n2 not responding, and Slurm may
-  // start it again (n2 down) before the epilog's watcher sees it pending.
+  // start it again (n2 down) before the epilog's watcher sees it pending. Either way the request
+  // is gone from the comment: a later requeue must not act on it.
   EXPECT_EQ(Field(info, "NodeList"), "n[1,3]") << info;
+  EXPECT_EQ(info.find("holdfast-requeue"), std::string::npos) << info;
   auto rec = Record();
   ASSERT_TRUE(rec);
   EXPECT_EQ(rec->run.state, RunState::kSucceeded) << rec->run.cause << "\n" << rec->EventList();
