@@ -42,7 +42,8 @@ enum class Phase : uint32_t {
 };
 const char* PhaseName(Phase phase);
 
-enum class CollectiveKind : uint32_t { kNone = 0, kAllreduce = 1, kBroadcast = 2, kBarrier = 3, kAllgather = 4 };
+enum class CollectiveKind : uint32_t { kNone = 0, kAllreduce = 1, kBroadcast = 2, kBarrier = 3, kAllgather = 4,
+                                      kReduceScatter = 5 };
 const char* CollectiveKindName(CollectiveKind kind);
 
 inline constexpr uint64_t kProgressMagic = 0x31474F5250464C48ULL;  // "HLFPROG1"

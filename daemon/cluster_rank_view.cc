@@ -17,7 +17,7 @@ constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
 // The checkpoint error text, without the record's terminating NUL.
 constexpr size_t kMaxCheckpointErrorBytes = kProgressErrorSize - 1;
 constexpr uint32_t kMaxPhase = static_cast<uint32_t>(Phase::kDone);
-constexpr uint32_t kMaxCollectiveKind = static_cast<uint32_t>(CollectiveKind::kAllgather);
+constexpr uint32_t kMaxCollectiveKind = static_cast<uint32_t>(CollectiveKind::kReduceScatter);
 
 // ---- clocks: local times <-> ages ----
 

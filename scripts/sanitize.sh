@@ -36,6 +36,9 @@ TSAN_SUITES=(
   # rendezvous store: in-process store and the TCP store (server on its own asio thread,
   # clients shared by threads).
   common_memory_store_test common_tcp_store_test
+  # communicators: one worker thread per Gloo communicator drains the collective queue
+  # (allreduce, ZeRO-1's reduce-scatter and allgather) while the training thread issues.
+  comm_communicator_test
   # daemon: protocols over sockets, rank processes (fork, signals), the run lock, the lineage
   # recorder's writer, the run controller, metrics, and holdfastd itself with stand-in ranks.
   control_protocol_test cluster_protocol_test rank_process_test run_lock_test run_controller_test

@@ -97,6 +97,7 @@ const std::vector<KeyDef>& Schema() {
       HF_STRING(dist, backend, "gloo|nccl", false),
       HF_FLOAT(dist, bucket_mb, 0.001, 4096.0, false),
       HF_BOOL(dist, overlap, false),
+      HF_INT(dist, zero_stage, 0, 1, false),
       HF_STRING(dist, host, nullptr, false),
       HF_INT(dist, timeout_s, 1, 86400 * 7, false),
       HF_STRING(checkpoint, dir, nullptr, false),

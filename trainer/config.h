@@ -63,6 +63,11 @@ struct DistConfig {
   std::string backend = "gloo";  // gloo | nccl
   double bucket_mb = 4.0;
   bool overlap = true;           // allreduce buckets while backward runs
+  // 1 (ZeRO stage 1, with world > 1): each rank keeps and updates only its
+  // slice of the AdamW moments ([n*r/W, n*(r+1)/W), its checkpoint slice);
+  // gradients are reduce-scattered and the updated parameters all-gathered,
+  // bucket by bucket. 0: every rank holds all of it (gradients allreduced).
+  int zero_stage = 1;
   // The address this rank's Gloo connections and a local launcher's store bind:
   // "" = the node's address from its supervisor (HOLDFAST_NODE_ADDR), else 127.0.0.1.
   std::string host;

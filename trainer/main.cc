@@ -144,11 +144,13 @@ void SetAsideCorrupt(const std::string& dir, const Status& reason) {
 // and moments, so every rank reads all shards (the loader checksums them all
 // anyway, so that all ranks pick the same step) and assembles the whole; a
 // checkpoint whose slices do not fit together is skipped like a corrupt one.
+// A checkpoint saved by another number of ranks is resumed by resharding
+// (Trainer::RestoreShards: the global batch kept, or a clear error).
 Result<int64_t> ResumeFromCheckpoint(const Flags& flags, const std::string& root, Trainer* trainer) {
   if (flags.resume == "never" && flags.resume_from_step < 0) return int64_t{-1};
   CheckpointLoader loader(root);
   LoadOptions lo;
-  lo.expected_world_size = trainer->world_size();
+  lo.expected_world_size = 0;  // any: a checkpoint of another world size is resharded
   auto saved_shards = [](const LoadedCheckpoint& c) {
     std::vector<SavedShard> out;
     for (const LoadedShard& shard : c.shards) {
@@ -182,6 +184,14 @@ Result<int64_t> ResumeFromCheckpoint(const Flags& flags, const std::string& root
                   w);
   }
   spdlog::info("resumed from checkpoint {} (step {})", ckpt->dir, trainer->step());
+  const int saved_world = static_cast<int>(ckpt->shards.size());
+  if (saved_world != trainer->world_size() && trainer->rank() == 0) {
+    spdlog::warn("RESHARDED: checkpoint of step {} saved by {} ranks, resumed on {}; grad_accum {} keeps its global "
+                 "batch of {} samples",
+                 trainer->step(), saved_world, trainer->world_size(), trainer->grad_accum(),
+                 static_cast<int64_t>(trainer->config().train.micro_batch) * trainer->grad_accum() *
+                     trainer->world_size());
+  }
   return trainer->step();
 }
 
@@ -279,6 +289,17 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
   if (main_rank) {
     spdlog::info("model: {} parameters, {} layers x {} wide, context {}; data {} {}; world {}", trainer.num_params(),
                  cfg.model.n_layer, cfg.model.n_embd, cfg.model.block_size, cfg.data.format, cfg.data.path, world);
+  }
+  {
+    const double whole_mb = static_cast<double>(trainer.num_params()) * 8 / 1e6;
+    const double own_mb = static_cast<double>(trainer.optimizer_state_bytes()) / 1e6;
+    if (trainer.zero_stage() > 0) {
+      spdlog::info("optimizer: ZeRO-{}, AdamW state {} bytes on this rank ({:.2f} MB, {:.3f} of the whole {:.2f} MB)",
+                   trainer.zero_stage(), trainer.optimizer_state_bytes(), own_mb, own_mb / whole_mb, whole_mb);
+    } else if (main_rank) {
+      spdlog::info("optimizer: AdamW state {} bytes on every rank ({:.2f} MB, not sharded)",
+                   trainer.optimizer_state_bytes(), own_mb);
+    }
   }
   if (!flags.dump_init.empty() && main_rank) {
     Status s = trainer.DumpParams(flags.dump_init);

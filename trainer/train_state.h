@@ -61,6 +61,7 @@ struct DeterminismFingerprint {
   int grad_accum = 0;
   int64_t bucket_bytes = 0;
   std::string backend;
+  int zero_stage = 0;  // dist.zero_stage in effect (0 with one rank); the reduction order differs
   // "cpu", or the GPU and its software: gpu::DeviceInfo::Describe() (model,
   // compute capability, driver, CUDA runtime, cuBLAS).
   std::string device = "cpu";

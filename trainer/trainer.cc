@@ -93,6 +93,7 @@ std::vector<std::string> DeterminismFingerprint::Diff(const DeterminismFingerpri
   cmp("grad_accum", std::to_string(grad_accum), std::to_string(now.grad_accum));
   cmp("bucket bytes", std::to_string(bucket_bytes), std::to_string(now.bucket_bytes));
   cmp("backend", backend, now.backend);
+  cmp("ZeRO stage", std::to_string(zero_stage), std::to_string(now.zero_stage));
   cmp("device", device, now.device);
   return out;
 }
@@ -127,6 +128,15 @@ struct Trainer::Impl {
     int pending = 0;
     std::unique_ptr<Work> work;
     uint64_t progress_seq = 0;  // its collective number in the progress record
+    // ZeRO-1: the bucket cut by the ranks' slices (parts[r] elements are rank
+    // r's, in rank order); this rank's part is [own_lo, own_hi) of the flat
+    // buffers, with its weight-decay runs relative to own_lo.
+    std::vector<size_t> parts;
+    int64_t own_lo = 0;
+    int64_t own_hi = 0;
+    std::vector<std::pair<int64_t, int64_t>> own_decay_runs;
+    std::unique_ptr<Work> gather;  // the allgather of its updated parameters
+    uint64_t gather_seq = 0;
   };
 
   // Calls back into the trainer when a parameter's gradient has been
@@ -161,8 +171,13 @@ struct Trainer::Impl {
 
   torch::Tensor flat_params;  // all parameters; module parameters are views into it
   torch::Tensor flat_grads;   // all gradients; .grad of each parameter is a view into it
+  // AdamW moments: all n elements, or under ZeRO-1 only [own_begin, own_end).
   torch::Tensor exp_avg;
   torch::Tensor exp_avg_sq;
+  bool zero = false;       // ZeRO-1 in effect (dist.zero_stage 1 and world > 1)
+  int64_t own_begin = 0;   // this rank's slice of the flat buffers: its checkpoint slice,
+  int64_t own_end = 0;     // and under ZeRO-1 the part whose moments it holds and updates
+  torch::Tensor totals_dev;  // GPU + ZeRO-1: float64 [4], the step's loss, requests and norm²
   std::vector<Slot> slots;    // flat order (reverse of registration: backward order)
   std::vector<std::pair<int64_t, int64_t>> decay_runs;  // contiguous [offset, numel) with weight decay
   std::vector<Bucket> buckets;
@@ -179,6 +194,9 @@ struct Trainer::Impl {
 
   int64_t step = 0;
   uint64_t cursor = 0;  // global sample index of the next step's first sample
+  // Micro-steps per optimiser step: train.grad_accum, or after a resume on
+  // another world size whatever keeps the checkpoint's global batch.
+  int accum = 1;
   torch::Tensor x_batch;
   torch::Tensor y_batch;
   std::string meta_text;    // backing store of the "meta" state view
@@ -187,6 +205,10 @@ struct Trainer::Impl {
 
   int rank() const { return comm->rank(); }
   int world() const { return comm->world_size(); }
+  // Rank r's slice of n flat elements: [n*r/W, n*(r+1)/W).
+  int64_t SliceBegin(int64_t n, int r) const { return n * r / world(); }
+  // Where element i of the flat buffers lives in exp_avg / exp_avg_sq.
+  int64_t moments_base() const { return zero ? own_begin : 0; }
 
   void BuildFlatLayout() {
     torch::NoGradGuard no_grad;
@@ -206,10 +228,14 @@ struct Trainer::Impl {
       slots.push_back(std::move(s));
     }
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+    zero = cfg.dist.zero_stage >= 1 && world() > 1;
+    own_begin = SliceBegin(total, rank());
+    own_end = SliceBegin(total, rank() + 1);
+    const int64_t moments = zero ? own_end - own_begin : total;
     flat_params = torch::empty({total}, f32);
     flat_grads = torch::zeros({total}, f32);
-    exp_avg = torch::zeros({total}, f32);
-    exp_avg_sq = torch::zeros({total}, f32);
+    exp_avg = torch::zeros({moments}, f32);
+    exp_avg_sq = torch::zeros({moments}, f32);
     for (Slot& s : slots) {
       auto pview = flat_params.slice(0, s.offset, s.offset + s.numel).view(s.shape);
       pview.copy_(s.param.detach());
@@ -235,6 +261,22 @@ struct Trainer::Impl {
       buckets.back().total += 1;
       slots[i].bucket = static_cast<int>(buckets.size()) - 1;
     }
+    if (zero) {
+      for (Bucket& b : buckets) {
+        const int64_t end = b.offset + b.numel;
+        for (int r = 0; r < world(); ++r) {
+          const int64_t lo = std::max(b.offset, SliceBegin(total, r));
+          const int64_t hi = std::min(end, SliceBegin(total, r + 1));
+          b.parts.push_back(static_cast<size_t>(std::max<int64_t>(0, hi - lo)));
+        }
+        b.own_lo = std::clamp(own_begin, b.offset, end);
+        b.own_hi = std::clamp(own_end, b.own_lo, end);
+        for (const auto& [offset, numel] : decay_runs) {
+          const int64_t lo = std::max(offset, b.own_lo), hi = std::min(offset + numel, b.own_hi);
+          if (lo < hi) b.own_decay_runs.emplace_back(lo - b.own_lo, hi - lo);
+        }
+      }
+    }
     if (world() > 1 && cfg.dist.overlap) {
       for (size_t i = 0; i < slots.size(); ++i) {
         auto acc = torch::autograd::impl::grad_accumulator(slots[i].param);
@@ -255,13 +297,16 @@ struct Trainer::Impl {
     while (next_launch < static_cast<int>(buckets.size()) && buckets[next_launch].pending == 0) {
       Bucket& b = buckets[next_launch];
       if (progress != nullptr) {
-        b.progress_seq = progress->IssueCollective(CollectiveKind::kAllreduce, static_cast<uint64_t>(b.numel) * 4);
+        b.progress_seq = progress->IssueCollective(GradCollective(), static_cast<uint64_t>(b.numel) * 4);
       }
-      b.work = comm->AllreduceAsync(flat_grads.data_ptr<float>() + b.offset, static_cast<size_t>(b.numel),
-                                    ReduceOp::kAvg);
+      float* grads = flat_grads.data_ptr<float>() + b.offset;
+      b.work = zero ? comm->ReduceScatterAsync(grads, b.parts, ReduceOp::kAvg)
+                    : comm->AllreduceAsync(grads, static_cast<size_t>(b.numel), ReduceOp::kAvg);
       ++next_launch;
     }
   }
+
+  CollectiveKind GradCollective() const { return zero ? CollectiveKind::kReduceScatter : CollectiveKind::kAllreduce; }
 
   Status FinishGradSync(double* wait_ms) {
     auto t0 = Clock::now();
@@ -278,14 +323,59 @@ struct Trainer::Impl {
         if (!s.ok() && first.ok()) first = s;
         continue;
       }
-      if (progress != nullptr) progress->WaitCollective(b.progress_seq, CollectiveKind::kAllreduce);
+      if (progress != nullptr) progress->WaitCollective(b.progress_seq, GradCollective());
       Status s = b.work->Wait();
       if (progress != nullptr && s.ok()) progress->CollectiveDone(b.progress_seq);
       b.work.reset();
       if (!s.ok() && first.ok()) first = s;
     }
     *wait_ms = MsSince(t0);
-    return first.WithContext("gradient allreduce");
+    return first.WithContext(zero ? "gradient reduce-scatter" : "gradient allreduce");
+  }
+
+  // ZeRO-1, after the gradient reduce-scatter: one float64 allreduce of the
+  // step's loss, the ranks' requests and the partial sums of squares of each
+  // rank's gradient slice (their sum is the global norm², every rank gets the
+  // same bits, so every rank clips alike). On a GPU it reduces device memory
+  // and leaves the norm in grad_norm for the update kernel.
+  Status ReduceStepTotals(double* loss_sum, const torch::Tensor& loss_dev, const StepRequests& requests,
+                          StepMetrics* m) {
+    double totals[4] = {*loss_sum, requests.stop ? 1.0 : 0.0, requests.checkpoint ? 1.0 : 0.0, 0.0};
+    double* reduce = totals;
+    if (cuda) {
+      torch::NoGradGuard no_grad;
+      totals_dev.copy_(torch::from_blob(totals, {4}, torch::kFloat64));
+      totals_dev.narrow(0, 0, 1).copy_(loss_dev.view({1}));
+      const torch::Tensor own = flat_grads.narrow(0, own_begin, own_end - own_begin);
+      totals_dev.narrow(0, 3, 1).copy_(
+          torch::linalg_vector_norm(own, 2, c10::nullopt, false, torch::kFloat64).square().view({1}));
+      reduce = totals_dev.data_ptr<double>();
+    } else {
+      totals[3] = SumOfSquares(flat_grads.data_ptr<float>() + own_begin, own_end - own_begin);
+    }
+    uint64_t seq = 0;
+    if (progress != nullptr) {
+      seq = progress->IssueCollective(CollectiveKind::kAllreduce, sizeof(totals));
+      progress->WaitCollective(seq, CollectiveKind::kAllreduce);
+    }
+    HF_RETURN_IF_ERROR(comm->AllreduceDoubles(reduce, 4, ReduceOp::kSum).WithContext("loss and norm allreduce"));
+    if (progress != nullptr) {
+      if (cuda) {
+        for (const Bucket& b : buckets) progress->CollectiveDone(b.progress_seq);  // done before this one
+      }
+      progress->CollectiveDone(seq);
+    }
+    if (cuda) {
+      torch::NoGradGuard no_grad;
+      grad_norm.copy_(totals_dev.narrow(0, 3, 1).sqrt());
+      auto host = totals_dev.to(torch::kCPU);
+      std::memcpy(totals, host.data_ptr<double>(), sizeof(totals));
+    }
+    *loss_sum = totals[0] / world();
+    m->stop = totals[1] > 0;
+    m->checkpoint = totals[2] > 0;
+    m->grad_norm = std::sqrt(totals[3]);
+    return Status::Ok();
   }
 
   Status Update(double lr, double grad_scale) {
@@ -302,6 +392,9 @@ struct Trainer::Impl {
       // The copies of a checkpoint staged last step finish before the update
       // overwrites what they read (a device-side wait; the host goes on).
       if (stager != nullptr) HF_RETURN_IF_ERROR(stager->FenceBeforeUpdate().WithContext("checkpoint staging fence"));
+    }
+    if (zero) return UpdateOwnSliceAndGather(a);
+    if (cuda) {
       return gpu::ApplyAdamWOnDevice(a, decay_runs, flat_params.numel(), flat_grads.data_ptr<float>(),
                                      flat_params.data_ptr<float>(), exp_avg.data_ptr<float>(),
                                      exp_avg_sq.data_ptr<float>(), grad_norm.data_ptr<double>(), cfg.optim.grad_clip);
@@ -309,6 +402,52 @@ struct Trainer::Impl {
     ApplyAdamW(a, decay_runs, flat_params.numel(), flat_grads.data_ptr<float>(), flat_params.data_ptr<float>(),
                exp_avg.data_ptr<float>(), exp_avg_sq.data_ptr<float>());
     return Status::Ok();
+  }
+
+  // ZeRO-1: updates this rank's slice bucket by bucket, launching each
+  // bucket's allgather as soon as its part is updated (the gather of one
+  // overlaps the update of the next). Every rank issues one allgather per
+  // bucket, in bucket order, its own part empty or not. The arithmetic per
+  // element is ApplyAdamW's, so a slice updates exactly as the whole would.
+  Status UpdateOwnSliceAndGather(const AdamWStep& a) {
+    float* params = flat_params.data_ptr<float>();
+    const float* grads = flat_grads.data_ptr<float>();
+    for (Bucket& b : buckets) {
+      const int64_t n = b.own_hi - b.own_lo;
+      if (n > 0) {
+        const int64_t mom = b.own_lo - own_begin;
+        float* m1 = exp_avg.data_ptr<float>() + mom;
+        float* m2 = exp_avg_sq.data_ptr<float>() + mom;
+        if (cuda) {
+          HF_RETURN_IF_ERROR(gpu::ApplyAdamWOnDevice(a, b.own_decay_runs, n, grads + b.own_lo, params + b.own_lo, m1,
+                                                     m2, grad_norm.data_ptr<double>(), cfg.optim.grad_clip));
+        } else {
+          ApplyAdamW(a, b.own_decay_runs, n, grads + b.own_lo, params + b.own_lo, m1, m2);
+        }
+      }
+      if (progress != nullptr) {
+        b.gather_seq = progress->IssueCollective(CollectiveKind::kAllgather, static_cast<uint64_t>(b.numel) * 4);
+      }
+      b.gather = comm->AllgatherAsync(params + b.offset, b.parts);
+    }
+    return Status::Ok();
+  }
+
+  // Waits for the parameter allgathers (a GPU queues the wait on the device);
+  // the time waited is added to *wait_ms.
+  Status FinishParamGather(double* wait_ms) {
+    const auto t0 = Clock::now();
+    Status first;
+    for (Bucket& b : buckets) {
+      if (b.gather == nullptr) continue;
+      if (progress != nullptr) progress->WaitCollective(b.gather_seq, CollectiveKind::kAllgather);
+      Status s = cuda ? b.gather->WaitOnDevice() : b.gather->Wait();
+      if (progress != nullptr && s.ok()) progress->CollectiveDone(b.gather_seq);
+      b.gather.reset();
+      if (!s.ok() && first.ok()) first = s;
+    }
+    *wait_ms += MsSince(t0);
+    return first.WithContext("parameter allgather");
   }
 
   // This micro-step's samples, on the device. On a GPU each batch goes through
@@ -329,7 +468,6 @@ struct Trainer::Impl {
 
   Result<StepMetrics> Step(StepRequests requests) {
     const auto t0 = Clock::now();
-    const int accum = cfg.train.grad_accum;
     const int B = cfg.train.micro_batch;
     StepMetrics m;
     double loss_sum = 0;
@@ -363,6 +501,10 @@ struct Trainer::Impl {
         for (Bucket& b : buckets) b.pending = 0;
       }
       HF_RETURN_IF_ERROR(FinishGradSync(&m.comm_wait_ms));
+    }
+    if (zero) {
+      HF_RETURN_IF_ERROR(ReduceStepTotals(&loss_sum, loss_dev, requests, &m));
+    } else if (world() > 1) {
       float shared[3] = {static_cast<float>(loss_sum), requests.stop ? 1.0f : 0.0f, requests.checkpoint ? 1.0f : 0.0f};
       float* reduce = shared;
       if (cuda) {
@@ -404,7 +546,9 @@ struct Trainer::Impl {
       // max_norm / (norm + 1e-6) clamped to 1, is applied by the update as it
       // reads each gradient (no extra pass); on a GPU the kernel reads the norm
       // from device memory.
-      if (cuda) {
+      if (zero) {
+        grad_scale = cuda ? 1.0 : ClipCoefficient(m.grad_norm, cfg.optim.grad_clip);  // ReduceStepTotals
+      } else if (cuda) {
         grad_norm.copy_(torch::linalg_vector_norm(flat_grads, 2, c10::nullopt, false, torch::kFloat64).view({1}));
       } else {
         m.grad_norm = std::sqrt(SumOfSquares(flat_grads.data_ptr<float>(), flat_grads.numel()));
@@ -418,6 +562,7 @@ struct Trainer::Impl {
     // waits for the writer instead, before it reuses the pinned buffer.
     if (before_update && !cuda) before_update();
     HF_RETURN_IF_ERROR(Update(lr, grad_scale).WithContext("optimizer update"));
+    if (zero) HF_RETURN_IF_ERROR(FinishParamGather(&m.comm_wait_ms));
     if (cuda) m.grad_norm = grad_norm.item<double>();
     cursor += static_cast<uint64_t>(B) * accum * world();
     step += 1;
@@ -437,9 +582,10 @@ struct Trainer::Impl {
     f.blas = LoadedBlas();
     f.threads = at::get_num_threads();
     f.world_size = world();
-    f.grad_accum = cfg.train.grad_accum;
+    f.grad_accum = accum;
     f.bucket_bytes = world() > 1 ? bucket_bytes : 0;
     f.backend = world() > 1 ? comm->backend() : "none";
+    f.zero_stage = zero ? cfg.dist.zero_stage : 0;
     f.device = device_text;
     return f;
   }
@@ -462,6 +608,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, st
   impl->cfg = config;
   impl->comm = std::move(comm);
   impl->placement = placement;
+  impl->accum = config.train.grad_accum;
   if (placement.cuda) {
     impl->cuda = true;
     impl->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(placement.ordinal));
@@ -505,6 +652,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, st
     if (impl->cuda) {
       impl->grad_norm = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(impl->device));
       impl->shared_dev = torch::zeros({3}, torch::TensorOptions().dtype(torch::kFloat32).device(impl->device));
+      impl->totals_dev = torch::zeros({4}, torch::TensorOptions().dtype(torch::kFloat64).device(impl->device));
     }
   } catch (const std::exception& e) {
     return TorchError("building the model", e);
@@ -528,6 +676,11 @@ int Trainer::world_size() const { return impl_->world(); }
 const TrainerConfig& Trainer::config() const { return impl_->cfg; }
 DeterminismFingerprint Trainer::Fingerprint() const { return impl_->Fingerprint(); }
 int64_t Trainer::num_params() const { return impl_->flat_params.numel(); }
+int64_t Trainer::optimizer_state_bytes() const {
+  return (impl_->exp_avg.numel() + impl_->exp_avg_sq.numel()) * static_cast<int64_t>(sizeof(float));
+}
+int Trainer::grad_accum() const { return impl_->accum; }
+int Trainer::zero_stage() const { return impl_->zero ? impl_->cfg.dist.zero_stage : 0; }
 
 uint64_t Trainer::ParamsHash() const {
   const torch::Tensor host = impl_->flat_params.to(torch::kCPU);
@@ -687,20 +840,23 @@ StateView SliceOf(const char* name, const torch::Tensor& t, int64_t begin, int64
 }
 }  // namespace
 
-Result<std::vector<StateView>> Trainer::StateViews() {
-  const int64_t n = impl_->flat_params.numel();
-  const int64_t r = impl_->rank(), w = impl_->world();
-  return ViewsOfSlice(n * r / w, n * (r + 1) / w);
-}
+Result<std::vector<StateView>> Trainer::StateViews() { return ViewsOfSlice(impl_->own_begin, impl_->own_end); }
 
 Result<std::vector<StateView>> Trainer::ViewsOfSlice(int64_t begin, int64_t end) {
   Impl& d = *impl_;
+  const int64_t mb = d.moments_base();
+  if (begin < mb || end - mb > d.exp_avg.numel()) {
+    return FailedPreconditionError("rank " + std::to_string(d.rank()) + " holds the optimizer state of elements " +
+                                   Range(mb, mb + d.exp_avg.numel()) + " only (ZeRO-1), not " + Range(begin, end) +
+                                   "; capture the complete state with dist.zero_stage = 0");
+  }
   if (d.cuda && d.before_update) d.before_update();  // the writer no longer reads the pinned buffer
   const DeterminismFingerprint f = d.Fingerprint();
   nlohmann::json meta = {
       {"format", kStateFormat},
       {"step", d.step},
       {"data_cursor", d.cursor},
+      {"global_batch", static_cast<int64_t>(d.cfg.train.micro_batch) * d.accum * d.world()},
       {"config_hash", Hex(ConfigHash(d.cfg))},
       {"rank", d.rank()},
       {"world_size", d.world()},
@@ -710,7 +866,7 @@ Result<std::vector<StateView>> Trainer::ViewsOfSlice(int64_t begin, int64_t end)
       {"determinism",
        {{"torch_version", f.torch_version}, {"blas", f.blas}, {"threads", f.threads},
         {"world_size", f.world_size}, {"grad_accum", f.grad_accum}, {"bucket_bytes", f.bucket_bytes},
-        {"backend", f.backend}, {"device", f.device}}},
+        {"backend", f.backend}, {"zero_stage", f.zero_stage}, {"device", f.device}}},
   };
   d.meta_text = meta.dump(1);
   std::vector<StateView> views;
@@ -722,15 +878,16 @@ Result<std::vector<StateView>> Trainer::ViewsOfSlice(int64_t begin, int64_t end)
       const torch::Tensor* sources[] = {&d.flat_params, &d.exp_avg, &d.exp_avg_sq};  // kSlicedBuffers' order
       std::vector<DeviceStager::Piece> pieces;
       for (size_t i = 0; i < 3; ++i) {
-        const StateView v = SliceOf(kSlicedBuffers[i], *sources[i], begin, end);
+        const int64_t base = i == 0 ? 0 : mb;
+        const StateView v = SliceOf(kSlicedBuffers[i], *sources[i], begin - base, end - base);
         pieces.push_back({v.name, v.data, v.size});
       }
       HF_ASSIGN_OR_RETURN(std::vector<StateView> staged, d.stager->Stage(pieces));
       for (StateView& v : staged) views.push_back(std::move(v));
     } else {
       views.push_back(SliceOf("params", d.flat_params, begin, end));
-      views.push_back(SliceOf("optim.exp_avg", d.exp_avg, begin, end));
-      views.push_back(SliceOf("optim.exp_avg_sq", d.exp_avg_sq, begin, end));
+      views.push_back(SliceOf("optim.exp_avg", d.exp_avg, begin - mb, end - mb));
+      views.push_back(SliceOf("optim.exp_avg_sq", d.exp_avg_sq, begin - mb, end - mb));
     }
     auto gen = at::detail::getDefaultCPUGenerator();
     {
@@ -772,11 +929,12 @@ Status Trainer::RestoreState(const std::vector<StateView>& state, bool strict_de
 
 Status Trainer::RestoreShards(const std::vector<SavedShard>& shards, bool strict_determinism,
                               std::vector<std::string>* warnings) {
-  if (shards.size() != static_cast<size_t>(impl_->world())) {
-    return FailedPreconditionError("the checkpoint was saved by " + std::to_string(shards.size()) +
-                                   " ranks, this run has " + std::to_string(impl_->world()));
-  }
-  return Restore(shards[impl_->rank()], shards, strict_determinism, warnings);
+  if (shards.empty()) return InvalidArgumentError("no saved state to restore from");
+  // On another world size (a reshard) a rank past the saved ranks takes the
+  // step, cursor and fingerprint from rank 0's meta (they are the same on
+  // every shard) and starts a fresh dropout stream (Restore).
+  const size_t own = static_cast<size_t>(impl_->rank()) < shards.size() ? impl_->rank() : 0;
+  return Restore(shards[own], shards, strict_determinism, warnings);
 }
 
 Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& all, bool strict_determinism,
@@ -798,8 +956,30 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
     if (meta.at("layout") != d.Layout()) {
       return FailedPreconditionError("the state's parameter layout differs from this model's");
     }
-    DeterminismFingerprint saved;
     const auto& det = meta.at("determinism");
+    // The global batch (samples per step) is the checkpoint's: on another
+    // world size the micro-steps per step change to keep it, so the data
+    // sampler goes on with the same samples in each step.
+    const int saved_world = meta.at("world_size").get<int>();
+    const int64_t micro = d.cfg.train.micro_batch;
+    const int64_t global = meta.contains("global_batch")
+                               ? meta.at("global_batch").get<int64_t>()
+                               : micro * det.at("grad_accum").get<int64_t>() * saved_world;  // before the field
+    if (global <= 0 || global % (micro * d.world()) != 0) {
+      std::string fits;
+      for (int64_t w = 1; w <= global / micro && fits.size() < 200; ++w) {
+        if (global % (micro * w) == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(w);
+      }
+      return FailedPreconditionError(
+          "the checkpoint was saved by " + std::to_string(saved_world) + " ranks with a global batch of " +
+          std::to_string(global) + " samples; " + std::to_string(d.world()) + " ranks of " +
+          std::to_string(micro) + " samples per micro-batch cannot make it up (" + std::to_string(global) +
+          " is not a multiple of " + std::to_string(micro * d.world()) + "): resume on " +
+          (fits.empty() ? std::string("the world size that saved it") : "one of " + fits + " ranks") +
+          ", or change train.micro_batch in a new run");
+    }
+    d.accum = static_cast<int>(global / (micro * d.world()));
+    DeterminismFingerprint saved;
     saved.torch_version = det.at("torch_version").get<std::string>();
     saved.blas = det.at("blas").get<std::string>();
     saved.threads = det.at("threads").get<int>();
@@ -807,6 +987,7 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
     saved.grad_accum = det.at("grad_accum").get<int>();
     saved.bucket_bytes = det.at("bucket_bytes").get<int64_t>();
     saved.backend = det.at("backend").get<std::string>();
+    saved.zero_stage = det.value("zero_stage", 0);  // checkpoints from before ZeRO-1
     saved.device = det.value("device", "cpu");  // checkpoints from before GPU training
     std::vector<std::string> diffs = saved.Diff(d.Fingerprint());
     if (!diffs.empty()) {
@@ -820,10 +1001,19 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
     }
     HF_ASSIGN_OR_RETURN(std::vector<std::optional<StateSlice>> slices, CheckedSlices(all));
     const torch::Tensor* targets[] = {&d.flat_params, &d.exp_avg, &d.exp_avg_sq};
+    // The moments this rank holds: elements [mb, me) of the flat layout.
+    const int64_t mb = d.moments_base(), me = mb + d.exp_avg.numel();
     if (!slices[0]) {
       // v1: this rank's shard is a full replica.
-      for (size_t b = 0; b < 3; ++b) {
-        HF_RETURN_IF_ERROR(CopyInto(FindView(own.views, kSlicedBuffers[b]), *targets[b], kSlicedBuffers[b]));
+      HF_RETURN_IF_ERROR(CopyInto(FindView(own.views, kSlicedBuffers[0]), d.flat_params, kSlicedBuffers[0]));
+      for (size_t b = 1; b < 3; ++b) {
+        const StateView* v = FindView(own.views, kSlicedBuffers[b]);
+        const size_t want = static_cast<size_t>(d.flat_params.numel()) * kSlicedElementSize;
+        if (v == nullptr || v->size != want) {
+          return CorruptionError(std::string("state buffer '") + kSlicedBuffers[b] + "' is missing or not " +
+                                 std::to_string(want) + " bytes (the model's parameters)");
+        }
+        CopyHostBytes(*targets[b], v->data + mb * kSlicedElementSize);
       }
     } else {
       const int64_t n = d.flat_params.numel();
@@ -832,13 +1022,27 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
                                        " parameters, this model has " + std::to_string(n) +
                                        "; resume with the model config it was saved with");
       }
+      // Parameters: every slice. Moments: the part of each slice this rank holds.
       for (size_t i = 0; i < all.size(); ++i) {
         const StateSlice& s = *slices[i];
-        for (size_t b = 0; b < 3; ++b) {
+        if (s.count == 0) continue;
+        CopyHostBytes(d.flat_params.narrow(0, s.offset, s.count), FindView(all[i].views, kSlicedBuffers[0])->data);
+        const int64_t lo = std::max(s.offset, mb), hi = std::min(s.offset + s.count, me);
+        if (lo >= hi) continue;
+        for (size_t b = 1; b < 3; ++b) {
           const StateView* v = FindView(all[i].views, kSlicedBuffers[b]);  // present and sized: CheckedSlices
-          if (s.count > 0) CopyHostBytes(targets[b]->narrow(0, s.offset, s.count), v->data);
+          CopyHostBytes(targets[b]->narrow(0, lo - mb, hi - lo), v->data + (lo - s.offset) * kSlicedElementSize);
         }
       }
+    }
+    d.step = meta.at("step").get<int64_t>();
+    d.cursor = meta.at("data_cursor").get<uint64_t>();
+    if (d.rank() >= saved_world) {
+      // A rank the checkpoint had no shard of: a fresh dropout stream of its
+      // own, a function of the seed, its rank and the step.
+      torch::manual_seed(d.cfg.train.seed * 1000003ULL + 1 + static_cast<uint64_t>(d.rank()) +
+                         static_cast<uint64_t>(d.step) * 7919ULL);
+      return Status::Ok();
     }
     const StateView* rng = FindView(own.views, "rng.cpu");
     if (rng == nullptr) return CorruptionError("state has no 'rng.cpu' buffer");
@@ -859,8 +1063,6 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
     }
     // A CPU checkpoint resumed on a GPU (or back) keeps its CUDA generator
     // seeded as at start: the fingerprint's device difference already warned.
-    d.step = meta.at("step").get<int64_t>();
-    d.cursor = meta.at("data_cursor").get<uint64_t>();
   } catch (const nlohmann::json::exception& e) {
     return CorruptionError(std::string("state 'meta' is missing a field: ") + e.what());
   } catch (const std::exception& e) {

@@ -111,6 +111,11 @@ class Trainer {
   // "rng.cpu" from shards[rank()], the parameters and moments assembled from
   // all shards' slices. Also accepts checkpoints written before slicing
   // (every shard a full replica, state format v1): this rank's shard is used.
+  // Saved by another number of ranks (a reshard): the slices are re-cut for
+  // this world, grad_accum() changes to keep the checkpoint's global batch
+  // (or the restore fails naming the world sizes that would keep it), ranks
+  // past the saved ones seed a fresh dropout stream, and the determinism
+  // fingerprint's difference names the world size.
   Status RestoreShards(const std::vector<SavedShard>& shards, bool strict_determinism,
                        std::vector<std::string>* warnings);
   // Checks that shards' slices fit together (tile [0, total) with no gap or
@@ -133,6 +138,15 @@ class Trainer {
   // XXH3-64 of the flat parameter bytes: equal hashes = bit-identical parameters.
   uint64_t ParamsHash() const;
   int64_t num_params() const;
+  // Bytes of AdamW state (both moments) this rank holds: 8 per parameter, or
+  // under ZeRO-1 8 per parameter of its slice (about 1/world of it).
+  int64_t optimizer_state_bytes() const;
+  // Micro-steps per optimiser step: train.grad_accum, or after RestoreShards
+  // of a checkpoint saved by another number of ranks, what keeps its global
+  // batch (micro_batch x grad_accum x world size).
+  int grad_accum() const;
+  // The ZeRO stage in effect: dist.zero_stage with more than one rank, else 0.
+  int zero_stage() const;
 
  private:
   struct Impl;

@@ -94,10 +94,10 @@ int64_t Carried(int64_t t, int64_t now) { return t <= 0 ? 0 : (t >= now ? now : 
 
 bool KnownToThisBuild(const ProgressRecordLayout& p) {
   if (p.phase > static_cast<uint32_t>(Phase::kDone)) return false;
-  if (p.collective_kind > static_cast<uint32_t>(CollectiveKind::kAllgather)) return false;
+  if (p.collective_kind > static_cast<uint32_t>(CollectiveKind::kReduceScatter)) return false;
   const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
   for (uint64_t i = 0; i < n; ++i) {
-    if (p.ring[(p.ring_head - n + i) % kProgressRingSize].kind > static_cast<uint32_t>(CollectiveKind::kAllgather)) {
+    if (p.ring[(p.ring_head - n + i) % kProgressRingSize].kind > static_cast<uint32_t>(CollectiveKind::kReduceScatter)) {
       return false;
     }
   }

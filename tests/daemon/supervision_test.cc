@@ -55,7 +55,9 @@ TEST_F(SupervisionTest, SigstopOfARankIsAHangNamingThatRank) {
   EXPECT_EQ((*inc)->runbook, "runbooks/hang.md");
 }
 
-TEST_F(SupervisionTest, ARankStuckInComputeIsNamedWhileTheOthersWaitInAllreduce) {
+// Two ranks train with ZeRO-1 (the default), so the gradients go through a
+// reduce-scatter: the waiting rank is in that collective.
+TEST_F(SupervisionTest, ARankStuckInComputeIsNamedWhileTheOthersWaitInTheGradientReduceScatter) {
   WriteJob("hang@1:14");
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
   ExpectFinishedBitExact(daemon);
@@ -67,7 +69,7 @@ TEST_F(SupervisionTest, ARankStuckInComputeIsNamedWhileTheOthersWaitInAllreduce)
   ASSERT_TRUE(inc.ok() && inc->has_value());
   EXPECT_EQ((*inc)->kind, "hang");
   EXPECT_EQ((*inc)->rank, 1) << (*inc)->summary;
-  EXPECT_NE((*inc)->summary.find("rank 1 never entered allreduce #"), std::string::npos) << (*inc)->summary;
+  EXPECT_NE((*inc)->summary.find("rank 1 never entered reduce_scatter #"), std::string::npos) << (*inc)->summary;
   EXPECT_NE((*inc)->summary.find("rank 0 waiting in it"), std::string::npos) << (*inc)->summary;
   auto ev = nlohmann::json::parse((*inc)->evidence_json);
   EXPECT_EQ(ev["ranks"].size(), 2u);

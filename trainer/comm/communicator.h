@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "common/store.h"
@@ -61,6 +62,23 @@ class Communicator {
   // Gloo, device memory for NCCL). `data` must stay valid until Wait returns.
   virtual std::unique_ptr<Work> AllreduceAsync(float* data, size_t count, ReduceOp op) = 0;
   Status Allreduce(float* data, size_t count, ReduceOp op) { return AllreduceAsync(data, count, op)->Wait(); }
+  // ZeRO-1's collectives. `counts` (world_size entries, zeros allowed) splits
+  // [data, data + sum(counts)) into contiguous parts in rank order: rank r's
+  // part starts at counts[0] + ... + counts[r-1]. Both are in place, queued in
+  // issue order with every other collective, and `data` must stay valid until
+  // Wait returns. Every rank passes the same counts (a rank whose counts are
+  // malformed fails at once; its peers then wait out the timeout).
+  // Reduce-scatter: on completion rank r's own part holds the reduction over
+  // all ranks of that part (kAvg divides by world_size); the other parts of
+  // `data` are left unspecified (scratch). The summation order is fixed for a
+  // given world size, so the result is the same bits from run to run.
+  virtual std::unique_ptr<Work> ReduceScatterAsync(float* data, const std::vector<size_t>& counts, ReduceOp op) = 0;
+  // Allgather: every rank's own part is copied to the same place on every rank.
+  virtual std::unique_ptr<Work> AllgatherAsync(float* data, const std::vector<size_t>& counts) = 0;
+  // Blocking allreduce of a few float64 values (the step's loss, its requests
+  // and the partial sums of the gradient norm under ZeRO-1); every rank gets the
+  // same bits. Host memory for Gloo, device memory for NCCL.
+  virtual Status AllreduceDoubles(double* data, size_t count, ReduceOp op) = 0;
   // In-place broadcast of `bytes` bytes from root to all ranks.
   virtual Status Broadcast(void* data, size_t bytes, int root) = 0;
   virtual Status Barrier() = 0;

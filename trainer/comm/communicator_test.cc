@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -135,6 +138,184 @@ TEST_P(GlooWorldTest, NoRankLeavesABarrierBeforeAllArrived) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, GlooWorldTest, ::testing::Values(2, 3));
 
+// ---- ZeRO-1's collectives: reduce-scatter, allgather, allreduce of doubles ----
+
+// Splits of a flat buffer into per-rank parts as the trainer makes them (a
+// bucket cut by each rank's slice): zeros, uneven sizes, everything in one
+// rank, nothing at all, and a large uneven one.
+std::vector<std::vector<size_t>> SplitsFor(int world) {
+  switch (world) {
+    case 2:
+      return {{0, 5}, {7, 7}, {13, 0}, {0, 0}, {1, 70001}};
+    case 3:
+      return {{7, 7, 6}, {0, 9, 0}, {4, 0, 1}, {0, 0, 0}, {65536, 0, 100003}};
+    default:
+      return {{0, 5, 0, 3}, {0, 0, 11, 0}, {3, 3, 3, 2}, {0, 0, 0, 0}, {0, 65536, 1, 100003}};
+  }
+}
+
+std::vector<size_t> Offsets(const std::vector<size_t>& counts) {
+  std::vector<size_t> offsets(counts.size(), 0);
+  for (size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  return offsets;
+}
+
+size_t Total(const std::vector<size_t>& counts) { return std::accumulate(counts.begin(), counts.end(), size_t{0}); }
+
+// Small integers, so every sum over ranks is exact in float32 whatever its order.
+float RankValue(int rank, size_t i) { return static_cast<float>((rank + 1) * 100 + static_cast<int>(i % 61)); }
+float SumOverRanks(int world, size_t i) {
+  return static_cast<float>(100 * world * (world + 1) / 2 + world * static_cast<int>(i % 61));
+}
+
+class GlooShardedTest : public GlooTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(GlooShardedTest, ReduceScatterLeavesEachRankTheSumOfItsOwnPart) {
+  const int world = GetParam();
+  RunRanks(world, [&](int rank, Communicator& comm) {
+    for (const std::vector<size_t>& counts : SplitsFor(world)) {
+      const size_t begin = Offsets(counts)[rank];
+      const size_t end = begin + counts[rank];
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        std::vector<float> data(Total(counts));
+        for (size_t i = 0; i < data.size(); ++i) data[i] = RankValue(rank, i);
+        Status s = comm.ReduceScatterAsync(data.data(), counts, op)->Wait();
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        for (size_t i = begin; i < end; ++i) {
+          // kAvg scales the exact sum by 1/world, as Allreduce does.
+          const float expected =
+              op == ReduceOp::kSum ? SumOverRanks(world, i) : SumOverRanks(world, i) * (1.0f / static_cast<float>(world));
+          ASSERT_EQ(data[i], expected) << "index " << i << " rank " << rank << " parts " << ::testing::PrintToString(counts)
+                                       << (op == ReduceOp::kSum ? " sum" : " avg");
+        }
+      }
+    }
+  });
+}
+
+TEST_P(GlooShardedTest, AllgatherGivesEveryRankEveryPart) {
+  const int world = GetParam();
+  RunRanks(world, [&](int rank, Communicator& comm) {
+    for (const std::vector<size_t>& counts : SplitsFor(world)) {
+      const std::vector<size_t> offsets = Offsets(counts);
+      std::vector<float> data(Total(counts), -1.0f);  // other ranks' parts start as garbage
+      for (size_t i = offsets[rank]; i < offsets[rank] + counts[rank]; ++i) data[i] = RankValue(rank, i);
+      Status s = comm.AllgatherAsync(data.data(), counts)->Wait();
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      for (int owner = 0; owner < world; ++owner) {
+        for (size_t i = offsets[owner]; i < offsets[owner] + counts[owner]; ++i) {
+          ASSERT_EQ(data[i], RankValue(owner, i)) << "index " << i << " of rank " << owner << "'s part, on rank " << rank
+                                                  << ", parts " << ::testing::PrintToString(counts);
+        }
+      }
+    }
+  });
+}
+
+TEST_P(GlooShardedTest, AllreduceDoublesSumsExactlyOnEveryRank) {
+  const int world = GetParam();
+  RunRanks(world, [&](int rank, Communicator& comm) {
+    // Large integers and halves: exact in float64, not in float32.
+    std::vector<double> data = {1e15 + rank, 0.5 * (rank + 1), -3.0 * rank, 0.0};
+    ASSERT_TRUE(comm.AllreduceDoubles(data.data(), data.size(), ReduceOp::kSum).ok());
+    const double ranks = world * (world - 1) / 2.0;  // sum of rank numbers
+    EXPECT_EQ(data[0], 1e15 * world + ranks);
+    EXPECT_EQ(data[1], 0.5 * (ranks + world));
+    EXPECT_EQ(data[2], -3.0 * ranks);
+    EXPECT_EQ(data[3], 0.0);
+    std::vector<double> avg = {static_cast<double>(rank), 2.0};
+    ASSERT_TRUE(comm.AllreduceDoubles(avg.data(), avg.size(), ReduceOp::kAvg).ok());
+    EXPECT_EQ(avg[0], ranks / world);
+    EXPECT_EQ(avg[1], 2.0);
+    EXPECT_TRUE(comm.AllreduceDoubles(nullptr, 0, ReduceOp::kSum).ok());
+  });
+}
+
+TEST_P(GlooShardedTest, InterleavedWithAllreducesTheyRunInIssueOrder) {
+  const int world = GetParam();
+  const std::vector<size_t> counts = SplitsFor(world).back();
+  RunRanks(world, [&](int rank, Communicator& comm) {
+    std::vector<float> flat(Total(counts));
+    std::vector<float> other(1000);
+    for (int step = 0; step < 2; ++step) {
+      for (size_t i = 0; i < flat.size(); ++i) flat[i] = RankValue(rank, i);
+      for (size_t i = 0; i < other.size(); ++i) other[i] = static_cast<float>(rank + 1);
+      // Reduce-scatter then allgather of the same buffer is an allreduce, but
+      // only if the allgather runs after the reduce-scatter; the two
+      // allreduces of `other` in between must not overtake either.
+      std::vector<std::unique_ptr<Work>> works;
+      works.push_back(comm.AllreduceAsync(other.data(), other.size(), ReduceOp::kSum));
+      works.push_back(comm.ReduceScatterAsync(flat.data(), counts, ReduceOp::kSum));
+      works.push_back(comm.AllreduceAsync(other.data(), other.size(), ReduceOp::kSum));
+      works.push_back(comm.AllgatherAsync(flat.data(), counts));
+      for (auto it = works.rbegin(); it != works.rend(); ++it) ASSERT_TRUE((*it)->Wait().ok());
+      double loss = rank + 1;
+      ASSERT_TRUE(comm.AllreduceDoubles(&loss, 1, ReduceOp::kSum).ok());
+      EXPECT_EQ(loss, world * (world + 1) / 2.0);
+      for (size_t i = 0; i < flat.size(); ++i) ASSERT_EQ(flat[i], SumOverRanks(world, i)) << "index " << i;
+      const float twice = static_cast<float>(world * world * (world + 1) / 2);
+      for (size_t i = 0; i < other.size(); ++i) ASSERT_EQ(other[i], twice) << "index " << i;
+    }
+  });
+}
+
+TEST_P(GlooShardedTest, ReduceScatterGivesTheSameBitsEveryRun) {
+  const int world = GetParam();
+  const std::vector<size_t> counts = SplitsFor(world).back();
+  // Mixed magnitudes and signs, so that the order of the additions shows in the bits.
+  auto fill = [&](int rank, std::vector<float>& data) {
+    std::mt19937 gen(1234 + rank);
+    std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> exponent(-12, 12);
+    for (float& x : data) x = std::ldexp(mantissa(gen), exponent(gen));
+  };
+  // results[run][rank]: the rank's own part after the collective.
+  std::vector<std::vector<std::vector<float>>> results(3, std::vector<std::vector<float>>(world));
+  auto run = [&](int first_run, int runs) {
+    RunRanks(world, [&](int rank, Communicator& comm) {
+      const size_t begin = Offsets(counts)[rank];
+      std::vector<float> data(Total(counts));
+      for (int r = first_run; r < first_run + runs; ++r) {
+        fill(rank, data);
+        ASSERT_TRUE(comm.ReduceScatterAsync(data.data(), counts, ReduceOp::kAvg)->Wait().ok());
+        results[r][rank].assign(data.begin() + begin, data.begin() + begin + counts[rank]);
+      }
+    });
+  };
+  run(0, 2);  // twice on one communicator
+  run(2, 1);  // and once more on fresh connections
+  for (int rank = 0; rank < world; ++rank) {
+    ASSERT_EQ(results[0][rank].size(), counts[rank]);
+    for (int r = 1; r < 3; ++r) {
+      ASSERT_EQ(results[r][rank].size(), counts[rank]);
+      EXPECT_EQ(std::memcmp(results[r][rank].data(), results[0][rank].data(), counts[rank] * sizeof(float)), 0)
+          << "rank " << rank << ", run " << r << " differs from run 0";
+    }
+  }
+}
+
+TEST_P(GlooShardedTest, CountsNotOnePerRankAreRefusedAndTheCommunicatorStaysUsable) {
+  const int world = GetParam();
+  RunRanks(world, [&](int rank, Communicator& comm) {
+    std::vector<float> data(16, 1.0f);
+    for (const std::vector<size_t>& bad : {std::vector<size_t>{}, std::vector<size_t>(world - 1, 2),
+                                           std::vector<size_t>(world + 1, 2)}) {
+      Status rs = comm.ReduceScatterAsync(data.data(), bad, ReduceOp::kSum)->Wait();
+      EXPECT_EQ(rs.code(), StatusCode::kInvalidArgument) << rs.ToString();
+      EXPECT_NE(rs.message().find("one per rank"), std::string::npos) << rs.message();
+      Status ag = comm.AllgatherAsync(data.data(), bad)->Wait();
+      EXPECT_EQ(ag.code(), StatusCode::kInvalidArgument) << ag.ToString();
+    }
+    Status null_data = comm.ReduceScatterAsync(nullptr, std::vector<size_t>(world, 1), ReduceOp::kSum)->Wait();
+    EXPECT_EQ(null_data.code(), StatusCode::kInvalidArgument) << null_data.ToString();
+    // Nothing was queued: the ranks still agree on what comes next.
+    ASSERT_TRUE(comm.Allreduce(data.data(), data.size(), ReduceOp::kSum).ok());
+    for (float x : data) ASSERT_EQ(x, static_cast<float>(world));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, GlooShardedTest, ::testing::Values(2, 3, 4));
+
 TEST_F(GlooTest, PeerThatNeverShowsUpFailsWithATimeoutNamingIt) {
   ++generation_;
   auto comm = MakeGlooCommunicator(Options(0, 2, milliseconds(300)));
@@ -169,6 +350,68 @@ TEST_F(GlooTest, PeerThatLeavesFailsTheCollectiveAndEveryLaterOne) {
   EXPECT_NE(later.message().find("was not run"), std::string::npos) << later.message();
 }
 
+TEST_F(GlooTest, PeerThatLeavesFailsTheReduceScatterOfEverySurvivor) {
+  ++generation_;
+  constexpr int kWorld = 3;
+  const std::vector<size_t> counts = {300, 0, 500};
+  std::promise<void> rank2_gone;
+  std::shared_future<void> gone = rank2_gone.get_future().share();
+  std::vector<Status> results(kWorld);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r, options = Options(r, kWorld, milliseconds(2000))] {
+      if (r == 2) {
+        {
+          auto comm = MakeGlooCommunicator(options);
+          EXPECT_TRUE(comm.ok()) << comm.status().ToString();
+          if (comm.ok()) {
+            EXPECT_TRUE((*comm)->Barrier().ok());
+          }
+        }  // the process "exits" mid-training: its sockets close
+        rank2_gone.set_value();
+        return;
+      }
+      auto comm = MakeGlooCommunicator(options);
+      ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+      ASSERT_TRUE((*comm)->Barrier().ok());
+      gone.wait();
+      std::vector<float> data(Total(counts), 1.0f);
+      results[r] = (*comm)->ReduceScatterAsync(data.data(), counts, ReduceOp::kSum)->Wait();
+      // Once failed, the communicator says so for everything after it.
+      Status later = (*comm)->AllgatherAsync(data.data(), counts)->Wait();
+      EXPECT_EQ(later.code(), results[r].code()) << later.ToString();
+      EXPECT_NE(later.message().find("was not run"), std::string::npos) << later.message();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    const Status& s = results[r];
+    ASSERT_FALSE(s.ok()) << "rank " << r;
+    EXPECT_TRUE(s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimeout) << s.ToString();
+    EXPECT_NE(s.message().find("reduce-scatter"), std::string::npos) << s.message();
+  }
+}
+
+TEST_F(GlooTest, PeerThatNeverJoinsTheReduceScatterTimesOut) {
+  ++generation_;
+  std::promise<void> rank0_done;
+  std::thread rank1([&, options = Options(1, 2, milliseconds(1500))] {
+    auto comm = MakeGlooCommunicator(options);
+    ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+    ASSERT_TRUE((*comm)->Barrier().ok());
+    rank0_done.get_future().wait();  // alive and connected, but never issues the collective
+  });
+  auto comm = MakeGlooCommunicator(Options(0, 2, milliseconds(1500)));
+  ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+  ASSERT_TRUE((*comm)->Barrier().ok());
+  std::vector<float> data(8, 1.0f);
+  Status s = (*comm)->ReduceScatterAsync(data.data(), {4, 4}, ReduceOp::kSum)->Wait();
+  rank0_done.set_value();
+  rank1.join();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
+}
+
 TEST_F(GlooTest, BadOptionsAreRejected) {
   CommunicatorOptions o = Options(2, 2);
   EXPECT_EQ(MakeGlooCommunicator(o).status().code(), StatusCode::kInvalidArgument);
@@ -197,6 +440,16 @@ TEST(LocalCommunicatorTest, CollectivesAreTheIdentity) {
   EXPECT_EQ(data, (std::vector<float>{1.5f, -2.0f}));
   EXPECT_TRUE(comm->Broadcast(data.data(), sizeof(float) * 2, 0).ok());
   EXPECT_TRUE(comm->Barrier().ok());
+  ASSERT_TRUE(comm->ReduceScatterAsync(data.data(), {2}, ReduceOp::kAvg)->Wait().ok());
+  EXPECT_EQ(data, (std::vector<float>{1.5f, -2.0f}));
+  ASSERT_TRUE(comm->AllgatherAsync(data.data(), {2})->Wait().ok());
+  EXPECT_EQ(data, (std::vector<float>{1.5f, -2.0f}));
+  std::vector<double> doubles = {0.25, 3.0};
+  ASSERT_TRUE(comm->AllreduceDoubles(doubles.data(), doubles.size(), ReduceOp::kAvg).ok());
+  EXPECT_EQ(doubles, (std::vector<double>{0.25, 3.0}));
+  EXPECT_EQ(comm->ReduceScatterAsync(data.data(), {1, 1}, ReduceOp::kSum)->Wait().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm->AllgatherAsync(data.data(), {})->Wait().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

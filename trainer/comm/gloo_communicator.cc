@@ -6,10 +6,19 @@
 // AllreduceAsync returns at once (the trainer overlaps bucket allreduces with
 // backward). After a collective fails the context is in an unknown state: the
 // communicator stays failed and every later collective returns that error.
+//
+// Reduce-scatter is our own ring on Gloo's unbound buffers (Gloo's new-style
+// API has none). With W ranks it takes W-1 steps; at step s rank r sends part
+// (r-s-1) mod W to rank r+1 and adds part (r-s-2) mod W, received from rank
+// r-1, into its own copy. Part p therefore starts as rank p+1's values and
+// picks up ranks p+2, p+3, ... in turn, ending on its owner p:
+//   result[p] = (...((x[p+1] + x[p+2]) + x[p+3]) + ... ) + x[p]   (ranks mod W)
+// one fixed order for a given W, so the same inputs give the same bits.
 #include "trainer/comm/communicator.h"
 
 #if HOLDFAST_HAVE_GLOO
 
+#include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
@@ -18,20 +27,32 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "trainer/comm/parts.h"
+
 namespace holdfast {
 namespace {
+
+// Slot prefix of our ring reduce-scatter. Gloo's own collectives use 0x01-0x08
+// (gloo/types.h); slots also carry the collective's sequence number, so this
+// only keeps our sends apart from Gloo's in a reader's trace.
+constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
 
 // Carries a Store failure through Gloo's rendezvous code back to GlooError.
 struct StoreFailure : std::exception {
@@ -123,16 +144,33 @@ void SumFloats(void* c, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
 }
 
+void SumDoubles(void* c, const void* a, const void* b, size_t n) {
+  double* out = static_cast<double*>(c);
+  const double* x = static_cast<const double*>(a);
+  const double* y = static_cast<const double*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
+}
+
+void ScaleFloats(float* data, size_t count, int world_size) {
+  float* __restrict p = data;
+  const float scale = 1.0f / static_cast<float>(world_size);
+  for (size_t i = 0; i < count; ++i) p[i] *= scale;
+}
+
 // State shared between the communicator, its worker thread and its Work handles.
 struct Core {
-  enum class Kind { kAllreduce, kBroadcast, kBarrier };
+  enum class Kind { kAllreduce, kReduceScatter, kAllgather, kAllreduceDoubles, kBroadcast, kBarrier };
   struct Op {
-    Kind kind;
-    void* data;
-    size_t count;  // floats for allreduce, bytes for broadcast
-    ReduceOp reduce;
-    int root;
-    uint64_t seq;
+    Kind kind = Kind::kBarrier;
+    void* data = nullptr;
+    // Floats for allreduce, reduce-scatter and allgather (all parts), doubles
+    // for AllreduceDoubles, bytes for broadcast.
+    size_t count = 0;
+    ReduceOp reduce = ReduceOp::kSum;
+    int root = 0;
+    std::vector<size_t> counts;  // reduce-scatter and allgather: floats per rank
+    Parts parts;                 // reduce-scatter and allgather: where they lie
+    uint64_t seq = 0;
   };
 
   std::mutex mu;
@@ -145,13 +183,12 @@ struct Core {
   Status error;                     // guarded by mu; why failed_seq failed
   bool stopping = false;            // guarded by mu
 
-  uint64_t Enqueue(const Op& op) {
+  uint64_t Enqueue(Op op) {
     std::lock_guard<std::mutex> lock(mu);
-    Op queued = op;
-    queued.seq = ++issued;
-    queue.push_back(queued);
+    op.seq = ++issued;
+    queue.push_back(std::move(op));
     work_cv.notify_one();
-    return queued.seq;
+    return issued;
   }
 
   Status WaitFor(uint64_t seq) {
@@ -203,8 +240,30 @@ class GlooCommunicator final : public Communicator {
   const char* backend() const override { return "gloo"; }
 
   std::unique_ptr<Work> AllreduceAsync(float* data, size_t count, ReduceOp op) override {
-    uint64_t seq = core_->Enqueue({Core::Kind::kAllreduce, data, count, op, 0, 0});
-    return std::make_unique<GlooWork>(core_, seq);
+    Core::Op o;
+    o.kind = Core::Kind::kAllreduce;
+    o.data = data;
+    o.count = count;
+    o.reduce = op;
+    return std::make_unique<GlooWork>(core_, core_->Enqueue(std::move(o)));
+  }
+
+  std::unique_ptr<Work> ReduceScatterAsync(float* data, const std::vector<size_t>& counts, ReduceOp op) override {
+    return EnqueueParts(Core::Kind::kReduceScatter, "reduce-scatter", data, counts, op);
+  }
+
+  std::unique_ptr<Work> AllgatherAsync(float* data, const std::vector<size_t>& counts) override {
+    return EnqueueParts(Core::Kind::kAllgather, "allgather", data, counts, ReduceOp::kSum);
+  }
+
+  Status AllreduceDoubles(double* data, size_t count, ReduceOp op) override {
+    if (data == nullptr && count > 0) return InvalidArgumentError("gloo allreduce of doubles: data is null");
+    Core::Op o;
+    o.kind = Core::Kind::kAllreduceDoubles;
+    o.data = data;
+    o.count = count;
+    o.reduce = op;
+    return core_->WaitFor(core_->Enqueue(std::move(o)));
   }
 
   Status Broadcast(void* data, size_t bytes, int root) override {
@@ -212,11 +271,18 @@ class GlooCommunicator final : public Communicator {
       return InvalidArgumentError("gloo broadcast: root " + std::to_string(root) + " is not a rank of world " +
                                   std::to_string(world_size_));
     }
-    return core_->WaitFor(core_->Enqueue({Core::Kind::kBroadcast, data, bytes, ReduceOp::kSum, root, 0}));
+    Core::Op o;
+    o.kind = Core::Kind::kBroadcast;
+    o.data = data;
+    o.count = bytes;
+    o.root = root;
+    return core_->WaitFor(core_->Enqueue(std::move(o)));
   }
 
   Status Barrier() override {
-    return core_->WaitFor(core_->Enqueue({Core::Kind::kBarrier, nullptr, 0, ReduceOp::kSum, 0, 0}));
+    Core::Op o;
+    o.kind = Core::Kind::kBarrier;
+    return core_->WaitFor(core_->Enqueue(std::move(o)));
   }
 
  private:
@@ -228,7 +294,7 @@ class GlooCommunicator final : public Communicator {
         std::unique_lock<std::mutex> lock(core_->mu);
         core_->work_cv.wait(lock, [&] { return core_->stopping || !core_->queue.empty(); });
         if (core_->queue.empty()) return;  // stopping with nothing left
-        op = core_->queue.front();
+        op = std::move(core_->queue.front());
         core_->queue.pop_front();
         skip = core_->stopping || core_->failed_seq != std::numeric_limits<uint64_t>::max();
       }
@@ -263,10 +329,42 @@ class GlooCommunicator final : public Communicator {
         gloo::AllreduceOptions& opts = AllreduceOptionsFor(static_cast<float*>(op.data), op.count);
         opts.setTag(tag);
         HF_RETURN_IF_ERROR(GlooCall(Describe("allreduce", op), [&] { gloo::allreduce(opts); }));
+        if (op.reduce == ReduceOp::kAvg) ScaleFloats(static_cast<float*>(op.data), op.count, world_size_);
+        return Status::Ok();
+      }
+      case Core::Kind::kReduceScatter: {
+        // Every rank holds the same counts, so every rank skips together.
+        if (op.count == 0 || world_size_ == 1) return Status::Ok();
+        float* data = static_cast<float*>(op.data);
+        HF_RETURN_IF_ERROR(GlooCall(Describe("reduce-scatter", op), [&] { RingReduceScatter(data, op, tag); }));
+        if (op.reduce == ReduceOp::kAvg) ScaleFloats(data + op.parts.offsets[rank_], op.counts[rank_], world_size_);
+        return Status::Ok();
+      }
+      case Core::Kind::kAllgather: {
+        if (op.count == 0 || world_size_ == 1) return Status::Ok();
+        return GlooCall(Describe("allgather", op), [&] {
+          // No input buffer: allgatherv then works in place on the output,
+          // sending this rank's part from where it already lies.
+          gloo::AllgathervOptions opts(context_);
+          opts.setOutput(static_cast<float*>(op.data), op.counts);
+          opts.setTag(tag);
+          opts.setTimeout(timeout_);
+          gloo::allgatherv(opts);
+        });
+      }
+      case Core::Kind::kAllreduceDoubles: {
+        if (op.count == 0 || world_size_ == 1) return Status::Ok();
+        double* data = static_cast<double*>(op.data);
+        HF_RETURN_IF_ERROR(GlooCall(Describe("allreduce of doubles", op), [&] {
+          gloo::AllreduceOptions opts(context_);
+          opts.setOutput(data, op.count);
+          opts.setReduceFunction(&SumDoubles);
+          opts.setTag(tag);
+          opts.setTimeout(timeout_);
+          gloo::allreduce(opts);
+        }));
         if (op.reduce == ReduceOp::kAvg) {
-          float* __restrict p = static_cast<float*>(op.data);
-          const float scale = 1.0f / static_cast<float>(world_size_);
-          for (size_t i = 0; i < op.count; ++i) p[i] *= scale;
+          for (size_t i = 0; i < op.count; ++i) data[i] /= static_cast<double>(world_size_);
         }
         return Status::Ok();
       }
@@ -290,10 +388,81 @@ class GlooCommunicator final : public Communicator {
     return InternalError("unknown collective kind");
   }
 
+  // Ring reduce-scatter (see the top of this file for the order of the sums).
+  // Throws Gloo's exceptions: a peer gone (the pair reports it at once) or one
+  // that does not answer within timeout_ (per send/receive, as Gloo's own
+  // collectives count it) ends it. Zero-length parts are neither sent nor
+  // received; both ends of a pair skip the same steps because every rank
+  // holds the same counts, so the remaining sends and receives on the slot
+  // pair up in order.
+  void RingReduceScatter(float* data, const Core::Op& op, uint32_t tag) {
+    const int w = world_size_;
+    const int next = (rank_ + 1) % w;
+    const int prev = (rank_ + w - 1) % w;
+    const gloo::Slot slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
+    if (scratch_.size() < op.parts.largest) scratch_.resize(op.parts.largest);
+    std::unique_ptr<gloo::transport::UnboundBuffer> out =
+        context_->createUnboundBuffer(data, op.count * sizeof(float));
+    std::unique_ptr<gloo::transport::UnboundBuffer> in =
+        context_->createUnboundBuffer(scratch_.data(), op.parts.largest * sizeof(float));
+    for (int step = 0; step < w - 1; ++step) {
+      const int send_part = (rank_ + 2 * w - step - 1) % w;
+      const int recv_part = (rank_ + 2 * w - step - 2) % w;
+      const size_t send_count = op.counts[send_part];
+      const size_t recv_count = op.counts[recv_part];
+      if (send_count > 0) {
+        out->send(next, slot, op.parts.offsets[send_part] * sizeof(float), send_count * sizeof(float));
+      }
+      if (recv_count > 0) {
+        in->recv(prev, slot, 0, recv_count * sizeof(float));
+        if (!in->waitRecv(timeout_)) throw std::runtime_error("receive from rank " + std::to_string(prev) + " aborted");
+        float* own = data + op.parts.offsets[recv_part];
+        SumFloats(own, own, scratch_.data(), recv_count);
+      }
+      // The next step sends the part just summed: this send must be done
+      // with its bytes first (and the buffer allows one send in flight).
+      if (send_count > 0 && !out->waitSend(timeout_)) {
+        throw std::runtime_error("send to rank " + std::to_string(next) + " aborted");
+      }
+    }
+  }
+
+  std::unique_ptr<Work> EnqueueParts(Core::Kind kind, const char* what, float* data,
+                                     const std::vector<size_t>& counts, ReduceOp op) {
+    Result<Parts> parts = LayOutParts(std::string("gloo ") + what + " (rank " + std::to_string(rank_) + " of " +
+                                          std::to_string(world_size_) + ")",
+                                      data, counts, world_size_);
+    // Refused before it is queued: the communicator stays usable.
+    if (!parts.ok()) return std::make_unique<DoneWork>(parts.status());
+    Core::Op o;
+    o.kind = kind;
+    o.data = data;
+    o.count = parts->total;
+    o.reduce = op;
+    o.counts = counts;
+    o.parts = std::move(parts).value();
+    return std::make_unique<GlooWork>(core_, core_->Enqueue(std::move(o)));
+  }
+
   std::string Describe(const char* what, const Core::Op& op) const {
+    const char* unit = " bytes";
+    switch (op.kind) {
+      case Core::Kind::kAllreduce:
+      case Core::Kind::kReduceScatter:
+      case Core::Kind::kAllgather:
+        unit = " floats";
+        break;
+      case Core::Kind::kAllreduceDoubles:
+        unit = " doubles";
+        break;
+      case Core::Kind::kBroadcast:
+      case Core::Kind::kBarrier:
+        break;
+    }
+    std::string own;
+    if (!op.counts.empty()) own = ", " + std::to_string(op.counts[rank_]) + " its own";
     return std::string("gloo ") + what + " #" + std::to_string(op.seq) + " (rank " + std::to_string(rank_) + " of " +
-           std::to_string(world_size_) + ", " + std::to_string(op.count) +
-           (op.kind == Core::Kind::kAllreduce ? " floats" : " bytes") + ")";
+           std::to_string(world_size_) + ", " + std::to_string(op.count) + unit + own + ")";
   }
 
   // The trainer allreduces the same few bucket slices every step: keep their
@@ -332,6 +501,7 @@ class GlooCommunicator final : public Communicator {
   // Worker-thread only:
   std::unordered_map<BufferKey, std::unique_ptr<gloo::AllreduceOptions>, BufferKeyHash> allreduce_options_;
   gloo::BarrierOptions barrier_options_;
+  std::vector<float> scratch_;  // reduce-scatter's receive buffer; grows to the largest part seen
   std::thread worker_;  // last: started after everything it uses
 };
 

@@ -2,13 +2,10 @@
 // every Work is already complete.
 #include "trainer/comm/communicator.h"
 
+#include "trainer/comm/parts.h"
+
 namespace holdfast {
 namespace {
-
-class DoneWork final : public Work {
- public:
-  Status Wait() override { return Status::Ok(); }
-};
 
 class LocalCommunicator final : public Communicator {
  public:
@@ -16,6 +13,14 @@ class LocalCommunicator final : public Communicator {
   int world_size() const override { return 1; }
   const char* backend() const override { return "local"; }
   std::unique_ptr<Work> AllreduceAsync(float*, size_t, ReduceOp) override { return std::make_unique<DoneWork>(); }
+  // The one part is this rank's: reducing or gathering it over one rank leaves it as it is.
+  std::unique_ptr<Work> ReduceScatterAsync(float* data, const std::vector<size_t>& counts, ReduceOp) override {
+    return std::make_unique<DoneWork>(LayOutParts("local reduce-scatter", data, counts, 1).status());
+  }
+  std::unique_ptr<Work> AllgatherAsync(float* data, const std::vector<size_t>& counts) override {
+    return std::make_unique<DoneWork>(LayOutParts("local allgather", data, counts, 1).status());
+  }
+  Status AllreduceDoubles(double*, size_t, ReduceOp) override { return Status::Ok(); }
   Status Broadcast(void*, size_t, int root) override {
     if (root != 0) return InvalidArgumentError("broadcast root " + std::to_string(root) + " is not a rank of world 1");
     return Status::Ok();

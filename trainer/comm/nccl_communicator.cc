@@ -12,6 +12,13 @@
 // serialising later compute behind it. Work::Wait blocks the host until a
 // cudaEvent recorded after the collective has completed.
 //
+// Reduce-scatter and allgather with uneven parts (ZeRO-1) are one NCCL group
+// of per-rank collectives, skipping empty parts: an in-place ncclReduce to
+// each part's owner, and an in-place ncclBroadcast from each part's owner.
+// NCCL's reduction order is fixed for a given world size, topology and NCCL
+// version (and NCCL_ALGO/NCCL_PROTO), so results repeat bit for bit on the
+// same machines.
+//
 // ncclResult_t becomes a Status in exactly one function (cudaError_t: common/cuda_status.h).
 #include "trainer/comm/communicator.h"
 
@@ -20,6 +27,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include "common/cuda_status.h"
+#include "trainer/comm/parts.h"
 
 #include <atomic>
 #include <cstring>
@@ -149,8 +157,53 @@ class NcclCommunicator final : public Communicator {
     Status s = Enqueue(what, [&] {
       return ncclAllReduce(data, data, count, ncclFloat32, op == ReduceOp::kAvg ? ncclAvg : ncclSum, comm_, stream_);
     }, &event);
-    if (!s.ok()) return std::make_unique<FailedWork>(s);
+    if (!s.ok()) return std::make_unique<DoneWork>(s);
     return std::make_unique<NcclWork>(this, event, what);
+  }
+
+  std::unique_ptr<Work> ReduceScatterAsync(float* data, const std::vector<size_t>& counts, ReduceOp op) override {
+    const std::string what = "nccl reduce-scatter (rank " + std::to_string(options_.rank) + " of " +
+                             std::to_string(options_.world_size) + ")";
+    Result<Parts> parts = LayOutParts(what, data, counts, options_.world_size);
+    if (!parts.ok()) return std::make_unique<DoneWork>(parts.status());
+    const std::string described = what + " of " + std::to_string(parts->total) + " floats";
+    const ncclRedOp_t reduce = op == ReduceOp::kAvg ? ncclAvg : ncclSum;
+    cudaEvent_t event = nullptr;
+    Status s = Enqueue(described, [&] {
+      return GroupOverParts(counts, [&](int r) {
+        float* part = data + parts->offsets[r];
+        return ncclReduce(part, part, counts[r], ncclFloat32, reduce, r, comm_, stream_);
+      });
+    }, &event);
+    if (!s.ok()) return std::make_unique<DoneWork>(s);
+    return std::make_unique<NcclWork>(this, event, described);
+  }
+
+  std::unique_ptr<Work> AllgatherAsync(float* data, const std::vector<size_t>& counts) override {
+    const std::string what = "nccl allgather (rank " + std::to_string(options_.rank) + " of " +
+                             std::to_string(options_.world_size) + ")";
+    Result<Parts> parts = LayOutParts(what, data, counts, options_.world_size);
+    if (!parts.ok()) return std::make_unique<DoneWork>(parts.status());
+    const std::string described = what + " of " + std::to_string(parts->total) + " floats";
+    cudaEvent_t event = nullptr;
+    Status s = Enqueue(described, [&] {
+      return GroupOverParts(counts, [&](int r) {
+        float* part = data + parts->offsets[r];
+        return ncclBroadcast(part, part, counts[r], ncclFloat32, r, comm_, stream_);
+      });
+    }, &event);
+    if (!s.ok()) return std::make_unique<DoneWork>(s);
+    return std::make_unique<NcclWork>(this, event, described);
+  }
+
+  Status AllreduceDoubles(double* data, size_t count, ReduceOp op) override {
+    const std::string what = "nccl allreduce of " + std::to_string(count) + " doubles (rank " +
+                             std::to_string(options_.rank) + " of " + std::to_string(options_.world_size) + ")";
+    cudaEvent_t event = nullptr;
+    HF_RETURN_IF_ERROR(Enqueue(what, [&] {
+      return ncclAllReduce(data, data, count, ncclFloat64, op == ReduceOp::kAvg ? ncclAvg : ncclSum, comm_, stream_);
+    }, &event));
+    return NcclWork(this, event, what).Wait();
   }
 
   Status Broadcast(void* data, size_t bytes, int root) override {
@@ -205,14 +258,20 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  class FailedWork final : public Work {
-   public:
-    explicit FailedWork(Status s) : status_(std::move(s)) {}
-    Status Wait() override { return status_; }
-
-   private:
-    Status status_;
-  };
+  // Issues issue(r) for every rank r with a non-empty part, as one NCCL group
+  // (one launch, and no rank waits on a peer's earlier part). Called under
+  // comm_mu_ from Enqueue's issue function. The group is always ended, so an
+  // error inside it leaves NCCL's group state clean before Fail aborts.
+  template <typename F>
+  static ncclResult_t GroupOverParts(const std::vector<size_t>& counts, F&& issue) {
+    ncclResult_t res = ncclGroupStart();
+    if (res != ncclSuccess) return res;
+    for (size_t r = 0; r < counts.size() && (res == ncclSuccess || res == ncclInProgress); ++r) {
+      if (counts[r] > 0) res = issue(static_cast<int>(r));
+    }
+    ncclResult_t end = ncclGroupEnd();
+    return res == ncclSuccess || res == ncclInProgress ? end : res;
+  }
 
   // Orders the collective after work already queued on the legacy default
   // stream, issues it, and records a completion event (from the pool).

@@ -180,7 +180,7 @@ def checkpoint_failed(step, message):
 
 def issue_collective(kind, nbytes=0):
     """This rank entered a collective ("allreduce", "broadcast", "barrier",
-    "allgather") of `nbytes`; returns its sequence number (0 when disabled)."""
+    "allgather", "reduce_scatter") of `nbytes`; returns its sequence number (0 when disabled)."""
     value = _kind_value(kind)
     rec = _rec
     if rec is None:

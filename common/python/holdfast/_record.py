@@ -71,7 +71,7 @@ PHASES = {
 }
 PHASE_COLLECTIVE = 4
 PHASE_DATA = 1
-COLLECTIVE_KINDS = {"allreduce": 1, "broadcast": 2, "barrier": 3, "allgather": 4}
+COLLECTIVE_KINDS = {"allreduce": 1, "broadcast": 2, "barrier": 3, "allgather": 4, "reduce_scatter": 5}
 
 # Indices into the typed views: offset // width.
 _SEQ = OFF_SEQ // 8
