@@ -29,6 +29,13 @@ Result<JobConfig> LoadJobConfig(const std::string& path) {
     HF_RETURN_IF_ERROR(r.StringTable("env", &cfg.env));
     HF_RETURN_IF_ERROR(r.String("checkpoint_dir", &cfg.checkpoint_dir));
     HF_RETURN_IF_ERROR(r.Int("tokens_per_step", &cfg.tokens_per_step, 0, int64_t{1} << 50));
+    HF_RETURN_IF_ERROR(r.Int("min_nodes", &cfg.min_nodes, 0, 1 << 20));
+    HF_RETURN_IF_ERROR(r.Int("max_nodes", &cfg.max_nodes, 0, 1 << 20));
+    if (cfg.max_nodes > 0 && cfg.min_nodes > cfg.max_nodes) {
+      return InvalidArgumentError(TomlWhere(path, t->get("min_nodes")->source()) + ": job.min_nodes = " +
+                                  std::to_string(cfg.min_nodes) + " is more than job.max_nodes = " +
+                                  std::to_string(cfg.max_nodes) + ": the run could never train");
+    }
     HF_RETURN_IF_ERROR(r.RejectUnknown());
   }
   if (const toml::table* t = root["supervise"].as_table()) {

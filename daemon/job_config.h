@@ -1,7 +1,8 @@
 // JobConfig: what holdfastd supervises and how (TOML, every key validated).
 //
 //   [job]        name, command (argv array), nproc (ranks per node), workdir, env table,
-//                checkpoint_dir (where the job's checkpoints go, for lineage)
+//                checkpoint_dir (where the job's checkpoints go, for lineage),
+//                min_nodes, max_nodes (an elastic run: recovery_policy.h)
 //   [supervise]  poll_ms, startup_timeout_s, hang_factor, hang_min_s,
 //                checkpoint_allowance_s, eval_allowance_s, restart_budget,
 //                backoff_initial_s, backoff_max_s, term_grace_s, progress_dir,
@@ -63,6 +64,14 @@ struct JobConfig {
   // context), when the job says so: holdfastd then exports tokens/s per rank
   // from the progress record's step times. 0 = unknown (no tokens/s metric).
   int64_t tokens_per_step = 0;
+  // Elastic runs (torchrun's --nnodes=MIN:MAX): train on at most max_nodes of
+  // the allocation's nodes (the rest stand by as spares; 0 = all of them),
+  // and when a node is lost or must leave, go on without it — a spare taking
+  // its place where one is left — as long as at least min_nodes train (0 =
+  // not elastic: the run needs every node it started with). The trainer
+  // reshards from the newest checkpoint, keeping the global batch.
+  int min_nodes = 0;
+  int max_nodes = 0;
   SuperviseConfig supervise;
   std::string journal_mode = "wal";
   std::string source;  // the file it came from

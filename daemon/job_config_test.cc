@@ -99,6 +99,15 @@ TEST(JobConfigTest, BadInputNamesFileLineAndKey) {
   EXPECT_NE(ranged.status().message().find("key 'job.nproc' must be between 1 and 256"), std::string::npos)
       << ranged.status().message();
 
+  auto elastic = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\nmin_nodes = 2\nmax_nodes = 3\n"));
+  ASSERT_TRUE(elastic.ok()) << elastic.status().ToString();
+  EXPECT_EQ(elastic->min_nodes, 2);
+  EXPECT_EQ(elastic->max_nodes, 3);
+  auto never = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\nmin_nodes = 4\nmax_nodes = 3\n"));
+  ASSERT_FALSE(never.ok());
+  EXPECT_NE(never.status().message().find(":3: job.min_nodes = 4 is more than job.max_nodes = 3"), std::string::npos)
+      << never.status().message();
+
   auto missing = LoadJobConfig(Write("[job]\nname = \"x\"\n"));
   EXPECT_NE(missing.status().message().find("job.command is required"), std::string::npos)
       << missing.status().message();

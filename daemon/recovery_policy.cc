@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <utility>
 
 namespace holdfast {
@@ -27,6 +28,7 @@ const char* RecoveryActionName(RecoveryAction action) {
     case RecoveryAction::kRequeueExcluding: return "requeue";
     case RecoveryAction::kDrainAndRequeue: return "drain_requeue";
     case RecoveryAction::kStop: return "stop";
+    case RecoveryAction::kContinueWithout: return "continue_without";
   }
   return "unknown";
 }
@@ -224,10 +226,8 @@ RecoveryDecision HealthLeave(const RecoveryInput& in, const std::vector<std::str
                   (in.caps.requeue ? "exclude hosts" : "requeue the job") + " " + BudgetText(in));
 }
 
-}  // namespace
-
-RecoveryDecision DecideRecovery(const RecoveryInput& in) {
-  const std::vector<std::string> hosts = UniqueHosts(in.hosts);
+// The rules without elastic continuation.
+RecoveryDecision Decide(const RecoveryInput& in, const std::vector<std::string>& hosts) {
   switch (in.kind) {
     case IncidentKind::kBadInput:
       return Stop(StopOutcome::kFailed, false,
@@ -256,6 +256,84 @@ RecoveryDecision DecideRecovery(const RecoveryInput& in) {
       return CrashLike(in, hosts);
   }
   return CrashLike(in, hosts);  // an out-of-range kind: the budget still bounds it
+}
+
+// The hosts an incident asks to leave the run, before the rules that requeue
+// them away: a lost node, a health check's exclude/drain, a repeated host of a
+// crash or hang (that a requeue would exclude).
+std::vector<std::string> LeavingHosts(const RecoveryInput& in, const std::vector<std::string>& hosts) {
+  switch (in.kind) {
+    case IncidentKind::kNodeLost: return hosts;
+    case IncidentKind::kHealth:
+      if (in.health_action == health::Action::kExcludeNode || in.health_action == health::Action::kDrainNode) {
+        return hosts;
+      }
+      return RepeatedHosts(in, hosts);
+    case IncidentKind::kCrash:
+    case IncidentKind::kHang: return RepeatedHosts(in, hosts);
+    default: return {};
+  }
+}
+
+// An elastic run goes on without the leaving hosts (spares first) when at
+// least min_nodes remain; nullopt when it cannot, with *short_note saying why.
+std::optional<RecoveryDecision> ContinueWithout(const RecoveryInput& in, const std::vector<std::string>& hosts,
+                                                std::string* short_note) {
+  const RecoveryInput::Elastic& e = in.elastic;
+  if (e.min_nodes <= 0) return std::nullopt;
+  std::vector<std::string> leaving;
+  for (const std::string& h : LeavingHosts(in, hosts)) {
+    if (std::find(e.active.begin(), e.active.end(), h) != e.active.end()) leaving.push_back(h);
+  }
+  if (leaving.empty()) return std::nullopt;
+  std::vector<std::string> spares;
+  for (const std::string& s : e.spares) {
+    if (spares.size() < leaving.size() && std::find(leaving.begin(), leaving.end(), s) == leaving.end()) {
+      spares.push_back(s);
+    }
+  }
+  const int left = static_cast<int>(e.active.size() - leaving.size() + spares.size());
+  if (left < std::max(1, e.min_nodes)) {
+    *short_note = " (min_nodes " + std::to_string(e.min_nodes) + ": only " + std::to_string(left) +
+                  " would be left)";
+    return std::nullopt;
+  }
+  RecoveryDecision d;
+  d.action = RecoveryAction::kContinueWithout;
+  d.exclude_hosts = leaving;
+  d.replacement_hosts = spares;
+  if (in.kind == IncidentKind::kHealth && in.health_action == health::Action::kDrainNode && in.caps.drain) {
+    d.drain_hosts = leaving;
+  }
+  d.outcome = StopOutcome::kFailed;
+  std::string how = spares.empty() ? std::string() : ", " + JoinHosts(spares) + " taking over";
+  d.reason = "continue without " + JoinHosts(leaving) + how + " on " + std::to_string(left) + " of " +
+             std::to_string(e.active.size()) + " nodes (min_nodes " + std::to_string(e.min_nodes) +
+             "), from the newest checkpoint: " + Describe(in, hosts);
+  const std::vector<std::string> repeated = RepeatedHosts(in, hosts);
+  if (in.kind != IncidentKind::kNodeLost && !repeated.empty()) d.reason += "; " + RepeatText(in, repeated);
+  d.reason += " " + BudgetText(in);
+  return d;
+}
+
+RecoveryDecision WithNote(RecoveryDecision d, const std::string& note) {
+  if (note.empty()) return d;
+  const size_t colon = d.reason.find(": ");
+  if (colon == std::string::npos) {
+    d.reason += note;
+  } else {
+    d.reason.insert(colon, note);
+  }
+  return d;
+}
+
+}  // namespace
+
+RecoveryDecision DecideRecovery(const RecoveryInput& in) {
+  const std::vector<std::string> hosts = UniqueHosts(in.hosts);
+  std::string short_note;
+  if (std::optional<RecoveryDecision> d = ContinueWithout(in, hosts, &short_note)) return *d;
+  return WithNote(Decide(in, hosts), short_note);
 }
 
 }  // namespace holdfast

@@ -8,6 +8,10 @@
 //                                        its health asks to leave the job
 //   drain and requeue                    a health check asks for a drain and
 //                                        the scheduler may drain
+//   continue without hosts               an elastic run (min_nodes): the hosts
+//                                        leave, spares take their place, and the
+//                                        run goes on from its newest checkpoint
+//                                        on at least min_nodes nodes
 //   stop, with a cause                   budget spent, bad input, an operator's
 //                                        stop, or nothing else is possible
 //
@@ -35,6 +39,21 @@
 //   health/drain_node     drain + ex: drain and requeue excluding the hosts;
 //                         ex: requeue excluding (could not be drained); else
 //                         stop, failed
+//
+// Elastic runs (in.elastic.min_nodes > 0; job [job] min_nodes / max_nodes):
+// before the rules above, a lost node (node_lost), a node a health check asks
+// to leave (exclude_node, drain_node), or a repeated host of a crash or hang
+// that would be excluded leaves the run in place when the nodes left —
+// active minus leaving plus the spares that replace them, one spare per
+// leaving host, in spare order — are at least min_nodes: kContinueWithout,
+// exclude_hosts = the leaving hosts, replacement_hosts = the spares used,
+// drain_hosts = the leaving hosts when a drain was asked for and caps.drain.
+// It does not consume a restart (each one takes a node away, so they are
+// bounded by the nodes). Leaving hosts that are not active are not counted.
+// Preferred to a requeue: the run keeps training now instead of waiting in the
+// queue for a full allocation; a later requeue brings the nodes back (the
+// trainer reshards from the checkpoint both ways). Fewer than min_nodes left:
+// the rules above, with "(min_nodes N: only M would be left)" in the reason.
 //
 // Where the brief left it open:
 // - Only a restart in place consumes a restart, so the budget bounds restarts
@@ -80,8 +99,9 @@ enum class IncidentKind {
 };
 const char* IncidentKindName(IncidentKind kind);  // "crash", "hang", "bad_input", ...
 
-enum class RecoveryAction { kRestartInPlace, kRequeueExcluding, kDrainAndRequeue, kStop };
-const char* RecoveryActionName(RecoveryAction action);  // "restart", "requeue", "drain_requeue", "stop"
+enum class RecoveryAction { kRestartInPlace, kRequeueExcluding, kDrainAndRequeue, kStop, kContinueWithout };
+// "restart", "requeue", "drain_requeue", "stop", "continue_without"
+const char* RecoveryActionName(RecoveryAction action);
 
 // How a stopped run ends (lineage's run state and holdfastd's exit code).
 enum class StopOutcome {
@@ -111,6 +131,13 @@ struct RecoveryInput {
   double backoff_initial_s = 0.25;
   double backoff_max_s = 30;
   SchedulerCapabilities caps;
+  // Elastic runs: the hosts training now, the joined nodes standing by, and
+  // the fewest nodes the run may train on (0 = not elastic).
+  struct Elastic {
+    std::vector<std::string> active;
+    std::vector<std::string> spares;
+    int min_nodes = 0;
+  } elastic;
 };
 
 struct RecoveryDecision {
@@ -118,7 +145,8 @@ struct RecoveryDecision {
   double backoff_s = 0;                     // kRestartInPlace: wait this long first
   bool consumes_restart = false;            // counts against the restart budget
   std::vector<std::string> exclude_hosts;   // kRequeueExcluding, kDrainAndRequeue
-  std::vector<std::string> drain_hosts;     // kDrainAndRequeue
+  std::vector<std::string> drain_hosts;     // kDrainAndRequeue; kContinueWithout (drained as they leave)
+  std::vector<std::string> replacement_hosts;  // kContinueWithout: spares that take the leaving hosts' places
   // The ranks get the checkpoint allowance to commit a checkpoint before they
   // are killed (operator stops, preemption); otherwise the short TERM grace.
   bool checkpoint_first = false;

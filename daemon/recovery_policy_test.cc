@@ -29,6 +29,7 @@ constexpr RecoveryAction kRestart = RecoveryAction::kRestartInPlace;
 constexpr RecoveryAction kRequeue = RecoveryAction::kRequeueExcluding;
 constexpr RecoveryAction kDrainRequeue = RecoveryAction::kDrainAndRequeue;
 constexpr RecoveryAction kStop = RecoveryAction::kStop;
+constexpr RecoveryAction kContinue = RecoveryAction::kContinueWithout;
 
 const char kHost[] = "gpu-a17";
 
@@ -480,6 +481,7 @@ TEST(RecoveryPolicy, Names) {
   EXPECT_STREQ(RecoveryActionName(kRequeue), "requeue");
   EXPECT_STREQ(RecoveryActionName(kDrainRequeue), "drain_requeue");
   EXPECT_STREQ(RecoveryActionName(kStop), "stop");
+  EXPECT_STREQ(RecoveryActionName(kContinue), "continue_without");
 }
 
 // The first rule `d` breaks for `in`, or "" when it keeps them all: the
@@ -487,6 +489,34 @@ TEST(RecoveryPolicy, Names) {
 // internally consistent.
 std::string Violation(const RecoveryInput& in, const RecoveryDecision& d) {
   const bool requeues = d.action == kRequeue || d.action == kDrainRequeue;
+  if (d.action == kContinue) {
+    // An elastic run goes on in place: only with min_nodes, never below it,
+    // leaving only active hosts the incident named, spares only in their place.
+    if (in.elastic.min_nodes <= 0) return "continues a run that is not elastic";
+    if (d.exclude_hosts.empty()) return "continues without anyone leaving";
+    for (const std::string& h : d.exclude_hosts) {
+      if (std::find(in.hosts.begin(), in.hosts.end(), h) == in.hosts.end()) return "leaves " + h + " (not named)";
+      if (std::find(in.elastic.active.begin(), in.elastic.active.end(), h) == in.elastic.active.end()) {
+        return "leaves " + h + " (not active)";
+      }
+    }
+    for (const std::string& h : d.replacement_hosts) {
+      if (std::find(in.elastic.spares.begin(), in.elastic.spares.end(), h) == in.elastic.spares.end()) {
+        return "joins " + h + " (not a spare)";
+      }
+    }
+    if (d.replacement_hosts.size() > d.exclude_hosts.size()) return "more spares join than hosts leave";
+    const size_t left = in.elastic.active.size() - d.exclude_hosts.size() + d.replacement_hosts.size();
+    if (static_cast<int>(left) < in.elastic.min_nodes) return "below min_nodes";
+    if (!d.drain_hosts.empty() && !in.caps.drain) return "drain without caps.drain";
+    if (d.consumes_restart || d.backoff_s != 0) return "a continuation counted as a restart";
+    if (in.kind == K::kBadInput || in.kind == K::kStopRequest || in.kind == K::kDaemonSignal ||
+        in.kind == K::kPreemption) {
+      return "continues after " + std::string(IncidentKindName(in.kind));
+    }
+    if (d.reason.find(" of " + std::to_string(in.restart_budget)) == std::string::npos) return "no restart count";
+    return "";
+  }
   // What the scheduler allows.
   if (requeues && !in.caps.requeue) return "requeue without caps.requeue";
   if (!d.exclude_hosts.empty() && !in.caps.exclude_hosts) return "exclusion without caps.exclude_hosts";
@@ -521,6 +551,72 @@ std::string Violation(const RecoveryInput& in, const RecoveryDecision& d) {
   }
   if (d.reason.find(" of " + std::to_string(in.restart_budget)) == std::string::npos) return "no restart count";
   return "";
+}
+
+// Elastic runs ([job] min_nodes): the leaving host goes and the run continues
+// in place while min_nodes are left, a spare taking its place first; below
+// min_nodes the non-elastic rules apply and the reason says why.
+TEST(RecoveryPolicy, ElasticRunsContinueWithoutTheLeavingHost) {
+  auto elastic = [](K kind, health::Action h, History history, Caps caps, std::vector<std::string> active,
+                    std::vector<std::string> spares, int min_nodes) {
+    RecoveryInput in = MakeInput(kind, h, history, caps, kLeft);
+    in.elastic.active = std::move(active);
+    in.elastic.spares = std::move(spares);
+    in.elastic.min_nodes = min_nodes;
+    return in;
+  };
+  const std::vector<std::string> three = {"gpu-a16", kHost, "gpu-a18"};
+  // A lost node, no spare: 2 of 3 left with min_nodes 2.
+  RecoveryInput in = elastic(K::kNodeLost, kNoHealth, kFresh, kAll, three, {}, 2);
+  RecoveryDecision d = DecideRecovery(in);
+  EXPECT_EQ(d.action, kContinue) << d.reason;
+  EXPECT_EQ(d.exclude_hosts, std::vector<std::string>{kHost});
+  EXPECT_TRUE(d.replacement_hosts.empty());
+  EXPECT_FALSE(d.consumes_restart);
+  EXPECT_EQ(d.reason, "continue without gpu-a17 on 2 of 3 nodes (min_nodes 2), from the newest checkpoint: "
+                      "lost node gpu-a17 (1 of 3 restarts used)");
+  EXPECT_EQ(Violation(in, d), "");
+  // With a spare it takes the place (the world size stays), even at min_nodes = 3.
+  in = elastic(K::kNodeLost, kNoHealth, kFresh, kLocal, three, {"gpu-s1", "gpu-s2"}, 3);
+  d = DecideRecovery(in);
+  EXPECT_EQ(d.action, kContinue) << d.reason;
+  EXPECT_EQ(d.replacement_hosts, std::vector<std::string>{"gpu-s1"});
+  EXPECT_NE(d.reason.find("gpu-s1 taking over on 3 of 3 nodes"), std::string::npos) << d.reason;
+  EXPECT_EQ(Violation(in, d), "");
+  // Below min_nodes: the old rules, saying why it did not continue.
+  in = elastic(K::kNodeLost, kNoHealth, kFresh, kAll, three, {}, 3);
+  d = DecideRecovery(in);
+  EXPECT_EQ(d.action, kRequeue) << d.reason;
+  EXPECT_NE(d.reason.find("(min_nodes 3: only 2 would be left)"), std::string::npos) << d.reason;
+  in = elastic(K::kNodeLost, kNoHealth, kFresh, kLocal, {"gpu-a16", kHost}, {}, 2);
+  d = DecideRecovery(in);
+  EXPECT_EQ(d.action, kStop) << d.reason;
+  EXPECT_NE(d.reason.find("(min_nodes 2: only 1 would be left)"), std::string::npos) << d.reason;
+  // A first crash restarts in place as before; a repeated one leaves the node.
+  in = elastic(K::kCrash, kNoHealth, kFresh, kAll, three, {}, 2);
+  EXPECT_EQ(DecideRecovery(in).action, kRestart);
+  in = elastic(K::kCrash, kNoHealth, kRepeat, kLocal, three, {}, 2);
+  d = DecideRecovery(in);
+  EXPECT_EQ(d.action, kContinue) << d.reason;
+  EXPECT_NE(d.reason.find("implicated in 2 incidents"), std::string::npos) << d.reason;
+  EXPECT_EQ(Violation(in, d), "");
+  // A health check asking for a drain drains where the scheduler can.
+  in = elastic(K::kHealth, kHDrain, kFresh, kAll, three, {}, 1);
+  d = DecideRecovery(in);
+  EXPECT_EQ(d.action, kContinue) << d.reason;
+  EXPECT_EQ(d.drain_hosts, std::vector<std::string>{kHost});
+  in = elastic(K::kHealth, kHExclude, kFresh, kLocal, three, {}, 1);
+  d = DecideRecovery(in);
+  EXPECT_EQ(d.action, kContinue) << d.reason;
+  EXPECT_TRUE(d.drain_hosts.empty());
+  // A host that is not training (a spare, a node already left) does not make the run leave anything.
+  in = elastic(K::kNodeLost, kNoHealth, kFresh, kAll, {"gpu-a16", "gpu-a18"}, {}, 1);
+  EXPECT_EQ(DecideRecovery(in).action, kRequeue);
+  // Preemption, operator stops and bad input never continue.
+  for (K k : {K::kPreemption, K::kStopRequest, K::kDaemonSignal, K::kBadInput}) {
+    EXPECT_NE(DecideRecovery(elastic(k, kNoHealth, kRepeat, kAll, three, {"gpu-s1"}, 1)).action, kContinue)
+        << IncidentKindName(k);
+  }
 }
 
 TEST(RecoveryPolicy, NeverChoosesWhatTheSchedulerCannotDo) {
@@ -563,6 +659,19 @@ TEST(RecoveryPolicy, NeverChoosesWhatTheSchedulerCannotDo) {
                     ASSERT_EQ(again.action, d.action);
                     ASSERT_EQ(again.reason, d.reason);
                     ASSERT_EQ(again.exclude_hosts, d.exclude_hosts);
+                    // The same incident in elastic runs: three nodes training,
+                    // with or without a spare, min_nodes 2 or 3.
+                    for (int variant = 0; variant < 2; ++variant) {
+                      RecoveryInput e = in;
+                      e.elastic.active = {"gpu-a16", "gpu-a17", "gpu-a18"};
+                      if (variant == 1) e.elastic.spares = {"gpu-s1"};
+                      e.elastic.min_nodes = 2 + variant;
+                      const RecoveryDecision ed = DecideRecovery(e);
+                      ASSERT_EQ(Violation(e, ed), "")
+                          << "elastic " << variant << ": " << IncidentKindName(kind) << "/"
+                          << health::ActionName(ha) << " caps=" << caps_bits << " hosts=" << hosts.size()
+                          << ": " << RecoveryActionName(ed.action) << ": " << ed.reason;
+                    }
                   }
                 }
               }

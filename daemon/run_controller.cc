@@ -225,6 +225,15 @@ void RunController::OnNodeLost(const std::string& host, const std::vector<int>& 
       HandleIncident(std::move(f), {});
       return;
     }
+    // Going on without other nodes: decide again without this one too.
+    if (pending_ && pending_->action == RecoveryAction::kContinueWithout) {
+      std::vector<std::string> hosts = pending_->exclude_hosts;
+      if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
+      f.hosts = hosts;
+      pending_.reset();
+      HandleIncident(std::move(f), {});
+      return;
+    }
     // Already stopping otherwise (a preemption, say: Slurm requeues a job whose node stopped
     // answering, with SIGTERM, before the daemons find that node lost): the lost node is still
     // an incident of the run, and a requeue does not come back to it (found by
@@ -306,6 +315,11 @@ void RunController::HandleIncident(Facts facts, const std::vector<RankView>& vie
   in.backoff_initial_s = opts_.supervise.backoff_initial_s;
   in.backoff_max_s = opts_.supervise.backoff_max_s;
   in.caps = opts_.caps;
+  if (opts_.min_nodes > 0) {
+    in.elastic.active = actions_->ActiveHosts();
+    in.elastic.spares = actions_->SpareHosts();
+    in.elastic.min_nodes = opts_.min_nodes;
+  }
   const RecoveryDecision d = DecideRecovery(in);
 
   const bool operator_stop = facts.kind == IncidentKind::kStopRequest || facts.kind == IncidentKind::kDaemonSignal;
@@ -350,7 +364,7 @@ std::string RunController::ActionText(const Facts& facts, const RecoveryDecision
   std::string text = state_ == State::kRunning ? "stopped all ranks"
                      : state_ == State::kIdle  ? "did not launch"
                                                : "restart cancelled";
-  if (d.action == RecoveryAction::kRestartInPlace) {
+  if (d.action == RecoveryAction::kRestartInPlace || d.action == RecoveryAction::kContinueWithout) {
     const int64_t from = recorder_->NewestCommittedStep();
     text += "; restart generation " + std::to_string(generation_ + 1) + " from " +
             (from >= 0 ? "step " + std::to_string(from) : "the start");

@@ -66,6 +66,17 @@ class RunActions {
   virtual Status Requeue(const std::vector<std::string>& exclude_hosts, const std::string& reason) = 0;
   // After a successful Requeue: what the scheduler did, for lineage ("" = nothing to add).
   virtual std::string RequeueNote() const { return ""; }
+  // Elastic runs: the hosts the ranks run on now, and the joined nodes
+  // standing by (ControllerOptions::min_nodes > 0 only).
+  virtual std::vector<std::string> ActiveHosts() const { return {}; }
+  virtual std::vector<std::string> SpareHosts() const { return {}; }
+  // The next generations run without `leaving`, with `joining` (spares) in
+  // their place; returns the new world size. Called between generations.
+  virtual Result<int> Reshape(const std::vector<std::string>& leaving, const std::vector<std::string>& joining) {
+    (void)leaving;
+    (void)joining;
+    return FailedPreconditionError("this supervisor cannot change the run's nodes");
+  }
   // The run is over: tear down and leave the loop with `exit_code`.
   virtual void Finish(int exit_code) = 0;
 };
@@ -82,6 +93,7 @@ struct ControllerOptions {
   int world_size = 1;
   std::function<std::string(int rank)> host_of_rank;  // the node host a rank runs on
   SchedulerCapabilities caps;
+  int min_nodes = 0;  // JobConfig::min_nodes: > 0 makes the run elastic
 };
 
 class RunController {

@@ -1,6 +1,7 @@
 // RunController, second half: carrying out what the recovery policy decided
 // once every rank of the generation has exited (restart after the backoff,
 // drain and requeue, or stop with the right final state), and the end of a run.
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/launch_contract.h"
@@ -11,6 +12,12 @@
 
 namespace holdfast {
 namespace {
+
+std::string JoinedHosts(const std::vector<std::string>& hosts) {
+  std::string out;
+  for (const std::string& h : hosts) out += (out.empty() ? "" : ", ") + h;
+  return out;
+}
 
 RunState StateFor(StopOutcome o) {
   switch (o) {
@@ -75,6 +82,48 @@ void RunController::Execute() {
       // The attempt ends as the policy says; the run stays resumable for the next one.
       recorder_->EndAttempt(StateFor(d.outcome), why);
       FinishRun(RunState::kPreempted, "requeued: " + d.reason, kDaemonExitPreempted);
+      return;
+    }
+    case RecoveryAction::kContinueWithout: {
+      for (const std::string& host : d.drain_hosts) {
+        Status s = actions_->Drain(host, why);
+        EventRecord ev = recorder_->NewEvent(event_kind::kReshard, host);
+        ev.summary = s.ok() ? "drained " + host + ": " + why : "could not drain " + host + ": " + s.message();
+        ev.action = s.ok() ? "drain" : "continue without draining";
+        recorder_->RecordEvent(ev);
+      }
+      const int before = opts_.world_size;
+      Result<int> world = actions_->Reshape(d.exclude_hosts, d.replacement_hosts);
+      if (!world.ok()) {
+        const std::string cause = "could not go on without " + JoinedHosts(d.exclude_hosts) + ": " +
+                                  world.status().message() + "; " + why;
+        EventRecord ev = recorder_->NewEvent(event_kind::kReshard);
+        ev.summary = cause;
+        ev.action = "stopped the run; resume it with `runctl resume " + recorder_->run_id() + "`";
+        ev.runbook = RunbookFor(ev.kind);
+        recorder_->RecordEvent(ev);
+        FinishRun(RunState::kFailed, cause, kDaemonExitFailed);
+        return;
+      }
+      opts_.world_size = *world;
+      EventRecord ev = recorder_->NewEvent(event_kind::kReshard, d.exclude_hosts.front());
+      ev.summary = "world size " + std::to_string(before) + " -> " + std::to_string(*world) + ": without " +
+                   JoinedHosts(d.exclude_hosts) +
+                   (d.replacement_hosts.empty() ? "" : ", with " + JoinedHosts(d.replacement_hosts)) + "; " + why;
+      nlohmann::json evidence = {{"world_size_before", before}, {"world_size_after", *world},
+                                 {"left", d.exclude_hosts}, {"joined", d.replacement_hosts},
+                                 {"nodes", actions_->ActiveHosts()}};
+      ev.evidence_json = evidence.dump();
+      const int64_t from = recorder_->NewestCommittedStep();
+      ev.action = "restart generation " + std::to_string(generation_ + 1) + " on " +
+                  std::to_string(actions_->ActiveHosts().size()) + " nodes from " +
+                  (from >= 0 ? "step " + std::to_string(from) : "the start") +
+                  " (the trainer reshards the checkpoint) [recovery: " + d.reason + "]";
+      ev.runbook = RunbookFor(ev.kind);
+      recorder_->RecordEvent(ev);
+      spdlog::warn("RESHARD: {}", ev.summary);
+      state_ = State::kBackoff;
+      actions_->ArmTimer(ControllerTimer::kRestart, 0);
       return;
     }
     case RecoveryAction::kStop: break;

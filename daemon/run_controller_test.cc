@@ -42,6 +42,16 @@ class RecordingActions : public RunActions {
     return Status::Ok();
   }
   void Finish(int code) override { finished = code; }
+  std::vector<std::string> ActiveHosts() const override { return active; }
+  std::vector<std::string> SpareHosts() const override { return {}; }
+  Result<int> Reshape(const std::vector<std::string>& leaving, const std::vector<std::string>& joining) override {
+    reshapes.push_back(leaving);
+    for (const std::string& h : leaving) active.erase(std::remove(active.begin(), active.end(), h), active.end());
+    active.insert(active.end(), joining.begin(), joining.end());
+    return static_cast<int>(active.size()) * 2;
+  }
+  std::vector<std::string> active = {"host-a", "host-b"};
+  std::vector<std::vector<std::string>> reshapes;
 
   std::vector<std::pair<int, int64_t>> launches;
   Status launch_error = Status::Ok();
@@ -73,7 +83,7 @@ class RunControllerTest : public ::testing::Test {
   }
 
   // Two nodes of two ranks each: ranks 0,1 on host-a, 2,3 on host-b.
-  void Make(SchedulerCapabilities caps = {}) {
+  void Make(SchedulerCapabilities caps = {}, int min_nodes = 0) {
     alloc_.nodes = {{"host-a", "10.0.0.1"}, {"host-b", "10.0.0.2"}};
     RecorderOptions ro;
     ro.run_dir = dir_.path();
@@ -88,6 +98,7 @@ class RunControllerTest : public ::testing::Test {
     co.world_size = 4;
     co.host_of_rank = [](int rank) { return rank < 2 ? "host-a" : "host-b"; };
     co.caps = caps;
+    co.min_nodes = min_nodes;
     controller_ = std::make_unique<RunController>(co, &clock_, recorder_.get(), &actions_);
   }
 
@@ -329,6 +340,42 @@ TEST_F(RunControllerTest, ALostNodeEndsALocalRunAndIsRequeuedAwayUnderAScheduler
   ExitAll(Killed(SIGTERM), 2);
   ASSERT_EQ(actions_.requeued.size(), 1u);
   EXPECT_EQ(actions_.requeued[0], std::vector<std::string>{"host-b"});
+  EXPECT_EQ(actions_.finished, kDaemonExitPreempted);
+}
+
+// An elastic run (min_nodes 1) loses host-b: no requeue, no restart counted;
+// the next generation runs on host-a alone (world 4 -> 2), lineage has the
+// reshard with its world sizes, and a later loss of the last node stops it.
+TEST_F(RunControllerTest, AnElasticRunGoesOnWithoutALostNode) {
+  Make(SchedulerCapabilities{true, true, false}, /*min_nodes=*/1);
+  controller_->Launch();
+  Train(4);
+  controller_->OnNodeLost("host-b", {2, 3}, "connection reset");
+  ExitAll(Killed(SIGTERM), 4);
+  ASSERT_EQ(actions_.reshapes.size(), 1u);
+  EXPECT_EQ(actions_.reshapes[0], std::vector<std::string>{"host-b"});
+  EXPECT_TRUE(actions_.requeued.empty());
+  EXPECT_EQ(actions_.finished, -1);
+  EXPECT_EQ(controller_->world_size(), 2);
+  EXPECT_EQ(controller_->restarts_used(), 0);
+  ASSERT_EQ(actions_.armed.count(ControllerTimer::kRestart), 1u);
+  EXPECT_EQ(actions_.armed[ControllerTimer::kRestart], 0);
+  controller_->OnTimer(ControllerTimer::kRestart);
+  ASSERT_EQ(actions_.launches.size(), 2u);
+  EXPECT_EQ(controller_->state(), RunController::State::kRunning);
+  const auto events = Events();
+  const auto reshard = std::find_if(events.begin(), events.end(), [](const EventRecord& e) { return e.kind == "reshard"; });
+  ASSERT_NE(reshard, events.end());
+  EXPECT_NE(reshard->summary.find("world size 4 -> 2: without host-b"), std::string::npos) << reshard->summary;
+  EXPECT_NE(reshard->evidence_json.find("\"world_size_after\":2"), std::string::npos) << reshard->evidence_json;
+  EXPECT_EQ(reshard->runbook, "runbooks/elastic.md");
+  const auto lost = std::find_if(events.begin(), events.end(), [](const EventRecord& e) { return e.kind == "node_lost"; });
+  ASSERT_NE(lost, events.end());
+  EXPECT_NE(lost->action.find("continue without host-b on 1 of 2 nodes"), std::string::npos) << lost->action;
+  // The last node cannot leave: below min_nodes the old rule requeues.
+  controller_->OnNodeLost("host-a", {0, 1}, "connection reset");
+  for (int r = 0; r < 2; ++r) controller_->OnRankExit(RankExit{r, Killed(SIGTERM), "", {}}, Views(4));
+  ASSERT_EQ(actions_.requeued.size(), 1u);
   EXPECT_EQ(actions_.finished, kDaemonExitPreempted);
 }
 

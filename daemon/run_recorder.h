@@ -56,6 +56,9 @@ class RunRecorder {
 
   const std::string& run_id() const { return run_id_; }
   int attempt() const { return attempt_; }
+  // An elastic run changed its world size (checkpoints it finds committed on
+  // its own are recorded with this one).
+  void SetWorldSize(int world_size) { opts_.world_size = world_size; }
   int generation() const { return generation_; }
   // What gave this attempt its nodes (scheduler, job id, restart count, hosts),
   // as recorded with the attempt.

@@ -32,6 +32,7 @@
 #include "daemon/run_recorder.h"
 #include "daemon/run_status.h"
 #include "health/report.h"
+#include "lineage/incident.h"
 #include "lineage/lineage_db.h"
 #include "scheduler/launch_plan.h"
 
@@ -86,10 +87,24 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
     return scheduler_->Requeue(recorder_->run_id(), exclude, reason);
   }
   std::string RequeueNote() const override { return scheduler_->last_requeue(); }
+  std::vector<std::string> ActiveHosts() const override { return HostsOf(active_); }
+  std::vector<std::string> SpareHosts() const override { return HostsOf(spares_); }
+  Result<int> Reshape(const std::vector<std::string>& leaving, const std::vector<std::string>& joining) override;
   void Finish(int code) override;
 
  private:
   int world() const { return plan_.world_size; }
+  std::vector<std::string> HostsOf(const std::vector<int>& nodes) const {
+    std::vector<std::string> out;
+    for (int n : nodes) out.push_back(alloc_.nodes[static_cast<size_t>(n)].host);
+    return out;
+  }
+  int NodeOf(const std::string& host) const {
+    for (size_t n = 0; n < alloc_.nodes.size(); ++n) {
+      if (alloc_.nodes[n].host == host) return static_cast<int>(n);
+    }
+    return -1;
+  }
   const std::string& host() const { return alloc_.self().host; }
   void ArmPoll();
   void Tick();
@@ -124,6 +139,11 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
   std::unique_ptr<AsioTcpStoreServer> store_;
   std::shared_ptr<ControlServer> control_;
   LaunchPlan plan_;
+  // The nodes the ranks run on (plan_ is made from these, in this order), and
+  // the joined nodes standing by (an elastic run's spares: JobConfig::max_nodes).
+  std::vector<int> active_;
+  std::vector<int> spares_;
+  std::vector<int> devices_;
   RankGroup ranks_;
   HealthWatch health_;
   std::unique_ptr<RunRecorder> recorder_;
@@ -145,11 +165,25 @@ Status Supervisor::Impl::Start() {
   started_ns_ = clock_->MonotonicNs();
   // Devices: what CUDA_VISIBLE_DEVICES (Slurm's --gres=gpu sets it) makes
   // visible, else none (ranks on the CPU). The daemon itself never opens a GPU.
-  std::vector<int> devices;
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
-    HF_ASSIGN_OR_RETURN(devices, ParseVisibleDevices(visible));
+    HF_ASSIGN_OR_RETURN(devices_, ParseVisibleDevices(visible));
   }
-  HF_ASSIGN_OR_RETURN(plan_, MakeLaunchPlan(alloc_, job_.nproc, devices));
+  // The leader always trains (it hosts the store); up to max_nodes train, the rest stand by.
+  const size_t train_nodes = job_.max_nodes > 0 ? std::min<size_t>(job_.max_nodes, alloc_.nodes.size())
+                                                : alloc_.nodes.size();
+  for (size_t n = 0; n < alloc_.nodes.size(); ++n) {
+    (n < train_nodes ? active_ : spares_).push_back(static_cast<int>(n));
+  }
+  if (job_.min_nodes > static_cast<int>(train_nodes)) {
+    return InvalidArgumentError("job.min_nodes = " + std::to_string(job_.min_nodes) + " but only " +
+                                std::to_string(train_nodes) + " node(s) train in this allocation of " +
+                                std::to_string(alloc_.nodes.size()) + ": lower min_nodes or ask for more nodes");
+  }
+  if (!spares_.empty()) {
+    spdlog::info("{} node(s) train (job.max_nodes = {}), {} stand by as spares", active_.size(), job_.max_nodes,
+                 spares_.size());
+  }
+  HF_ASSIGN_OR_RETURN(plan_, MakeLaunchPlan(alloc_, job_.nproc, devices_, active_));
   std::error_code ec;
   std::filesystem::create_directories(opts_.run_dir + "/logs", ec);
   if (ec) return IoError("create " + opts_.run_dir + "/logs: " + ec.message());
@@ -172,6 +206,7 @@ Status Supervisor::Impl::Start() {
   co.world_size = world();
   co.host_of_rank = [this](int rank) { return plan_.HostOf(rank); };
   co.caps = scheduler_->capabilities();
+  co.min_nodes = job_.min_nodes;
   controller_ = std::make_unique<RunController>(co, clock_, recorder_.get(), this);
   std::weak_ptr<Impl> weak = shared_from_this();
   control_ = std::make_shared<ControlServer>(&io_, ControlSocketPath(opts_.run_dir),
@@ -219,6 +254,7 @@ Status Supervisor::Impl::LaunchGeneration(int generation, int64_t resume_step) {
   spec.resume_step = resume_step;
   spec.node_addr = alloc_.self().addr;
   for (auto& [n, views] : followers_) {
+    if (plan_.ForNode(n).empty()) continue;  // a spare, or a node that left the run
     StartMsg m;
     m.run_id = spec.run_id;
     m.attempt = spec.attempt;
@@ -243,6 +279,30 @@ Status Supervisor::Impl::LaunchGeneration(int generation, int64_t resume_step) {
     });
   }
   return Status::Ok();
+}
+
+Result<int> Supervisor::Impl::Reshape(const std::vector<std::string>& leaving, const std::vector<std::string>& joining) {
+  std::vector<int> active = active_, spares = spares_;
+  for (const std::string& h : leaving) {
+    const int n = NodeOf(h);
+    if (n == 0) return FailedPreconditionError("the leading node " + h + " cannot leave: it hosts the run's store");
+    active.erase(std::remove(active.begin(), active.end(), n), active.end());
+    spares.erase(std::remove(spares.begin(), spares.end(), n), spares.end());
+  }
+  for (const std::string& h : joining) {
+    const int n = NodeOf(h);
+    if (n < 0 || std::find(spares.begin(), spares.end(), n) == spares.end()) {
+      return FailedPreconditionError(h + " is not a spare node of this run");
+    }
+    spares.erase(std::remove(spares.begin(), spares.end(), n), spares.end());
+    active.push_back(n);
+  }
+  HF_ASSIGN_OR_RETURN(LaunchPlan plan, MakeLaunchPlan(alloc_, job_.nproc, devices_, active));
+  plan_ = std::move(plan);
+  active_ = std::move(active);
+  spares_ = std::move(spares);
+  recorder_->SetWorldSize(plan_.world_size);
+  return plan_.world_size;
 }
 
 void Supervisor::Impl::TerminateRanks(const std::string& why, double grace_s) {
@@ -438,7 +498,23 @@ void Supervisor::Impl::OnFollowerMessage(int node, const ClusterMessage& msg) {
 
 void Supervisor::Impl::OnFollowerLost(int node, const std::string& why) {
   followers_.erase(node);
-  if (!finished_) controller_->OnNodeLost(alloc_.nodes[node].host, RanksOf(node), why);
+  if (finished_) return;
+  const std::string& h = alloc_.nodes[node].host;
+  if (std::find(active_.begin(), active_.end(), node) == active_.end()) {
+    // A spare, or a node the run already left: no rank of the run is there.
+    const bool spare = std::find(spares_.begin(), spares_.end(), node) != spares_.end();
+    spares_.erase(std::remove(spares_.begin(), spares_.end(), node), spares_.end());
+    spdlog::warn("node {} ({}) is gone ({}); {}", node, h, why, spare ? "it was a spare" : "the run had left it");
+    if (spare) {
+      EventRecord ev = recorder_->NewEvent(event_kind::kNodeLost, h);
+      ev.summary = h + "'s holdfastd is gone (" + why + "); it was a spare";
+      ev.action = "none: no rank ran there; " + std::to_string(spares_.size()) + " spare(s) left";
+      ev.runbook = RunbookFor(ev.kind);
+      recorder_->RecordEvent(ev);
+    }
+    return;
+  }
+  controller_->OnNodeLost(h, RanksOf(node), why);
 }
 
 std::vector<int> Supervisor::Impl::RanksOf(int node) const {

@@ -58,6 +58,7 @@ inline constexpr RunbookEntry kRunbooks[] = {
     {event_kind::kRequeue, "runbooks/requeue-failed.md"},
     {event_kind::kResume, ""},
     {event_kind::kStop, ""},
+    {event_kind::kReshard, "runbooks/elastic.md"},
 };
 
 // The runbook for an event kind ("runbooks/hang.md"), "" when it has none or

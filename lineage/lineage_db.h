@@ -67,6 +67,7 @@ inline constexpr const char kRestart[] = "restart";    // an action, not an inci
 inline constexpr const char kRequeue[] = "requeue";    // an action
 inline constexpr const char kResume[] = "resume";      // an action
 inline constexpr const char kStop[] = "stop";          // an action
+inline constexpr const char kReshard[] = "reshard";    // an action: an elastic run goes on with other nodes
 }  // namespace event_kind
 
 // Whether an event kind reports something that went wrong (as opposed to an

@@ -1,6 +1,8 @@
 #include "scheduler/launch_plan.h"
 
+#include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <set>
 
 namespace holdfast {
@@ -43,10 +45,30 @@ std::string LaunchPlan::HostOf(int rank) const {
 
 Result<LaunchPlan> MakeLaunchPlan(const Allocation& alloc, int nproc_per_node, const std::vector<int>& devices) {
   if (alloc.nodes.empty()) return InvalidArgumentError("cannot plan a launch: the allocation has no nodes");
+  const int nodes = static_cast<int>(alloc.nodes.size());
+  std::vector<int> all(static_cast<size_t>(nodes));
+  for (int node = 0; node < static_cast<int>(nodes); ++node) all[static_cast<size_t>(node)] = node;
+  return MakeLaunchPlan(alloc, nproc_per_node, devices, all);
+}
+
+Result<LaunchPlan> MakeLaunchPlan(const Allocation& alloc, int nproc_per_node, const std::vector<int>& devices,
+                                  const std::vector<int>& active) {
+  if (alloc.nodes.empty()) return InvalidArgumentError("cannot plan a launch: the allocation has no nodes");
+  if (active.empty()) return InvalidArgumentError("cannot plan a launch on no nodes");
   if (nproc_per_node < 1) {
     return InvalidArgumentError("nproc_per_node must be at least 1, got " + std::to_string(nproc_per_node));
   }
-  const long long nodes = static_cast<long long>(alloc.nodes.size());
+  for (size_t i = 0; i < active.size(); ++i) {
+    if (active[i] < 0 || static_cast<size_t>(active[i]) >= alloc.nodes.size()) {
+      return InvalidArgumentError("node " + std::to_string(active[i]) + " is not in the allocation of " +
+                                  std::to_string(alloc.nodes.size()) + " nodes");
+    }
+    if (std::find(active.begin(), active.begin() + static_cast<std::ptrdiff_t>(i), active[i]) !=
+        active.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return InvalidArgumentError("node " + std::to_string(active[i]) + " is listed twice");
+    }
+  }
+  const long long nodes = static_cast<long long>(active.size());
   if (nodes * nproc_per_node > INT_MAX) {
     return InvalidArgumentError(std::to_string(nodes) + " nodes x " + std::to_string(nproc_per_node) +
                                 " ranks per node is more ranks than a world can hold");
@@ -61,10 +83,11 @@ Result<LaunchPlan> MakeLaunchPlan(const Allocation& alloc, int nproc_per_node, c
   plan.nproc_per_node = nproc_per_node;
   plan.world_size = static_cast<int>(nodes) * nproc_per_node;
   plan.ranks.reserve(static_cast<size_t>(plan.world_size));
-  for (int node = 0; node < static_cast<int>(nodes); ++node) {
+  for (int i = 0; i < static_cast<int>(nodes); ++i) {
+    const int node = active[static_cast<size_t>(i)];
     for (int local = 0; local < nproc_per_node; ++local) {
       RankPlacement r;
-      r.global_rank = node * nproc_per_node + local;
+      r.global_rank = i * nproc_per_node + local;
       r.local_rank = local;
       r.node = node;
       r.host = alloc.nodes[static_cast<size_t>(node)].host;

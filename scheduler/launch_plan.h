@@ -51,6 +51,13 @@ struct LaunchPlan {
 // nproc_per_node < 1, the world size overflows, or nproc_per_node exceeds the
 // number of devices (see "Devices").
 Result<LaunchPlan> MakeLaunchPlan(const Allocation& alloc, int nproc_per_node, const std::vector<int>& devices);
+// The ranks on `active` nodes only (indexes into alloc.nodes, in the order
+// given): global ranks are numbered along `active`, and RankPlacement::node
+// stays the index into alloc.nodes. An elastic run's plan after nodes left or
+// spares joined. kInvalidArgument for an empty `active`, an index out of range
+// or repeated.
+Result<LaunchPlan> MakeLaunchPlan(const Allocation& alloc, int nproc_per_node, const std::vector<int>& devices,
+                                  const std::vector<int>& active);
 
 // The CUDA ordinals a process started with CUDA_VISIBLE_DEVICES =
 // `cuda_visible_devices` can use. CUDA renumbers the visible devices from 0 in

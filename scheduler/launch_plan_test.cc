@@ -80,6 +80,31 @@ TEST(LaunchPlanTest, BadShapesAreErrors) {
   EXPECT_EQ(MakeLaunchPlan(Nodes({"a"}), 0, {}).status().code(), StatusCode::kInvalidArgument);
 }
 
+// An elastic run without node 1 of three, then with node 3 (a spare) in its
+// place: ranks numbered along the active nodes, nodes keep their indexes.
+TEST(LaunchPlanTest, ActiveNodesOnlyNumberedInTheOrderGiven) {
+  const Allocation a = Nodes({"n0", "n1", "n2", "n3"});
+  Result<LaunchPlan> p = MakeLaunchPlan(a, 2, {}, {0, 2});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->world_size, 4);
+  EXPECT_EQ(p->HostOf(0), "n0");
+  EXPECT_EQ(p->HostOf(1), "n0");
+  EXPECT_EQ(p->HostOf(2), "n2");
+  EXPECT_EQ(p->HostOf(3), "n2");
+  EXPECT_TRUE(p->ForNode(1).empty());
+  ASSERT_EQ(p->ForNode(2).size(), 2u);
+  EXPECT_EQ(p->ForNode(2)[0].global_rank, 2);
+  EXPECT_EQ(p->ForNode(2)[1].local_rank, 1);
+  Result<LaunchPlan> q = MakeLaunchPlan(a, 1, {}, {0, 3, 2});
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ(q->HostOf(1), "n3");
+  EXPECT_EQ(q->ForNode(3)[0].node, 3);
+  EXPECT_FALSE(MakeLaunchPlan(a, 1, {}, {}).ok());
+  EXPECT_FALSE(MakeLaunchPlan(a, 1, {}, {0, 4}).ok());
+  EXPECT_FALSE(MakeLaunchPlan(a, 1, {}, {2, 2}).ok());
+  EXPECT_FALSE(MakeLaunchPlan(a, 1, {}, {-1}).ok());
+}
+
 TEST(ParseVisibleDevicesTest, GoodLists) {
   struct Case {
     const char* env;

@@ -316,7 +316,10 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
     auto step = ResumeFromCheckpoint(flags, ckpt_root, &trainer);
     if (!step.ok()) {
       spdlog::error("{}", step.status().ToString());
-      return kExitFailed;
+      // Another config, a reshard that cannot keep the global batch, a strict
+      // determinism refusal: the same start would fail again (a supervisor
+      // stops instead of restarting it).
+      return step.status().code() == StatusCode::kFailedPrecondition ? kExitUsage : kExitFailed;
     }
     resumed = *step >= 0;
     CheckpointWriterOptions wo;

@@ -163,6 +163,102 @@ TEST_F(SupervisionTest, TwoNodesOfOneRankAFollowersCrashRestartsOnce) {
   EXPECT_EQ(gens->size(), 2u) << ReadFile(dir_ / "daemon.log");
 }
 
+// Issue 13: an elastic run (min_nodes = 2) on three local nodes of one rank
+// loses a follower's daemon (SIGKILL) after a checkpoint. It goes on without
+// that node from the newest checkpoint: the trainer reshards 3 -> 2 ranks
+// keeping the global batch (grad_accum 2 -> 3), lineage records the node
+// loss and the reshard, and the run ends with the loss of a fault-free 3-rank
+// run to float tolerance (no dropout, so the samples decide everything).
+TEST_F(SupervisionTest, AnElasticRunLosesANodeAndGoesOnWithTheOthers) {
+  std::ostringstream tc;
+  tc << "[model]\nn_layer = 2\nn_head = 4\nn_embd = 64\nblock_size = 64\ndropout = 0.0\n"
+     << "[data]\nformat = \"text\"\npath = \"" << *shared_ / "corpus.txt" << "\"\n"
+     << "[train]\nsteps = 30\nmicro_batch = 2\ngrad_accum = 2\nseed = 11\nthreads = 1\nlog_every = 10\n"
+     << "[optim]\nlr = 1e-3\nmin_lr = 1e-4\nwarmup_steps = 5\n"
+     << "[dist]\nbucket_mb = 0.05\n[checkpoint]\nevery_steps = 5\n";
+  WriteFile(dir_ / "elastic.toml", tc.str());
+  ProcessResult ref = RunProcess({BuildPath("trainer/holdfast-train"), "--config", dir_ / "elastic.toml", "--nproc",
+                                  "3", "--set", "output.dir=" + (dir_ / "ref_out"), "--metrics", dir_ / "ref.jsonl"});
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  std::ostringstream job;
+  job << "[job]\nname = \"elastic\"\ncommand = [\"" << BuildPath("trainer/holdfast-train") << "\", \"--config\", \""
+      << dir_ / "elastic.toml" << "\", \"--set\", \"output.dir=" << dir_ / "out" << "\", \"--set\", \"checkpoint.dir="
+      << dir_ / "ck" << "\", \"--metrics\", \"" << dir_ / "metrics.jsonl" << "\"]\n"
+      << "nproc = 1\nmin_nodes = 2\ncheckpoint_dir = \"" << dir_ / "ck" << "\"\n"
+      << "[supervise]\npoll_ms = 50\nhang_min_s = 5\nstartup_timeout_s = 90\nrestart_budget = 2\nterm_grace_s = 2\n"
+      << "backoff_initial_s = 0.1\nprogress_dir = \"" << dir_ / "shm" << "\"\n"
+      << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\n";
+  WriteFile(dir_ / "job.toml", job.str());
+  auto daemon = [&](int node) {
+    std::vector<std::string> cmd = Daemon();
+    cmd.insert(cmd.end(), {"--nodes", "3"});
+    if (node > 0) cmd.insert(cmd.end(), {"--node-id", std::to_string(node)});
+    return cmd;
+  };
+  ChildProcess lead(daemon(0), dir_ / "daemon.log");
+  ChildProcess first(daemon(1), dir_ / "follower1.log");
+  ChildProcess second(daemon(2), dir_ / "follower2.log");
+  // Wait (not a timing assertion) until every rank is past the checkpoint of step 10.
+  for (;;) {
+    ASSERT_FALSE(lead.Exited()) << ReadFile(dir_ / "daemon.log");
+    auto st = Status();
+    int past = 0;
+    if (st) {
+      for (const auto& n : st->nodes) {
+        for (const auto& r : n.ranks) past += r.step >= 12 ? 1 : 0;
+      }
+    }
+    if (past == 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  second.Signal(SIGKILL);  // node 2's daemon; its rank dies with it (PR_SET_PDEATHSIG)
+  second.Wait();
+  EXPECT_EQ(lead.Wait(), 0) << ReadFile(dir_ / "daemon.log");
+  EXPECT_EQ(first.Wait(), 0) << ReadFile(dir_ / "follower1.log");
+  auto db = Lineage();
+  ASSERT_NE(db, nullptr);
+  auto run = db->LatestRun();
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->state, RunState::kSucceeded) << run->cause;
+  auto events = db->Events(run->run_id, 0);
+  ASSERT_TRUE(events.ok());
+  const std::string lost_host = ThisHost() + "-n2";
+  bool lost = false, reshard = false;
+  for (const auto& e : *events) {
+    if (e.kind == "node_lost" && e.node == lost_host) {
+      lost = true;
+      EXPECT_NE(e.action.find("continue without " + lost_host + " on 2 of 3 nodes (min_nodes 2)"), std::string::npos)
+          << e.action;
+    }
+    if (e.kind == "reshard") {
+      reshard = true;
+      EXPECT_NE(e.summary.find("world size 3 -> 2: without " + lost_host), std::string::npos) << e.summary;
+      EXPECT_NE(e.action.find("from step 10"), std::string::npos) << e.action;
+    }
+  }
+  EXPECT_TRUE(lost) << ReadFile(dir_ / "daemon.log");
+  EXPECT_TRUE(reshard) << ReadFile(dir_ / "daemon.log");
+  const std::string rank_log = ReadFile(dir_ / "run/logs/a1-g1-rank0.log");
+  EXPECT_NE(rank_log.find("RESHARDED: checkpoint of step 10 saved by 3 ranks, resumed on 2; grad_accum 3"),
+            std::string::npos)
+      << rank_log;
+  // The run's last step against the fault-free run's, and it went on at world 2.
+  auto last_loss = [](const std::string& path) {
+    std::istringstream in(ReadFile(path));
+    std::string line;
+    double loss = -1;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      auto j = nlohmann::json::parse(line);
+      if (j["step"] == 30) loss = j["loss"].get<double>();
+    }
+    return loss;
+  };
+  const double want = last_loss(dir_ / "ref.jsonl"), got = last_loss(dir_ / "metrics.jsonl");
+  ASSERT_GT(want, 0);
+  EXPECT_NEAR(got, want, 1e-4 * want) << "the resharded run's final loss";
+}
+
 // Node health: an InfiniBand port (a fixture sysfs tree in the kernel's layout)
 // goes down mid-run. The periodic monitor sees it, lineage records the result
 // with its evidence, the policy's action (exclude the node) stops the run, and
