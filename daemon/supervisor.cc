@@ -149,6 +149,7 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
   std::unique_ptr<RunRecorder> recorder_;
   std::unique_ptr<RunController> controller_;
   std::map<int, std::vector<RankView>> followers_;  // node -> its ranks' latest views, in this machine's clock
+  std::map<int, int64_t> heard_ns_;                  // node -> when its last message arrived (monotonic)
   std::unique_ptr<RunMetrics> metrics_;              // null unless metrics are configured
   std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
   bool metrics_textfile_failing_ = false;            // warned once until a write succeeds again
@@ -411,7 +412,15 @@ void Supervisor::Impl::OnSignal(int sig) {
 
 std::vector<RankView> Supervisor::Impl::Views() const {
   std::vector<RankView> views = ranks_.Views(alloc_.this_node, host());
-  for (const auto& [n, f] : followers_) views.insert(views.end(), f.begin(), f.end());
+  const int64_t now = clock_->MonotonicNs();
+  for (const auto& [n, f] : followers_) {
+    const auto heard = heard_ns_.find(n);
+    const double age = heard == heard_ns_.end() ? 0 : static_cast<double>(now - heard->second) / 1e9;
+    for (RankView v : f) {
+      v.report_age_s = age;
+      views.push_back(std::move(v));
+    }
+  }
   std::sort(views.begin(), views.end(), [](const RankView& a, const RankView& b) { return a.rank < b.rank; });
   return views;
 }
@@ -460,6 +469,7 @@ std::string Supervisor::Impl::OnHello(const HelloMsg& hello) {
   const std::string& h = alloc_.nodes[n].host;
   spdlog::info("node {} ({}) joined", n, h);
   followers_[n].clear();
+  heard_ns_[n] = clock_->MonotonicNs();
   if (!hello.health_report_json.empty()) {
     auto results = health::ResultsFromReportJson(hello.health_report_json);
     if (results.ok()) {
@@ -480,6 +490,7 @@ std::string Supervisor::Impl::OnHello(const HelloMsg& hello) {
 
 void Supervisor::Impl::OnFollowerMessage(int node, const ClusterMessage& msg) {
   if (finished_) return;
+  heard_ns_[node] = clock_->MonotonicNs();
   const std::string& h = alloc_.nodes[node].host;
   if (const auto* health = std::get_if<HealthMsg>(&msg)) {
     auto results = health::ResultsFromReportJson(health->report_json);
@@ -498,6 +509,7 @@ void Supervisor::Impl::OnFollowerMessage(int node, const ClusterMessage& msg) {
 
 void Supervisor::Impl::OnFollowerLost(int node, const std::string& why) {
   followers_.erase(node);
+  heard_ns_.erase(node);
   if (finished_) return;
   const std::string& h = alloc_.nodes[node].host;
   if (std::find(active_.begin(), active_.end(), node) == active_.end()) {

@@ -194,6 +194,9 @@ std::string DescribeWaitStatus(int wstatus) {
   return "ended";
 }
 
+// A follower's report older than this (and than half the stall) marks its node silent.
+constexpr double kSilentNodeMinS = 2.0;
+
 Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const HangDetector::Verdict& verdict) {
   Incident inc;
   inc.kind = event_kind::kHang;
@@ -214,7 +217,42 @@ Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const Ha
     }
   }
   std::vector<std::string> parts;
-  if (w != 0) {
+  // A node that has sent nothing for much of the stall is the first suspect:
+  // its ranks' records are as old as its last report (cut off from the
+  // network, or its holdfastd stuck), and the others wait for them whatever
+  // those records say (found by bench/soak_slurm.py: a partitioned follower's
+  // last report had its rank inside the allreduce, and the hang named every rank).
+  std::vector<int> silent;
+  std::vector<std::string> silent_hosts;
+  double silent_s = 0;
+  for (const RankView& r : ranks) {
+    if (r.report_age_s >= std::max(kSilentNodeMinS, verdict.stalled_s / 2)) {
+      silent.push_back(r.rank);
+      silent_s = std::max(silent_s, r.report_age_s);
+      if (std::find(silent_hosts.begin(), silent_hosts.end(), r.host) == silent_hosts.end()) {
+        silent_hosts.push_back(r.host);
+      }
+    }
+  }
+  if (!silent.empty() && silent.size() < ranks.size()) {
+    inc.culprits = silent;
+    std::string hosts;
+    for (const std::string& h : silent_hosts) hosts += (hosts.empty() ? "" : ", ") + h;
+    std::string line = hosts + (silent_hosts.size() == 1 ? " has" : " have") + " sent nothing for " +
+                       Fixed1(silent_s) + " s (cut off from the network, or its holdfastd is stuck)";
+    for (const RankView& r : ranks) {
+      if (std::find(silent.begin(), silent.end(), r.rank) != silent.end()) {
+        line += "; rank " + std::to_string(r.rank) + " last reported " + Doing(now_ns, r);
+      }
+    }
+    std::vector<int> others;
+    for (const RankView& r : ranks) {
+      if (std::find(silent.begin(), silent.end(), r.rank) == silent.end()) others.push_back(r.rank);
+    }
+    line += "; " + std::string(others.size() == 1 ? "rank " : "ranks ") + RankList(others) +
+            (w != 0 ? " waiting in " + kind + " #" + std::to_string(w) : std::string(" waiting for it"));
+    inc.summary = line;
+  } else if (w != 0) {
     for (const RankView& r : ranks) {
       if (!r.progress.valid || r.progress.record.collectives_issued < w) {
         inc.culprits.push_back(r.rank);

@@ -31,6 +31,10 @@ struct RankView {
   bool alive = true;
   char proc_state = '?';  // /proc/<pid>/stat state: R, S, D, T (stopped), t, Z
   ProgressSnapshot progress;
+  // A follower's rank: seconds since its node's last report reached the
+  // leader (followers report every poll); 0 for the leader's own ranks. A
+  // node cut off from the network keeps its last report here, ageing.
+  double report_age_s = 0;
 };
 
 class HangDetector {

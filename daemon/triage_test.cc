@@ -172,6 +172,34 @@ TEST(TriageTest, AStoppedRankInsideTheCollectiveIsTheCulprit) {
   EXPECT_NE(inc.summary.find("rank 0 waiting in allreduce #15"), std::string::npos) << inc.summary;
 }
 
+// A follower cut off from the network: its last report (5.5 s old) has its
+// rank inside the allreduce like the others. The silent node is the culprit,
+// not every rank (found by bench/soak_slurm.py).
+TEST(TriageTest, ANodeThatStoppedReportingIsTheCulprit) {
+  const int64_t now = 100 * kSec;
+  std::vector<RankView> ranks = {Rank(0, 7, Phase::kCollective, now - 6 * kSec, 15, 15),
+                                 Rank(1, 7, Phase::kCollective, now - 6 * kSec, 15, 15)};
+  ranks[0].host = "n2";
+  ranks[1].host = "n3";
+  ranks[1].report_age_s = 5.5;
+  HangDetector::Verdict v;
+  v.stalled_s = 6;
+  v.timeout_s = 5;
+  v.allowance = "step";
+  Incident inc = TriageHang(now, ranks, v);
+  EXPECT_EQ(inc.culprits, std::vector<int>{1});
+  EXPECT_NE(inc.summary.find("n3 has sent nothing for 5.5 s (cut off from the network, or its holdfastd is stuck); "
+                             "rank 1 last reported in allreduce #15 of step 8"),
+            std::string::npos)
+      << inc.summary;
+  EXPECT_NE(inc.summary.find("rank 0 waiting in allreduce #15"), std::string::npos) << inc.summary;
+  // A report a moment old is not silence: every rank entered, none is stopped.
+  ranks[1].report_age_s = 0.3;
+  inc = TriageHang(now, ranks, v);
+  EXPECT_EQ(inc.culprits, (std::vector<int>{0, 1}));
+  EXPECT_NE(inc.summary.find("all ranks entered allreduce #15"), std::string::npos) << inc.summary;
+}
+
 TEST(TriageTest, CrashNamesRankSignalPhaseAndKeepsTheLogTail) {
   std::vector<RankView> ranks = {Rank(0, 36, Phase::kCollective, 0, 80, 80), Rank(1, 36, Phase::kBackward, 0, 79)};
   const int wstatus = SIGKILL;  // as waitpid reports a SIGKILL death
