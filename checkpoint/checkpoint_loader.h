@@ -1,37 +1,55 @@
 // CheckpointLoader: finds the newest checkpoint that verifies and returns one
-// rank's buffers from it (Load, LoadNewest), or every rank's (LoadAll,
-// LoadNewestAll).
+// rank's buffers from it (Load, LoadNewest), every rank's (LoadAll,
+// LoadNewestAll), or, for one rank of a restoring world, just what that rank
+// needs (Restore, RestoreNewest).
 //
 // Step folders are tried newest first. A folder counts only when its manifest
 // parses and its own checksum holds, its world size is the one expected, and
-// every shard has the manifest's size and XXH3-64 (LoadOptions::
-// verify_all_shards; on by default so that every rank, verifying the same bytes,
-// picks the same step). Each folder passed over is reported with the reason
-// (SkippedCheckpoint) and logged; a damaged checkpoint therefore costs one
-// step back, never a crash loop.
+// every shard has the manifest's size and XXH3-64. Each folder passed over is
+// reported with the reason (SkippedCheckpoint) and logged; a damaged
+// checkpoint therefore costs one step back, never a crash loop.
 //
-// LoadAll / LoadNewestAll are for state that the ranks split between them
-// (holdfast-train saves each replicated parameter/moment byte once, a slice per
-// rank; docs/checkpoint-format.md): every shard is read and checksummed exactly
-// once, into memory that the result keeps, so the caller can assemble the
-// whole from all slices. A caller-supplied CheckpointValidator looks at the
-// verified contents (slices that do not fit together, say); a checkpoint it
-// rejects is skipped like a corrupt one. The library itself still does not
-// interpret buffers.
+// Reading runs at the disk's speed: each file is read in large chunks by a
+// reader thread while the calling thread checksums the chunks already read
+// (ReadOverlapped, checkpoint/file_reader.h).
+//
+// Restore / RestoreNewest split a restore among the ranks of the world that
+// resumes (of the checkpoint's world size or another), so that no rank reads
+// or checksums the whole checkpoint: shard s is read whole and checksummed by
+// one rank only, VerifyingRank(s); every rank reads the headers and the small
+// "preview" buffers (meta) of all shards, asks the caller's RestorePlanner
+// which other buffers it needs (holdfast-train: every shard's parameters, the
+// moments of its own slice) and reads just those. Then each rank publishes its
+// verdict on the step through the Store and waits for everyone's: a step is
+// used only when every rank's verdict is OK, so every byte that any rank uses
+// has been checksummed by one of them, and all ranks choose the same step (rank
+// 0 publishes the list of candidates). A step any rank rejects is skipped by
+// all with that rank's reason. The shard file format is unchanged; old
+// checkpoints restore the same way.
+//
+// LoadAll / LoadNewestAll read and checksum every shard in this process,
+// into memory that the result keeps. A caller-supplied CheckpointValidator
+// looks at the verified contents (slices that do not fit together, say); a
+// checkpoint it rejects is skipped like a corrupt one. The library itself
+// still does not interpret buffers.
 //
 // Thread-safety: a CheckpointLoader has no mutable state; it may be used from
-// several threads at once if its Storage may.
+// several threads at once if its Storage may. Each call starts and joins its
+// own reader threads.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "checkpoint/file_reader.h"
 #include "checkpoint/format.h"
 #include "checkpoint/storage.h"
 #include "common/status.h"
+#include "common/store.h"
 
 namespace holdfast {
 
@@ -41,6 +59,9 @@ struct LoadOptions {
   // Skip checkpoints of another world size (0 = accept any).
   int expected_world_size = 0;
   size_t read_chunk_bytes = 8u << 20;
+  // Reader threads per file (OverlappedReadOptions::threads); 0 = the
+  // calling thread reads and checksums in turn.
+  int read_threads = 1;
   // Drop each file's cached pages before reading it (benchmarks).
   bool drop_cache = false;
 };
@@ -54,19 +75,29 @@ struct SkippedCheckpoint {
 // A read-only view into a LoadedShard's bytes.
 struct ConstBufferView {
   std::string name;
-  const uint8_t* data = nullptr;  // owned by the LoadedShard
+  const uint8_t* data = nullptr;  // owned by the LoadedShard; null when the buffer was not read
   size_t size = 0;
 };
 
-// One rank's shard of a verified checkpoint. Owns its bytes; move-only.
+// One rank's shard of a verified checkpoint, read whole or (a Restore of
+// another rank's shard) in part. Owns its bytes; move-only.
 struct LoadedShard {
   Manifest manifest;
   std::string dir;
   ShardHeader header;
-  std::unique_ptr<uint8_t[]> bytes;  // the whole shard file, header.file_size bytes
+  // The whole shard file, header.file_size bytes, when it was read whole
+  // (and checksummed by this process); else null.
+  std::unique_ptr<uint8_t[]> bytes;
+  // When not read whole: pieces[i] holds header.entries[i]'s bytes if this
+  // rank read that buffer, else null.
+  std::vector<std::unique_ptr<uint8_t[]>> pieces;
 
-  // The buffer called name; kNotFound lists the names there are.
+  // Whether the buffer at header.entries[i] was read.
+  bool IsRead(size_t i) const;
+  // The buffer called name; kNotFound lists the names there are,
+  // kFailedPrecondition when this rank did not read it.
   Result<ConstBufferView> Find(const std::string& name) const;
+  // Every buffer, in file order; data is null for the ones not read.
   std::vector<ConstBufferView> Buffers() const;
 };
 
@@ -81,6 +112,30 @@ struct LoadedCheckpoint {
 // the buffers mean. Non-OK = do not use this checkpoint; the message says why
 // (name the shard, say what to do) and is reported like any corruption.
 using CheckpointValidator = std::function<Status(const LoadedCheckpoint&)>;
+
+// What one rank of a restore reads besides the shards it verifies, chosen from
+// a preview of the checkpoint: the manifest, every shard's header and its
+// RestoreOptions::preview_buffers (shards this rank verifies: all of it).
+// Returns, for each shard (index = saved rank), the names of the buffers this
+// rank needs. Non-OK rejects the checkpoint like a CheckpointValidator.
+using RestorePlanner = std::function<Result<std::vector<std::vector<std::string>>>(const LoadedCheckpoint& preview)>;
+
+struct RestoreOptions {
+  // This process's place in the world that restores (which may differ from
+  // the world that saved the checkpoint).
+  int rank = 0;
+  int world_size = 1;
+  // Where the ranks publish and read their verdicts ("restore/..." keys; the
+  // caller namespaces it per generation). Required when world_size > 1.
+  std::shared_ptr<Store> store;
+  // How long a rank waits for the others' verdicts (they read as much as it
+  // does, so this is slack for a slow disk, not the whole read).
+  std::chrono::milliseconds peer_timeout{std::chrono::minutes(10)};
+  // Small buffers every rank reads from every shard before planning.
+  std::vector<std::string> preview_buffers = {"meta"};
+  // How to read (expected_world_size and verify_all_shards do not apply).
+  LoadOptions load;
+};
 
 class CheckpointLoader {
  public:
@@ -114,21 +169,57 @@ class CheckpointLoader {
                                          std::vector<SkippedCheckpoint>* skipped = nullptr,
                                          const CheckpointValidator& validate = nullptr) const;
 
+  // This rank's part of restoring step (the file comment): the shards it
+  // verifies read whole, the other shards' headers, preview buffers and the
+  // buffers `plan` (may be empty: none) names. Returns once every rank's
+  // verdict is in: the checkpoint when all are OK, else the lowest rank's
+  // failure (a corruption first). Every rank of options.world_size must call
+  // it (or RestoreNewest) with the same step.
+  Result<LoadedCheckpoint> Restore(int64_t step, const RestoreOptions& options,
+                                   const RestorePlanner& plan = nullptr) const;
+  // Restore of the newest step that every rank accepts; the candidates are
+  // rank 0's step folders, newest first. `skipped` as for LoadNewest (every
+  // rank reports the same). kNotFound when none is accepted; another error
+  // when the ranks could not agree (a peer gone: no step is chosen).
+  Result<LoadedCheckpoint> RestoreNewest(const RestoreOptions& options, const RestorePlanner& plan = nullptr,
+                                         std::vector<SkippedCheckpoint>* skipped = nullptr) const;
+  // The rank of a restoring world of `world_size` that reads and checksums
+  // shard `shard` of a checkpoint saved by `saved_world` ranks:
+  // floor(shard * world_size / saved_world), so the shards are spread evenly,
+  // in order (each rank gets the shards whose slices start in its own when
+  // slices are cut evenly), and every shard has one.
+  static int VerifyingRank(int shard, int saved_world, int world_size);
+
   std::string StepDir(int64_t step) const;
 
  private:
   // The manifest of step, checked against options.expected_world_size.
   Result<Manifest> ReadManifestFor(int64_t step, const LoadOptions& options) const;
-  // Reads and checks rank's shard of a verified manifest into memory.
+  // Reads rank's whole shard of a verified manifest into memory and checks it.
   Result<LoadedShard> ReadShard(int64_t step, const Manifest& m, int rank, const LoadOptions& options) const;
+  // Reads rank's shard header (checked against the manifest) and the buffers
+  // named in `names` (absent ones are skipped) without checksumming the file.
+  Result<LoadedShard> ReadShardPart(int64_t step, const Manifest& m, int rank, const std::vector<std::string>& names,
+                                    const LoadOptions& options) const;
+  // Reads more buffers of a shard ReadShardPart began; a name the shard does
+  // not have is skipped, or kCorruption when `required`.
+  Status ReadBuffers(LoadedShard* shard, const std::vector<std::string>& names, const LoadOptions& options,
+                     bool required) const;
+  // This rank's own view of step (no exchange with the others).
+  Result<LoadedCheckpoint> RestoreHere(int64_t step, const RestoreOptions& options, const RestorePlanner& plan) const;
+  // Publishes this rank's verdict on step and gathers everyone's into
+  // *verdict (OK when all are). An error when the ranks could not exchange
+  // them (no step may be chosen then).
+  Status Agree(int64_t step, const Status& mine, const RestoreOptions& options, Status* verdict) const;
   // Tries step folders newest first with try_load; logs and reports the ones passed over.
   template <typename T>
   Result<T> Newest(const std::function<Result<T>(int64_t)>& try_load,
                    std::vector<SkippedCheckpoint>* skipped) const;
+  void ReportSkipped(int64_t step, const Status& reason, std::vector<SkippedCheckpoint>* skipped) const;
 
   // Reads path fully, checks size and checksum against the manifest entry;
   // into *keep (not owned; allocated once the file's size matches the
-  // manifest's, which is only a claim) if given, else through a scratch buffer.
+  // manifest's, which is only a claim) if given, else through scratch buffers.
   Status ReadAndCheck(const std::string& path, const ManifestShard& want, const LoadOptions& options,
                       std::unique_ptr<uint8_t[]>* keep) const;
 

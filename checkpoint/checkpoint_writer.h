@@ -32,8 +32,9 @@
 //
 // Each rank saves its own buffers; the writer does not know they may be slices.
 // holdfast-train saves replicated state (parameters, AdamW moments) once per
-// checkpoint, a slice per rank, and CheckpointLoader::LoadNewestAll hands a
-// resume every rank's shard to assemble it (docs/checkpoint-format.md).
+// checkpoint, a slice per rank, and CheckpointLoader::RestoreNewest hands each
+// resuming rank the parts of every shard it needs to assemble its state
+// (docs/checkpoint-format.md).
 //
 // A step is saved at most once per Store namespace (generation): the keys of a
 // failed step are not reused. A step that already has a manifest is refused.

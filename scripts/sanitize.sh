@@ -33,6 +33,8 @@ TSAN_SUITES=(
   # checkpoint writer: background save thread, staging fence, rank-0 commit over the store;
   # the stager feeds it from another thread; the crash test kills its helper mid-save.
   checkpoint_test trainer_device_stager_test checkpoint_crash_test
+  # loader: ranks agree on the step through the store; a reader thread feeds the checksum.
+  checkpoint_loader_test checkpoint_file_reader_test
   # rendezvous store: in-process store and the TCP store (server on its own asio thread,
   # clients shared by threads).
   common_memory_store_test common_tcp_store_test

@@ -140,17 +140,24 @@ void SetAsideCorrupt(const std::string& dir, const Status& reason) {
 }
 
 // Finds and restores the checkpoint to resume from. Returns the step restored,
-// or -1 when starting fresh. Each rank saved only its slice of the parameters
-// and moments, so every rank reads all shards (the loader checksums them all
-// anyway, so that all ranks pick the same step) and assembles the whole; a
-// checkpoint whose slices do not fit together is skipped like a corrupt one.
-// A checkpoint saved by another number of ranks is resumed by resharding
-// (Trainer::RestoreShards: the global batch kept, or a clear error).
-Result<int64_t> ResumeFromCheckpoint(const Flags& flags, const std::string& root, Trainer* trainer) {
+// or -1 when starting fresh. The ranks split the work (CheckpointLoader::
+// RestoreNewest): each reads and checksums only the shards it verifies, plus
+// every shard's slice of the parameters and the moments of its own slice
+// (Trainer::BuffersToRestore), and they agree through the store on the step
+// every one of them accepted; a checkpoint whose slices do not fit together is
+// skipped like a corrupt one, by all ranks. A checkpoint saved by another
+// number of ranks is resumed by resharding (Trainer::RestoreShards: the global
+// batch kept, or a clear error).
+Result<int64_t> ResumeFromCheckpoint(const Flags& flags, const std::string& root, Trainer* trainer,
+                                     std::shared_ptr<Store> store, std::chrono::milliseconds peer_timeout) {
   if (flags.resume == "never" && flags.resume_from_step < 0) return int64_t{-1};
   CheckpointLoader loader(root);
-  LoadOptions lo;
-  lo.expected_world_size = 0;  // any: a checkpoint of another world size is resharded
+  RestoreOptions ro;
+  ro.rank = trainer->rank();
+  ro.world_size = trainer->world_size();
+  ro.store = std::move(store);
+  ro.peer_timeout = peer_timeout;
+  // Every shard's buffers, as views; those this rank did not read have null data.
   auto saved_shards = [](const LoadedCheckpoint& c) {
     std::vector<SavedShard> out;
     for (const LoadedShard& shard : c.shards) {
@@ -160,13 +167,14 @@ Result<int64_t> ResumeFromCheckpoint(const Flags& flags, const std::string& root
     }
     return out;
   };
-  auto validate = [&](const LoadedCheckpoint& c) { return Trainer::CheckShards(saved_shards(c)); };
+  auto plan = [&](const LoadedCheckpoint& preview) { return trainer->BuffersToRestore(saved_shards(preview)); };
   std::vector<SkippedCheckpoint> skipped;
-  Result<LoadedCheckpoint> ckpt = flags.resume_from_step >= 0 ? loader.LoadAll(flags.resume_from_step, lo, validate)
-                                                             : loader.LoadNewestAll(lo, &skipped, validate);
+  Result<LoadedCheckpoint> ckpt = flags.resume_from_step >= 0 ? loader.Restore(flags.resume_from_step, ro, plan)
+                                                             : loader.RestoreNewest(ro, plan, &skipped);
   for (const SkippedCheckpoint& s : skipped) {
     spdlog::warn("skipping checkpoint of step {} ({}): {}", s.step, s.dir, s.reason.ToString());
     // Say so on disk, once (rank 0), and move it aside (checkpoint/format.h).
+    // Every rank skipped it for the same reason (one rank found it).
     if (s.reason.code() == StatusCode::kCorruption && trainer->rank() == 0) SetAsideCorrupt(s.dir, s.reason);
   }
   if (!ckpt.ok()) {
@@ -313,7 +321,8 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
   std::unique_ptr<CheckpointWriter> writer;
   bool resumed = false;
   if (!ckpt_root.empty()) {
-    auto step = ResumeFromCheckpoint(flags, ckpt_root, &trainer);
+    auto step = ResumeFromCheckpoint(flags, ckpt_root, &trainer, store,
+                                     std::chrono::seconds(cfg.checkpoint.commit_timeout_s));
     if (!step.ok()) {
       spdlog::error("{}", step.status().ToString());
       // Another config, a reshard that cannot keep the global batch, a strict

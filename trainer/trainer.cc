@@ -699,8 +699,18 @@ void CopyHostBytes(const torch::Tensor& dst, const void* src) {
   }
   dst.copy_(torch::from_blob(const_cast<void*>(src), dst.sizes(), dst.options().device(torch::kCPU)));
 }
+// A view whose data is null is a buffer the restore did not read from the
+// checkpoint (BuffersToRestore left it out); using it is a bug, not damage.
+Status NeedBytes(const StateView* v, const std::string& source) {
+  if (v != nullptr && v->data == nullptr && v->size > 0) {
+    return InternalError(source + ": buffer '" + v->name + "' was not read from the checkpoint");
+  }
+  return Status::Ok();
+}
+
 Status CopyInto(const StateView* v, const torch::Tensor& t, const char* name) {
   if (v == nullptr) return CorruptionError(std::string("state has no '") + name + "' buffer");
+  HF_RETURN_IF_ERROR(NeedBytes(v, "state"));
   const size_t want = static_cast<size_t>(t.numel() * t.element_size());
   if (v->size != want) {
     return CorruptionError(std::string("state buffer '") + name + "' has " + std::to_string(v->size) +
@@ -733,6 +743,7 @@ constexpr const char* kWhatToDo =
 Result<nlohmann::json> ParseMeta(const SavedShard& shard) {
   const StateView* meta_buf = FindView(shard.views, "meta");
   if (meta_buf == nullptr) return CorruptionError(shard.source + ": state has no 'meta' buffer");
+  HF_RETURN_IF_ERROR(NeedBytes(meta_buf, shard.source));
   nlohmann::json meta = nlohmann::json::parse(meta_buf->data, meta_buf->data + meta_buf->size, nullptr, false);
   if (meta.is_discarded() || !meta.is_object()) {
     return CorruptionError(shard.source + ": state 'meta' is not valid JSON");
@@ -919,7 +930,32 @@ Result<TrainState> Trainer::CaptureState() {
   return state;
 }
 
-Status Trainer::CheckShards(const std::vector<SavedShard>& shards) { return CheckedSlices(shards).status(); }
+Result<std::vector<std::vector<std::string>>> Trainer::BuffersToRestore(const std::vector<SavedShard>& preview) const {
+  const Impl& d = *impl_;
+  HF_ASSIGN_OR_RETURN(std::vector<std::optional<StateSlice>> slices, CheckedSlices(preview));
+  // The shard whose rank-local state (meta, RNG) this rank takes (RestoreShards).
+  const size_t own = static_cast<size_t>(d.rank()) < preview.size() ? d.rank() : 0;
+  std::vector<std::vector<std::string>> want(preview.size());
+  if (!slices[0]) {
+    // v1: this rank's shard is a full replica; nothing else is used.
+    for (const StateView& v : preview[own].views) want[own].push_back(v.name);
+    return want;
+  }
+  // The moments this rank holds: elements [mb, me) of the flat layout.
+  const int64_t mb = d.moments_base(), me = mb + d.exp_avg.numel();
+  for (size_t i = 0; i < preview.size(); ++i) {
+    const StateSlice& s = *slices[i];
+    want[i].push_back(kSlicedBuffers[0]);
+    if (std::max(s.offset, mb) < std::min(s.offset + s.count, me)) {
+      want[i].push_back(kSlicedBuffers[1]);
+      want[i].push_back(kSlicedBuffers[2]);
+    }
+  }
+  for (const StateView& v : preview[own].views) {
+    if (v.name == "meta" || v.name.rfind("rng.", 0) == 0) want[own].push_back(v.name);
+  }
+  return want;
+}
 
 Status Trainer::RestoreState(const std::vector<StateView>& state, bool strict_determinism,
                              std::vector<std::string>* warnings) {
@@ -1013,6 +1049,7 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
           return CorruptionError(std::string("state buffer '") + kSlicedBuffers[b] + "' is missing or not " +
                                  std::to_string(want) + " bytes (the model's parameters)");
         }
+        HF_RETURN_IF_ERROR(NeedBytes(v, own.source));
         CopyHostBytes(*targets[b], v->data + mb * kSlicedElementSize);
       }
     } else {
@@ -1026,11 +1063,14 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
       for (size_t i = 0; i < all.size(); ++i) {
         const StateSlice& s = *slices[i];
         if (s.count == 0) continue;
-        CopyHostBytes(d.flat_params.narrow(0, s.offset, s.count), FindView(all[i].views, kSlicedBuffers[0])->data);
+        const StateView* p = FindView(all[i].views, kSlicedBuffers[0]);  // present and sized: CheckedSlices
+        HF_RETURN_IF_ERROR(NeedBytes(p, all[i].source));
+        CopyHostBytes(d.flat_params.narrow(0, s.offset, s.count), p->data);
         const int64_t lo = std::max(s.offset, mb), hi = std::min(s.offset + s.count, me);
         if (lo >= hi) continue;
         for (size_t b = 1; b < 3; ++b) {
-          const StateView* v = FindView(all[i].views, kSlicedBuffers[b]);  // present and sized: CheckedSlices
+          const StateView* v = FindView(all[i].views, kSlicedBuffers[b]);
+          HF_RETURN_IF_ERROR(NeedBytes(v, all[i].source));
           CopyHostBytes(targets[b]->narrow(0, lo - mb, hi - lo), v->data + (lo - s.offset) * kSlicedElementSize);
         }
       }
@@ -1046,6 +1086,7 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
     }
     const StateView* rng = FindView(own.views, "rng.cpu");
     if (rng == nullptr) return CorruptionError("state has no 'rng.cpu' buffer");
+    HF_RETURN_IF_ERROR(NeedBytes(rng, own.source));
     auto rng_tensor = torch::empty({static_cast<int64_t>(rng->size)}, torch::kUInt8);
     std::memcpy(rng_tensor.data_ptr(), rng->data, rng->size);
     auto gen = at::detail::getDefaultCPUGenerator();
@@ -1054,6 +1095,7 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
       gen.set_state(rng_tensor);
     }
     const StateView* rng_cuda = FindView(own.views, "rng.cuda");
+    HF_RETURN_IF_ERROR(NeedBytes(rng_cuda, own.source));
     if (d.cuda && rng_cuda != nullptr) {
       auto state = torch::empty({static_cast<int64_t>(rng_cuda->size)}, torch::kUInt8);
       std::memcpy(state.data_ptr(), rng_cuda->data, rng_cuda->size);

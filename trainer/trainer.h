@@ -109,7 +109,8 @@ class Trainer {
                       std::vector<std::string>* warnings);
   // Restores from every rank's saved state (shards[r] = rank r's): "meta" and
   // "rng.cpu" from shards[rank()], the parameters and moments assembled from
-  // all shards' slices. Also accepts checkpoints written before slicing
+  // all shards' slices. Buffers BuffersToRestore did not ask for may be
+  // views with null data (not read). Also accepts checkpoints written before slicing
   // (every shard a full replica, state format v1): this rank's shard is used.
   // Saved by another number of ranks (a reshard): the slices are re-cut for
   // this world, grad_accum() changes to keep the checkpoint's global batch
@@ -118,12 +119,20 @@ class Trainer {
   // fingerprint's difference names the world size.
   Status RestoreShards(const std::vector<SavedShard>& shards, bool strict_determinism,
                        std::vector<std::string>* warnings);
-  // Checks that shards' slices fit together (tile [0, total) with no gap or
-  // overlap, agree on total and on their buffer sizes) without touching the
-  // trainer; the error names the shard and says what to do. Does not compare
-  // with this model (RestoreShards does, after the config check), so a
-  // checkpoint of another config still fails loudly instead of being skipped.
-  static Status CheckShards(const std::vector<SavedShard>& shards);
+  // What RestoreShards needs of a checkpoint, given a preview of it: every
+  // shard's "meta" and buffer sizes (a view whose data is null was not read).
+  // For each shard (index = saved rank): its "params"; its moments when its
+  // slice overlaps the part of them this rank holds (all of it without
+  // ZeRO-1); and of the shard whose rank-local state this rank takes, "meta"
+  // and "rng.*" (a checkpoint of full replicas: all of that shard).
+  // RestoreShards must then be given at least these buffers; the others may
+  // have null data. First checks that the slices fit together (tile [0,
+  // total) with no gap or overlap, agree on total and on their buffer sizes):
+  // kCorruption naming the shard and saying what to do, so that the checkpoint
+  // is skipped like a corrupt one. Does not compare with this model
+  // (RestoreShards does, after the config check), so a checkpoint of another
+  // config still fails loudly instead of being skipped.
+  Result<std::vector<std::vector<std::string>>> BuffersToRestore(const std::vector<SavedShard>& preview) const;
 
   // The world layout recorded with checkpoints ("dp=2").
   std::string Layout() const;

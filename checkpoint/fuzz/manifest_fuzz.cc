@@ -13,7 +13,8 @@
 //     encodes to the same bytes again;
 //   - the CheckpointLoader, given a root holding only that manifest at its
 //     step, reads it back, and skips the checkpoint (its shards are missing)
-//     without crashing, whatever sizes and world the manifest claims.
+//     without crashing, whatever sizes and world the manifest claims, in
+//     every way of loading (Load*, Verify, a one-rank RestoreNewest).
 // Seeds: tests/fuzz/corpus/manifest (real manifests written by CheckpointWriter).
 #include <cstddef>
 #include <cstdint>
@@ -70,6 +71,11 @@ void CheckLoader(const std::string& text, const Manifest& m) {
     HF_CHECK(!one.ok() && skipped.size() == listed);
   }
   HF_CHECK(!loader.Verify(m.step).ok());
+  // A one-rank restore skips it the same way.
+  skipped.clear();
+  Result<LoadedCheckpoint> restored = loader.RestoreNewest(RestoreOptions{}, nullptr, &skipped);
+  HF_CHECK(!restored.ok() && restored.status().code() == StatusCode::kNotFound);
+  HF_CHECK(skipped.size() == listed && (listed == 0 || skipped[0].step == m.step));
 }
 
 }  // namespace
