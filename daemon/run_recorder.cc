@@ -99,8 +99,14 @@ Status RunRecorder::OpenRun() {
     HF_ASSIGN_OR_RETURN(run_id_, db_->CreateRun(run));
   }
   auto recorded = db_->Checkpoints(run_id_);
+  int64_t newest_step = -1;
+  int newest_world = 0;  // who saved the checkpoint a resumed attempt starts from
   if (recorded.ok()) {
     for (const CheckpointRecord& c : *recorded) {
+      if (c.state == CheckpointState::kCommitted && c.step > newest_step) {
+        newest_step = c.step;
+        newest_world = c.world_size;
+      }
       if (c.state == CheckpointState::kCommitted) recorded_steps_.insert(c.step);
       if (c.state == CheckpointState::kCorrupt) corrupt_seen_.insert(std::to_string(c.step) + "\n" + c.reason);
     }
@@ -132,6 +138,20 @@ Status RunRecorder::OpenRun() {
     ev.action = "attempt " + std::to_string(attempt_) + " from " + from;
     ev.runbook = RunbookFor(kind);
     RecordEvent(ev);
+    if (opts_.from_step < 0 && newest_step >= 0 && newest_world > 0 && newest_world != opts_.world_size) {
+      // A requeue (or a resume) with another number of nodes: the trainer
+      // reshards the checkpoint, keeping the global batch (or refuses).
+      EventRecord rs = NewEvent(event_kind::kReshard);
+      rs.summary = "world size " + std::to_string(newest_world) + " -> " + std::to_string(opts_.world_size) +
+                   ": checkpoint " + std::to_string(newest_step) + " was saved by " + std::to_string(newest_world) +
+                   " ranks, attempt " + std::to_string(attempt_) + " has " + std::to_string(opts_.world_size);
+      rs.evidence_json = "{\"world_size_before\":" + std::to_string(newest_world) +
+                         ",\"world_size_after\":" + std::to_string(opts_.world_size) + "}";
+      rs.action = "the trainer reshards checkpoint " + std::to_string(newest_step) + " to " +
+                  std::to_string(opts_.world_size) + " ranks, keeping its global batch";
+      rs.runbook = RunbookFor(rs.kind);
+      RecordEvent(rs);
+    }
   }
   RecordPruned();
   spdlog::info("run {} attempt {} in {} ({} ranks: {})", run_id_, attempt_, opts_.run_dir, opts_.world_size,

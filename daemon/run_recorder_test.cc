@@ -126,5 +126,45 @@ TEST_F(RunRecorderTest, TheEndOfTheRunIsWrittenWhenTheLockGoesBeforeTheExitWait)
   EXPECT_EQ(run->state, RunState::kSucceeded);
 }
 
+// A requeue onto another number of nodes resumes a checkpoint saved by
+// another world size: the new attempt records a reshard naming both sizes.
+TEST_F(RunRecorderTest, AResumeOnAnotherWorldSizeIsRecordedAsAReshard) {
+  ASSERT_NE(recorder_, nullptr);
+  const std::string run_id = recorder_->run_id();
+  recorder_->EndRun(RunState::kPreempted, "requeued");
+  recorder_.reset();
+  {
+    auto db = LineageDb::Open(dir_ / "lineage.db", LineageOptions{});
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    CheckpointRecord c;
+    c.run_id = run_id;
+    c.step = 20;
+    c.path = dir_ / "ck/step-000000000020";
+    c.world_size = 2;
+    ASSERT_TRUE((*db)->RecordCheckpoint(c).ok());
+  }
+  RecorderOptions ro;
+  ro.run_dir = dir_.path();
+  ro.job = &job_;
+  alloc_.nodes.push_back({"host-b", "127.0.0.2"});
+  ro.allocation = alloc_;
+  ro.world_size = 4;
+  auto rec = RunRecorder::Open(ro, &clock_);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  (*rec)->Flush();
+  auto db = Reader();
+  ASSERT_NE(db, nullptr);
+  auto events = db->Events((*rec)->run_id(), 0);
+  ASSERT_TRUE(events.ok());
+  bool found = false;
+  for (const EventRecord& e : *events) {
+    if (e.kind != "reshard") continue;
+    found = true;
+    EXPECT_EQ(e.summary, "world size 2 -> 4: checkpoint 20 was saved by 2 ranks, attempt 2 has 4");
+    EXPECT_NE(e.action.find("reshards checkpoint 20 to 4 ranks"), std::string::npos) << e.action;
+  }
+  EXPECT_TRUE(found);
+}
+
 }  // namespace
 }  // namespace holdfast
