@@ -19,6 +19,19 @@ std::string JoinedHosts(const std::vector<std::string>& hosts) {
   return out;
 }
 
+// Drains each host on the way out, recording each drain (or why it failed) as
+// an event of `kind`.
+void DrainHosts(const std::vector<std::string>& hosts, const std::string& why, const char* kind,
+                const char* if_failed, RunActions* actions, RunRecorder* recorder) {
+  for (const std::string& host : hosts) {
+    Status s = actions->Drain(host, why);
+    EventRecord ev = recorder->NewEvent(kind, host);
+    ev.summary = s.ok() ? "drained " + host + ": " + why : "could not drain " + host + ": " + s.message();
+    ev.action = s.ok() ? "drain" : if_failed;
+    recorder->RecordEvent(ev);
+  }
+}
+
 RunState StateFor(StopOutcome o) {
   switch (o) {
     case StopOutcome::kFailed: return RunState::kFailed;
@@ -45,13 +58,7 @@ void RunController::Execute() {
     }
     case RecoveryAction::kRequeueExcluding:
     case RecoveryAction::kDrainAndRequeue: {
-      for (const std::string& host : d.drain_hosts) {
-        Status s = actions_->Drain(host, why);
-        EventRecord ev = recorder_->NewEvent(event_kind::kRequeue, host);
-        ev.summary = s.ok() ? "drained " + host + ": " + why : "could not drain " + host + ": " + s.message();
-        ev.action = s.ok() ? "drain" : "requeue without draining";
-        recorder_->RecordEvent(ev);
-      }
+      DrainHosts(d.drain_hosts, why, event_kind::kRequeue, "requeue without draining", actions_, recorder_);
       if (facts.kind == IncidentKind::kPreemption) {
         EventRecord pe = recorder_->NewEvent(event_kind::kPreempt);
         pe.summary = why;
@@ -85,13 +92,7 @@ void RunController::Execute() {
       return;
     }
     case RecoveryAction::kContinueWithout: {
-      for (const std::string& host : d.drain_hosts) {
-        Status s = actions_->Drain(host, why);
-        EventRecord ev = recorder_->NewEvent(event_kind::kReshard, host);
-        ev.summary = s.ok() ? "drained " + host + ": " + why : "could not drain " + host + ": " + s.message();
-        ev.action = s.ok() ? "drain" : "continue without draining";
-        recorder_->RecordEvent(ev);
-      }
+      DrainHosts(d.drain_hosts, why, event_kind::kReshard, "continue without draining", actions_, recorder_);
       const int before = opts_.world_size;
       Result<int> world = actions_->Reshape(d.exclude_hosts, d.replacement_hosts);
       if (!world.ok()) {
