@@ -288,6 +288,7 @@ TEST_P(GlooShardedTest, ReduceScatterGivesTheSameBitsEveryRun) {
     ASSERT_EQ(results[0][rank].size(), counts[rank]);
     for (int r = 1; r < 3; ++r) {
       ASSERT_EQ(results[r][rank].size(), counts[rank]);
+      if (counts[rank] == 0) continue;  // an empty part: nothing to compare (and data() may be null)
       EXPECT_EQ(std::memcmp(results[r][rank].data(), results[0][rank].data(), counts[rank] * sizeof(float)), 0)
           << "rank " << rank << ", run " << r << " differs from run 0";
     }
