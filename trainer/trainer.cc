@@ -207,8 +207,13 @@ struct Trainer::Impl {
   int world() const { return comm->world_size(); }
   // Rank r's slice of n flat elements: [n*r/W, n*(r+1)/W).
   int64_t SliceBegin(int64_t n, int r) const { return n * r / world(); }
-  // Where element i of the flat buffers lives in exp_avg / exp_avg_sq.
+  // Where element i of the flat buffers lives in exp_avg / exp_avg_sq, and
+  // the end of the elements whose moments this rank holds.
   int64_t moments_base() const { return zero ? own_begin : 0; }
+  int64_t moments_end() const { return moments_base() + exp_avg.numel(); }
+  // The saved shard whose rank-local state (meta, RNG) this rank takes: its
+  // own, or rank 0's when the checkpoint had fewer ranks (a reshard).
+  size_t own_shard(size_t shards) const { return static_cast<size_t>(rank()) < shards ? rank() : 0; }
 
   void BuildFlatLayout() {
     torch::NoGradGuard no_grad;
@@ -858,7 +863,7 @@ Result<std::vector<StateView>> Trainer::ViewsOfSlice(int64_t begin, int64_t end)
   const int64_t mb = d.moments_base();
   if (begin < mb || end - mb > d.exp_avg.numel()) {
     return FailedPreconditionError("rank " + std::to_string(d.rank()) + " holds the optimizer state of elements " +
-                                   Range(mb, mb + d.exp_avg.numel()) + " only (ZeRO-1), not " + Range(begin, end) +
+                                   Range(mb, d.moments_end()) + " only (ZeRO-1), not " + Range(begin, end) +
                                    "; capture the complete state with dist.zero_stage = 0");
   }
   if (d.cuda && d.before_update) d.before_update();  // the writer no longer reads the pinned buffer
@@ -934,7 +939,7 @@ Result<std::vector<std::vector<std::string>>> Trainer::BuffersToRestore(const st
   const Impl& d = *impl_;
   HF_ASSIGN_OR_RETURN(std::vector<std::optional<StateSlice>> slices, CheckedSlices(preview));
   // The shard whose rank-local state (meta, RNG) this rank takes (RestoreShards).
-  const size_t own = static_cast<size_t>(d.rank()) < preview.size() ? d.rank() : 0;
+  const size_t own = d.own_shard(preview.size());
   std::vector<std::vector<std::string>> want(preview.size());
   if (!slices[0]) {
     // v1: this rank's shard is a full replica; nothing else is used.
@@ -942,7 +947,7 @@ Result<std::vector<std::vector<std::string>>> Trainer::BuffersToRestore(const st
     return want;
   }
   // The moments this rank holds: elements [mb, me) of the flat layout.
-  const int64_t mb = d.moments_base(), me = mb + d.exp_avg.numel();
+  const int64_t mb = d.moments_base(), me = d.moments_end();
   for (size_t i = 0; i < preview.size(); ++i) {
     const StateSlice& s = *slices[i];
     want[i].push_back(kSlicedBuffers[0]);
@@ -969,7 +974,7 @@ Status Trainer::RestoreShards(const std::vector<SavedShard>& shards, bool strict
   // On another world size (a reshard) a rank past the saved ranks takes the
   // step, cursor and fingerprint from rank 0's meta (they are the same on
   // every shard) and starts a fresh dropout stream (Restore).
-  const size_t own = static_cast<size_t>(impl_->rank()) < shards.size() ? impl_->rank() : 0;
+  const size_t own = impl_->own_shard(shards.size());
   return Restore(shards[own], shards, strict_determinism, warnings);
 }
 
@@ -1038,7 +1043,7 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
     HF_ASSIGN_OR_RETURN(std::vector<std::optional<StateSlice>> slices, CheckedSlices(all));
     const torch::Tensor* targets[] = {&d.flat_params, &d.exp_avg, &d.exp_avg_sq};
     // The moments this rank holds: elements [mb, me) of the flat layout.
-    const int64_t mb = d.moments_base(), me = mb + d.exp_avg.numel();
+    const int64_t mb = d.moments_base(), me = d.moments_end();
     if (!slices[0]) {
       // v1: this rank's shard is a full replica.
       HF_RETURN_IF_ERROR(CopyInto(FindView(own.views, kSlicedBuffers[0]), d.flat_params, kSlicedBuffers[0]));
