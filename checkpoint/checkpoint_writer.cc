@@ -122,7 +122,8 @@ Status CheckpointWriter::Reserve(size_t bytes) {
   return Status::Ok();
 }
 
-Result<SaveDecision> CheckpointWriter::Save(int64_t step, const std::vector<BufferView>& buffers) {
+Result<SaveDecision> CheckpointWriter::Save(int64_t step, const std::vector<BufferView>& buffers,
+                                            std::map<std::string, double> manifest_metrics) {
   const Clock::time_point t0 = Clock::now();
   std::lock_guard<std::mutex> save_lock(save_mu_);
   std::vector<std::pair<std::string, uint64_t>> sizes;
@@ -170,6 +171,7 @@ Result<SaveDecision> CheckpointWriter::Save(int64_t step, const std::vector<Buff
 
   job.step = step;
   job.header = std::move(header);
+  job.metrics = std::move(manifest_metrics);
   job.stall_seconds = SecondsSince(t0);
   job.handed_over = Clock::now();
   {
@@ -374,6 +376,7 @@ Status CheckpointWriter::Commit(const Job& job, const std::string& dir, uint64_t
   m.layout = options_.layout;
   m.config_hash = options_.config_hash;
   m.parent_step = parent_step_;
+  m.metrics = job.metrics;
   m.created_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();

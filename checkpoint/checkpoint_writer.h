@@ -55,6 +55,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -159,8 +160,10 @@ class CheckpointWriter {
   // Stages the buffers (the eager ones now, those with defer_copy on the
   // background thread) and hands them to the background thread. Errors are only
   // about the request itself (bad names, negative step); storage failures come
-  // later as a SaveOutcome.
-  Result<SaveDecision> Save(int64_t step, const std::vector<BufferView>& buffers);
+  // later as a SaveOutcome. `manifest_metrics` go into the manifest rank 0
+  // commits (Manifest::metrics; the trainer's newest eval metrics).
+  Result<SaveDecision> Save(int64_t step, const std::vector<BufferView>& buffers,
+                            std::map<std::string, double> manifest_metrics = {});
 
   // The staging fence: returns once no deferred buffer of any queued save
   // remains to be copied, so the caller may mutate them. Cheap when nothing is
@@ -190,6 +193,7 @@ class CheckpointWriter {
     int64_t step = 0;
     ShardHeader header;
     std::vector<DeferredCopy> deferred;  // ascending offsets
+    std::map<std::string, double> metrics;  // Manifest::metrics (rank 0 writes them)
     double stall_seconds = 0;
     std::chrono::steady_clock::time_point handed_over;
   };

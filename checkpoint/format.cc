@@ -2,7 +2,10 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -243,6 +246,13 @@ std::string EncodeManifest(const Manifest& m) {
   j["config_hash"] = m.config_hash;
   j["parent_step"] = m.parent_step ? nlohmann::ordered_json(*m.parent_step) : nlohmann::ordered_json(nullptr);
   j["created_unix_ms"] = m.created_unix_ms;
+  if (!m.metrics.empty()) {
+    nlohmann::ordered_json mj = nlohmann::ordered_json::object();
+    for (const auto& [name, value] : m.metrics) {
+      if (std::isfinite(value)) mj[name] = value;  // JSON has no NaN or infinity: such a value is left out
+    }
+    j["metrics"] = std::move(mj);
+  }
   j["shards"] = nlohmann::ordered_json::array();
   for (const ManifestShard& s : m.shards) {
     nlohmann::ordered_json sj;
@@ -318,6 +328,19 @@ Result<Manifest> ParseManifest(const std::string& text) {
       m.parent_step = parent;
     }
     HF_ASSIGN_OR_RETURN(m.created_unix_ms, get_int(j.at("created_unix_ms"), "created_unix_ms", 0, kMax));
+    if (j.contains("metrics")) {
+      const auto& mj = j.at("metrics");
+      if (!mj.is_object()) return ManifestCorrupt("metrics is not an object");
+      for (const auto& [name, value] : mj.items()) {
+        const bool name_ok = !name.empty() && name.size() <= 64 &&
+                             std::all_of(name.begin(), name.end(), [](char c) {
+                               return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+                             });
+        if (!name_ok) return ManifestCorrupt("metrics name '" + name.substr(0, 64) + "' is not [A-Za-z0-9_.]{1,64}");
+        if (!value.is_number()) return ManifestCorrupt("metrics '" + name + "' is not a number");
+        m.metrics[name] = value.get<double>();
+      }
+    }
     const auto& shards = j.at("shards");
     if (!shards.is_array() || shards.size() != static_cast<size_t>(m.world_size)) {
       return ManifestCorrupt("needs one shard entry per rank (" + std::to_string(m.world_size) + ")");

@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -120,6 +121,11 @@ struct Manifest {
   std::string config_hash;  // free text from the trainer
   std::optional<int64_t> parent_step;
   int64_t created_unix_ms = 0;
+  // Optional (written only when not empty; older manifests have none):
+  // numbers the trainer attaches to the checkpoint, such as its newest
+  // evaluation ("eval_loss", "eval_step"). Names are 1..64 characters of
+  // [A-Za-z0-9_.]; values finite.
+  std::map<std::string, double> metrics;
   std::vector<ManifestShard> shards;  // one per rank, in rank order
 };
 

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -337,6 +338,18 @@ void PrintLiveStatus(const CliContext& c, const RunStatus& s) {
     }
   }
   t.Print(os);
+  if (!s.roles.empty()) {
+    // Role processes ([[roles]]): beside the learner's ranks, restarted alone
+    // or with the learner (RESTART), each with its own progress record.
+    os << "\nroles:\n";
+    Table rt({"ROLE", "INDEX", "PID", "STATE", "RESTART", "RESTARTS", "STEP", "HEARTBEAT"});
+    for (const RoleStatus& r : s.roles) {
+      rt.Add({r.role, std::to_string(r.index), r.pid > 0 ? std::to_string(r.pid) : "-", r.state, r.restart,
+              std::to_string(r.restarts), r.step ? std::to_string(*r.step) : "-",
+              r.heartbeat_age_s ? FormatDuration(*r.heartbeat_age_s) + " ago" : "-"});
+    }
+    rt.Print(os);
+  }
   if (s.slowest_rank) {
     os << "\nslowest rank: "
        << (s.slowest_rank_note ? *s.slowest_rank_note : "rank " + std::to_string(*s.slowest_rank)) << "\n";
@@ -687,6 +700,17 @@ void PrintTriage(std::ostream& os, const RunRecord& run, const EventRecord& e) {
      << (where.empty() ? "" : " (" + where + ")") << "\n";
   os << "summary   " << e.summary << "\n";
 
+  if (!ev.role.empty()) {
+    // A role process: its evidence holds it as the one "rank", numbered by its index.
+    const std::string who = "role " + ev.role + "[" + (ev.role_index ? std::to_string(*ev.role_index) : "?") + "]";
+    std::string line = who;
+    for (const RankEvidence& r : ev.ranks) {
+      const std::string d = DescribeRankEvidence(r);
+      const std::string prefix = "rank " + (r.rank >= 0 ? std::to_string(r.rank) : std::string("?"));
+      line = who + (d.rfind(prefix, 0) == 0 ? d.substr(prefix.size()) : ": " + d);
+    }
+    os << "culprit   " << line << "\n";
+  }
   for (int cr : culprits) {
     std::string line = "rank " + std::to_string(cr);
     for (const RankEvidence& r : ev.ranks) {
@@ -720,6 +744,7 @@ void PrintTriage(std::ostream& os, const RunRecord& run, const EventRecord& e) {
   }
   bool header = false;
   for (const RankEvidence& r : ev.ranks) {
+    if (!ev.role.empty()) break;  // the role process, shown above
     if (std::find(culprits.begin(), culprits.end(), r.rank) != culprits.end()) continue;
     if (!header) os << "others:\n";
     header = true;
@@ -742,6 +767,60 @@ void PrintTriage(std::ostream& os, const RunRecord& run, const EventRecord& e) {
 }
 
 }  // namespace
+
+bool HigherIsBetter(const std::string& metric) {
+  return metric.find("accuracy") != std::string::npos || metric.find("reward") != std::string::npos ||
+         metric.find("margin") != std::string::npos;
+}
+
+int CmdBest(const CliContext& c, const std::string& spec, const std::string& metric) {
+  RunLookup l = LookUp(c, spec);
+  if (l.exit != kRunctlOk) return l.exit;
+  const RunRecord& run = l.run;
+  Result<std::vector<CheckpointRecord>> all = l.db->Checkpoints(run.run_id);
+  if (!all.ok()) return Fail(c, kRunctlFailure, all.status().message());
+  std::set<std::string> present;
+  const CheckpointRecord* best = nullptr;
+  const bool higher = HigherIsBetter(metric);
+  for (const CheckpointRecord& k : *all) {
+    for (const auto& [name, value] : k.metrics) {
+      if (name != "eval_step") present.insert(name);
+    }
+    if (k.state != CheckpointState::kCommitted) continue;  // pruned or corrupt: not there to use
+    auto it = k.metrics.find(metric);
+    auto at = k.metrics.find("eval_step");
+    // Only metrics measured on this checkpoint's own weights count.
+    if (it == k.metrics.end() || at == k.metrics.end() || static_cast<int64_t>(at->second) != k.step) continue;
+    const double v = it->second, b = best == nullptr ? 0 : best->metrics.at(metric);
+    if (best == nullptr || (higher ? v > b : v < b)) best = &k;
+  }
+  if (present.empty()) {
+    return Fail(c, kRunctlNotFound,
+                "run " + run.run_id + " has no checkpoint with eval metrics: set [eval] every_steps and holdout in "
+                "the trainer config (a multiple of checkpoint.every_steps, so that checkpoints are evaluated)");
+  }
+  if (present.count(metric) == 0) {
+    std::string names;
+    for (const std::string& n : present) names += (names.empty() ? "" : ", ") + n;
+    return Fail(c, kRunctlUsage, "run " + run.run_id + " has no eval metric '" + metric + "'; its checkpoints carry: " +
+                                     names + " (choose one with --metric)");
+  }
+  if (best == nullptr) {
+    return Fail(c, kRunctlNotFound,
+                "no committed checkpoint of run " + run.run_id + " was evaluated at its own step (" + metric +
+                    " was measured at other steps, or those checkpoints were pruned); make eval.every_steps a "
+                    "multiple of checkpoint.every_steps");
+  }
+  const double value = best->metrics.at(metric);
+  if (c.json) {
+    PrintJson(c, {{"run", run.run_id}, {"metric", metric}, {"higher_is_better", higher}, {"step", best->step},
+                  {"value", value}, {"path", best->path}});
+    return kRunctlOk;
+  }
+  *c.out << "best checkpoint of run " << run.run_id << " by " << metric << " (" << (higher ? "higher" : "lower")
+         << " is better): step " << best->step << "  " << metric << " " << value << "  " << best->path << "\n";
+  return kRunctlOk;
+}
 
 int CmdTriage(const CliContext& c, const std::string& spec) {
   RunLookup l = LookUp(c, spec);

@@ -44,6 +44,11 @@ int CmdStatus(const CliContext& ctx, const std::string& run);
 int CmdRuns(const CliContext& ctx, int limit);
 int CmdLineage(const CliContext& ctx, const std::string& run, int max_events);
 int CmdTriage(const CliContext& ctx, const std::string& run);
+// The committed checkpoint of RUN with the best eval `metric` measured at its
+// own step (its manifest's metrics, recorded in lineage): lower is better for
+// a loss, higher for a name with accuracy, reward or margin. Prints step,
+// value and path. An unknown metric: exit 2 listing the metrics present.
+int CmdBest(const CliContext& ctx, const std::string& run, const std::string& metric);
 // Writes RUN's report (cli/report.h) to `out` (empty: RUN_DIR/report-RUN.html).
 // `metrics` is the trainer's metrics.jsonl; empty: found from the run's job
 // config (docs/report.md).

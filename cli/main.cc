@@ -63,6 +63,12 @@ int main(int argc, char** argv) {
   triage->add_option("RUN", run)->required();
 
   std::string report_out, report_metrics;
+  std::string best_metric = "eval_loss";
+  auto* best = app.add_subcommand(
+      "best", "RUN's best checkpoint by an eval metric (lower loss, higher accuracy/reward): step, value, path");
+  best->add_option("RUN", run)->required();
+  best->add_option("--metric", best_metric, "the eval metric to rank by (default eval_loss)");
+
   auto* report = app.add_subcommand(
       "report", "write RUN's report: one HTML file (charts, timeline, lost time, triage)");
   report->add_option("RUN", run)->required();
@@ -136,6 +142,7 @@ int main(int argc, char** argv) {
     if (*runs) return CmdRuns(ctx, limit);
     if (*lineage) return CmdLineage(ctx, run, max_events);
     if (*triage) return CmdTriage(ctx, run);
+    if (*best) return CmdBest(ctx, run, best_metric);
     if (*report) return CmdReport(ctx, run, report_out, report_metrics);
     if (*checkpoint) return CmdCheckpoint(ctx, run, checkpoint_wait, std::chrono::seconds(checkpoint_timeout_s));
     if (*stop) return CmdStop(ctx, run, stop_wait, std::chrono::seconds(stop_timeout_s));

@@ -1,5 +1,5 @@
 // The launch contract between a supervisor (holdfastd, or holdfast-train's
-// local launcher) and the ranks it starts: environment variable names and the
+// local launcher) and the ranks (and role processes) it starts: environment variable names and the
 // exit codes the supervisor acts on. One definition for both sides;
 // documented for any job in docs/progress-record.md.
 #pragma once
@@ -18,6 +18,17 @@ inline constexpr const char* kEnvNode = "HOLDFAST_NODE";
 inline constexpr const char* kEnvDevice = "HOLDFAST_DEVICE";  // the rank's device ordinal, -1 = CPU
 inline constexpr const char* kEnvNodeAddr = "HOLDFAST_NODE_ADDR";  // the address the rank's node binds and advertises
 inline constexpr const char* kEnvHost = "HOLDFAST_HOST";  // the rank's node's host name
+// The run directory (absolute): logs/, lineage.db, and where a job's processes
+// may meet (e.g. an RL job's reward.addr).
+inline constexpr const char* kEnvRunDir = "HOLDFAST_RUN_DIR";
+// Role groups (docs: the job file's [[roles]]): which role a process plays.
+// The ranks of [job] command are the learner: HOLDFAST_ROLE=learner. A role
+// process gets its role's name, its index in the role (0 .. count-1) and the
+// role's count.
+inline constexpr const char* kEnvRole = "HOLDFAST_ROLE";
+inline constexpr const char* kEnvRoleIndex = "HOLDFAST_ROLE_INDEX";
+inline constexpr const char* kEnvRoleCount = "HOLDFAST_ROLE_COUNT";
+inline constexpr const char* kRoleLearner = "learner";
 // Set only for `runctl resume --from-step N`: the checkpoint step to resume from.
 inline constexpr const char* kEnvResumeFromStep = "HOLDFAST_RESUME_FROM_STEP";
 

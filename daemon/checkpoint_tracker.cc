@@ -81,6 +81,12 @@ int64_t CheckpointTracker::NewestVerified() const {
   return -1;
 }
 
+std::map<std::string, double> CheckpointTracker::Metrics(int64_t step) const {
+  if (!enabled()) return {};
+  Result<Manifest> m = CheckpointLoader(root_).ReadManifest(step);
+  return m.ok() ? m->metrics : std::map<std::string, double>();
+}
+
 std::string CheckpointTracker::StepDir(int64_t step) const {
   return (std::filesystem::path(root_) / StepDirName(step)).string();
 }

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,9 @@ class CheckpointTracker {
   };
   std::vector<CorruptFolder> CorruptFolders() const;
   std::string StepDir(int64_t step) const;
+  // The metrics step's manifest carries (the trainer's newest eval); empty
+  // when it has none or cannot be read.
+  std::map<std::string, double> Metrics(int64_t step) const;
   // Bytes of the step folder's files (0 when missing).
   int64_t StepBytes(int64_t step) const;
 

@@ -154,6 +154,19 @@ struct NodeStatus {
   std::vector<RankStatus> ranks;
 };
 
+// One role process ([[roles]] of the job file: not a learner rank).
+struct RoleStatus {
+  std::string role;     // the role's name
+  int index = 0;        // 0 .. count-1 (HOLDFAST_ROLE_INDEX)
+  int64_t pid = 0;      // its current (or last) process; 0 before the first start
+  std::string state;    // "running", "restarting", "finished", "failed", "stopped"
+  std::string restart;  // "alone" or "learner" (its restart scope)
+  int restarts = 0;     // restarts of this process in this attempt
+  // From its progress record: unset until the process has written one.
+  std::optional<int64_t> step;
+  std::optional<double> heartbeat_age_s;
+};
+
 struct IncidentSummary {
   std::string kind;  // event_kind::*
   std::string summary;
@@ -190,6 +203,9 @@ struct RunStatus {
   std::string job_id;
   int restart_count = 0;
   std::vector<std::string> hosts;
+  // The run's role processes, by role (file order) and index; empty for a
+  // job without [[roles]] and from daemons before roles.
+  std::vector<RoleStatus> roles;
 };
 
 std::string EncodeStatusResult(const RunStatus& status);  // a JSON object, no newline

@@ -316,6 +316,51 @@ TEST(ControlProtocolTest, StatusResultRoundTrip) {
       << bad.status().message();
 }
 
+TEST(ControlProtocolTest, StatusCarriesRoleProcesses) {
+  RunStatus s = SampleStatus();
+  RoleStatus a;
+  a.role = "rollout";
+  a.index = 1;
+  a.pid = 5150;
+  a.state = "restarting";
+  a.restart = "alone";
+  a.restarts = 2;
+  a.step = 412;
+  a.heartbeat_age_s = 0.25;
+  RoleStatus b;
+  b.role = "reward";
+  b.state = "running";
+  b.restart = "learner";  // no progress record yet: step and heartbeat unset
+  s.roles = {a, b};
+  const std::string text = EncodeStatusResult(s);
+  json j = json::parse(text);
+  EXPECT_EQ(j["roles"][0]["role"], "rollout");
+  EXPECT_EQ(j["roles"][0]["restarts"], 2);
+  EXPECT_TRUE(j["roles"][1]["step"].is_null());
+  Result<RunStatus> back = ParseStatusResult(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(EncodeStatusResult(*back), text);
+  ASSERT_EQ(back->roles.size(), 2u);
+  EXPECT_EQ(back->roles[0].index, 1);
+  EXPECT_EQ(back->roles[0].step, 412);
+  EXPECT_DOUBLE_EQ(back->roles[0].heartbeat_age_s.value_or(0), 0.25);
+  EXPECT_FALSE(back->roles[1].heartbeat_age_s.has_value());
+  // A daemon from before roles sends no "roles": none.
+  j.erase("roles");
+  Result<RunStatus> old = ParseStatusResult(j.dump());
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_TRUE(old->roles.empty());
+  // Present but broken names the field.
+  j = json::parse(text);
+  j["roles"][1].erase("pid");
+  Result<RunStatus> bad = ParseStatusResult(j.dump());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("roles[1]: missing \"pid\""), std::string::npos) << bad.status().message();
+  j = json::parse(text);
+  j["roles"] = "rollout";
+  EXPECT_FALSE(ParseStatusResult(j.dump()).ok());
+}
+
 TEST(ControlProtocolTest, PeerCredentials) {
   EXPECT_TRUE(CheckPeerAllowed(1000, 1000).ok());
   EXPECT_TRUE(CheckPeerAllowed(0, 1000).ok());

@@ -150,6 +150,21 @@ Result<RankStatus> ParseRank(const json& j, const std::string& where) {
   return r;
 }
 
+Result<RoleStatus> ParseRole(const json& j, const std::string& where) {
+  if (!j.is_object()) return InvalidArgumentError(where + " must be an object");
+  Fields f(j, where);
+  RoleStatus r;
+  HF_RETURN_IF_ERROR(f.String("role", &r.role));
+  HF_RETURN_IF_ERROR(f.Int("index", &r.index));
+  HF_RETURN_IF_ERROR(f.Int("pid", &r.pid));
+  HF_RETURN_IF_ERROR(f.String("state", &r.state));
+  HF_RETURN_IF_ERROR(f.String("restart", &r.restart));
+  HF_RETURN_IF_ERROR(f.Int("restarts", &r.restarts));
+  HF_RETURN_IF_ERROR(f.OptionalInt("step", &r.step));
+  HF_RETURN_IF_ERROR(f.OptionalDouble("heartbeat_age_s", &r.heartbeat_age_s));
+  return r;
+}
+
 }  // namespace
 
 std::string EncodeStatusResult(const RunStatus& s) {
@@ -184,6 +199,17 @@ std::string EncodeStatusResult(const RunStatus& s) {
                 {"action", i.action},
                 {"runbook", i.runbook}};
   }
+  json roles = json::array();
+  for (const RoleStatus& r : s.roles) {
+    roles.push_back({{"role", r.role},
+                     {"index", r.index},
+                     {"pid", r.pid},
+                     {"state", r.state},
+                     {"restart", r.restart},
+                     {"restarts", r.restarts},
+                     {"step", opt_int(r.step)},
+                     {"heartbeat_age_s", opt_int(r.heartbeat_age_s)}});
+  }
   json j = {{"run_id", s.run_id},
             {"name", s.name},
             {"state", s.state},
@@ -202,7 +228,8 @@ std::string EncodeStatusResult(const RunStatus& s) {
             {"scheduler", s.scheduler},
             {"job_id", s.job_id},
             {"restart_count", s.restart_count},
-            {"hosts", s.hosts}};
+            {"hosts", s.hosts},
+            {"roles", std::move(roles)}};
   return Dump(j);
 }
 
@@ -262,6 +289,15 @@ Result<RunStatus> ParseStatusResult(std::string_view result_json) {
   HF_RETURN_IF_ERROR(f.OptionalStringOr("job_id", &s.job_id));
   HF_RETURN_IF_ERROR(f.OptionalIntOr("restart_count", &s.restart_count));
   HF_RETURN_IF_ERROR(f.OptionalStrings("hosts", &s.hosts));
+  // Absent from daemons before role groups.
+  auto roles = j.find("roles");
+  if (roles != j.end() && !roles->is_null()) {
+    if (!roles->is_array()) return InvalidArgumentError("status result: \"roles\" must be an array or null");
+    for (size_t i = 0; i < roles->size(); ++i) {
+      HF_ASSIGN_OR_RETURN(RoleStatus r, ParseRole((*roles)[i], "status result: roles[" + std::to_string(i) + "]"));
+      s.roles.push_back(std::move(r));
+    }
+  }
   return s;
 }
 

@@ -7,13 +7,93 @@
 
 namespace holdfast {
 
+const char* RoleRestartName(RoleRestart restart) {
+  return restart == RoleRestart::kAlone ? "alone" : "learner";
+}
+
+namespace {
+
+bool IsRoleName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return false;
+  }
+  return true;
+}
+
+// [[roles]]: an array of tables, each one role group.
+Status LoadRoles(const std::string& path, const toml::node& node, const toml::source_region& where,
+                 std::vector<RoleConfig>* roles) {
+  const toml::array* array = node.as_array();
+  if (array == nullptr || !array->is_array_of_tables()) {
+    return InvalidArgumentError(TomlWhere(path, where) +
+                                ": 'roles' must be an array of tables: declare each role group as [[roles]] "
+                                "with name, command and count");
+  }
+  for (size_t i = 0; i < array->size(); ++i) {
+    const toml::table& t = *array->get(i)->as_table();
+    const std::string section = "roles[" + std::to_string(i) + "]";
+    const std::string at = TomlWhere(path, t.source());
+    TomlTableReader r(path, section, t);
+    RoleConfig role;
+    HF_RETURN_IF_ERROR(r.String("name", &role.name));
+    HF_RETURN_IF_ERROR(r.StringArray("command", &role.command));
+    HF_RETURN_IF_ERROR(r.Int("count", &role.count, 1, kMaxRoleCount));
+    std::string restart = "alone";
+    HF_RETURN_IF_ERROR(r.String("restart", &restart, "alone|learner"));
+    role.restart = restart == "learner" ? RoleRestart::kLearner : RoleRestart::kAlone;
+    HF_RETURN_IF_ERROR(r.Double("hang_s", &role.hang_s, 0, 86400));
+    HF_RETURN_IF_ERROR(r.StringTable("env", &role.env));
+    HF_RETURN_IF_ERROR(r.Int("restart_budget", &role.restart_budget, 0, 1000000));
+    HF_RETURN_IF_ERROR(r.RejectUnknown());
+    const std::string name_at = t.get("name") != nullptr ? TomlWhere(path, t.get("name")->source()) : at;
+    if (t.get("name") == nullptr) {
+      return InvalidArgumentError(at + ": " + section + ".name is required: a name for the role group, e.g. "
+                                  "name = \"rollout\" (lower-case letters, digits, '_' and '-')");
+    }
+    if (!IsRoleName(role.name)) {
+      return InvalidArgumentError(name_at + ": key '" + section + ".name' must be 1-64 of a-z, 0-9, '_' and '-', got '" +
+                                  role.name + "'");
+    }
+    if (role.name == "learner") {
+      return InvalidArgumentError(name_at + ": key '" + section +
+                                  ".name' cannot be 'learner': the learner is the [job] command's ranks; "
+                                  "give this role another name");
+    }
+    for (const RoleConfig& other : *roles) {
+      if (other.name == role.name) {
+        return InvalidArgumentError(name_at + ": key '" + section + ".name': a role named '" + role.name +
+                                    "' is already declared: role names must be unique");
+      }
+    }
+    if (role.command.empty()) {
+      return InvalidArgumentError(at + ": " + section + ".command is required for role '" + role.name +
+                                  "': the program and arguments of one process, e.g. "
+                                  "command = [\"build/rl/holdfast-rollout\", \"--config\", \"rl.toml\"]");
+    }
+    if (role.restart == RoleRestart::kLearner && t.get("restart_budget") != nullptr) {
+      return InvalidArgumentError(TomlWhere(path, t.get("restart_budget")->source()) + ": key '" + section +
+                                  ".restart_budget' is for restart = \"alone\" roles only: a restart = \"learner\" "
+                                  "role's failures restart the learner and spend [supervise] restart_budget");
+    }
+    roles->push_back(std::move(role));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<JobConfig> LoadJobConfig(const std::string& path) {
   JobConfig cfg;
   cfg.source = path;
   HF_ASSIGN_OR_RETURN(toml::table root, ParseTomlFile(path, &cfg.text));
-  static const char* kSections = "[job], [supervise], [lineage], [health]";
+  static const char* kSections = "[job], [supervise], [lineage], [health], [[roles]]";
   for (auto&& [k, v] : root) {
     const std::string section(k.str());
+    if (section == "roles") {
+      HF_RETURN_IF_ERROR(LoadRoles(path, v, k.source(), &cfg.roles));
+      continue;
+    }
     if (section != "job" && section != "supervise" && section != "lineage" && section != "health") {
       return InvalidArgumentError(TomlWhere(path, k.source()) + ": unknown section '" + section +
                                   "' (known sections: " + kSections + ")");

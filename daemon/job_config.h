@@ -8,6 +8,9 @@
 //                backoff_initial_s, backoff_max_s, term_grace_s, progress_dir,
 //                straggler_factor, straggler_min_duration_s
 //   [lineage]    journal_mode (wal | delete | truncate)
+//   [[roles]]    role groups beside the learner (the [job] command ranks):
+//                name, command, count, restart (alone | learner), hang_s,
+//                env, restart_budget — each a RoleConfig below
 //   [health], [health.policy], [health.fail_actions]: node health thresholds
 //                and policy, validated by health/ (docs/health.md)
 //
@@ -53,6 +56,31 @@ struct SuperviseConfig {
   double straggler_min_duration_s = 30;
 };
 
+// How far a role process's failure reaches.
+enum class RoleRestart {
+  kAlone,    // only that process restarts; the learner's ranks are untouched
+  kLearner,  // the learner group restarts too (as after a rank failure), and it with them
+};
+const char* RoleRestartName(RoleRestart restart);  // "alone", "learner"
+
+// One [[roles]] entry: `count` processes of one command beside the learner's
+// ranks (an RL job's rollout workers, its reward service). They run on the
+// leading node (docs/roles: spreading them over nodes is not supported yet).
+struct RoleConfig {
+  std::string name;  // [a-z0-9_-]+, unique, not "learner"
+  std::vector<std::string> command;
+  int count = 1;
+  RoleRestart restart = RoleRestart::kAlone;
+  // A process whose progress record shows no heartbeat or step for this long
+  // is hung (killed and restarted as its `restart` says); 0 = no hang check.
+  double hang_s = 0;
+  std::map<std::string, std::string> env;  // on top of [job] env
+  // restart = "alone": restarts per process per attempt before the run stops
+  // with a cause. restart = "learner" roles spend [supervise] restart_budget.
+  int restart_budget = 10;
+};
+inline constexpr int kMaxRoleCount = 256;  // processes of one role
+
 struct JobConfig {
   std::string name = "run";
   std::vector<std::string> command;
@@ -73,6 +101,7 @@ struct JobConfig {
   int min_nodes = 0;
   int max_nodes = 0;
   SuperviseConfig supervise;
+  std::vector<RoleConfig> roles;  // [[roles]], in file order
   std::string journal_mode = "wal";
   std::string source;  // the file it came from
   std::string text;    // the file's contents, recorded in lineage

@@ -122,5 +122,69 @@ TEST(JobConfigTest, BadInputNamesFileLineAndKey) {
   EXPECT_EQ(LoadJobConfig("/nonexistent/job.toml").status().code(), StatusCode::kNotFound);
 }
 
+TEST(JobConfigTest, ReadsRoleGroups) {
+  auto cfg = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\nenv = { A = \"1\" }\n"
+                                 "[[roles]]\nname = \"rollout\"\ncommand = [\"/bin/sleep\", \"9\"]\ncount = 2\n"
+                                 "hang_s = 60\nenv = { B = \"2\" }\nrestart_budget = 4\n"
+                                 "[[roles]]\nname = \"reward_svc-1\"\ncommand = [\"/bin/cat\"]\n"
+                                 "restart = \"learner\"\n"));
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  ASSERT_EQ(cfg->roles.size(), 2u);
+  const RoleConfig& r = cfg->roles[0];
+  EXPECT_EQ(r.name, "rollout");
+  EXPECT_EQ(r.command, (std::vector<std::string>{"/bin/sleep", "9"}));
+  EXPECT_EQ(r.count, 2);
+  EXPECT_EQ(r.restart, RoleRestart::kAlone);
+  EXPECT_DOUBLE_EQ(r.hang_s, 60);
+  EXPECT_EQ(r.env.at("B"), "2");
+  EXPECT_EQ(r.restart_budget, 4);
+  const RoleConfig& l = cfg->roles[1];
+  EXPECT_EQ(l.name, "reward_svc-1");
+  EXPECT_EQ(l.count, 1);  // defaults
+  EXPECT_EQ(l.restart, RoleRestart::kLearner);
+  EXPECT_DOUBLE_EQ(l.hang_s, 0);
+  EXPECT_EQ(l.restart_budget, 10);
+
+  auto none = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n"));
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->roles.empty());
+}
+
+TEST(JobConfigTest, BadRoleGroupsNameFileLineAndKey) {
+  const std::string job = "[job]\ncommand = [\"/bin/true\"]\n";  // lines 1-2
+  auto err = [&](const std::string& roles) {
+    auto cfg = LoadJobConfig(Write(job + roles));
+    EXPECT_FALSE(cfg.ok()) << roles;
+    return cfg.ok() ? std::string() : cfg.status().message();
+  };
+  std::string m = err("[[roles]]\nname = \"a\"\ncommand = [\"/bin/true\"]\ncuont = 2\n");
+  EXPECT_NE(m.find(".toml:6: unknown key 'roles[0].cuont'"), std::string::npos) << m;
+  EXPECT_NE(m.find("count"), std::string::npos) << m;  // lists the known keys
+
+  m = err("[[roles]]\nname = \"Rollout\"\ncommand = [\"/bin/true\"]\n");
+  EXPECT_NE(m.find(".toml:4: key 'roles[0].name' must be 1-64 of a-z, 0-9, '_' and '-', got 'Rollout'"),
+            std::string::npos) << m;
+  m = err("[[roles]]\nname = \"learner\"\ncommand = [\"/bin/true\"]\n");
+  EXPECT_NE(m.find(":4: key 'roles[0].name' cannot be 'learner'"), std::string::npos) << m;
+  m = err("[[roles]]\ncommand = [\"/bin/true\"]\n");
+  EXPECT_NE(m.find(":3: roles[0].name is required"), std::string::npos) << m;
+  m = err("[[roles]]\nname = \"a\"\ncommand = [\"/bin/true\"]\n[[roles]]\nname = \"a\"\ncommand = [\"/bin/true\"]\n");
+  EXPECT_NE(m.find(":7: key 'roles[1].name': a role named 'a' is already declared"), std::string::npos) << m;
+  m = err("[[roles]]\nname = \"a\"\ncommand = [\"/bin/true\"]\ncount = 0\n");
+  EXPECT_NE(m.find(":6: key 'roles[0].count' must be between 1 and 256, got 0"), std::string::npos) << m;
+  m = err("[[roles]]\nname = \"a\"\ncommand = [\"/bin/true\"]\nrestart = \"all\"\n");
+  EXPECT_NE(m.find(":6: key 'roles[0].restart'"), std::string::npos) << m;
+  EXPECT_NE(m.find("alone"), std::string::npos) << m;
+  m = err("[[roles]]\nname = \"a\"\n");
+  EXPECT_NE(m.find(":3: roles[0].command is required for role 'a'"), std::string::npos) << m;
+  m = err("[[roles]]\nname = \"a\"\ncommand = [\"/bin/true\"]\nrestart = \"learner\"\nrestart_budget = 3\n");
+  EXPECT_NE(m.find(":7: key 'roles[0].restart_budget' is for restart = \"alone\" roles only"), std::string::npos) << m;
+  m = err("[[roles]]\nname = \"a\"\ncommand = [\"/bin/true\"]\nhang_s = -1\n");
+  EXPECT_NE(m.find(":6: key 'roles[0].hang_s' must be between 0 and 86400"), std::string::npos) << m;
+  m = err("[roles]\nname = \"a\"\n");
+  EXPECT_NE(m.find(":3: 'roles' must be an array of tables: declare each role group as [[roles]]"),
+            std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace holdfast

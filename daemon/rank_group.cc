@@ -50,6 +50,9 @@ Status RankGroup::Launch(const GenerationSpec& spec, const std::vector<RankPlace
   ranks_.clear();
   generation_ = spec.generation;
   const std::string master_addr = spec.store_addr.substr(0, spec.store_addr.rfind(':'));
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(run_dir_, ec);
+  const std::string run_dir_abs = ec ? run_dir_ : abs.lexically_normal().string();
   for (const RankPlacement& p : placements) {
     RankSpawn s;
     s.rank = p.global_rank;
@@ -70,6 +73,8 @@ Status RankGroup::Launch(const GenerationSpec& spec, const std::vector<RankPlace
     s.env[kEnvHost] = p.host;
     s.env[kEnvNodeAddr] = spec.node_addr;
     s.env[kEnvDevice] = std::to_string(p.device);
+    s.env[kEnvRole] = kRoleLearner;
+    s.env[kEnvRunDir] = run_dir_abs;
     if (spec.resume_step >= 0) s.env[kEnvResumeFromStep] = std::to_string(spec.resume_step);
     // torchrun's contract, for PyTorch jobs.
     s.env["RANK"] = std::to_string(p.global_rank);
@@ -93,19 +98,22 @@ Status RankGroup::Launch(const GenerationSpec& spec, const std::vector<RankPlace
   return Status::Ok();
 }
 
-std::vector<ReapedRank> RankGroup::Reap() {
+std::vector<ReapedRank> RankGroup::Reap(std::vector<std::pair<pid_t, int>>* others) {
   std::vector<ReapedRank> out;
   for (;;) {
     int wstatus = 0;
     const pid_t pid = waitpid(-1, &wstatus, WNOHANG);
     if (pid <= 0) break;
+    bool ours = false;
     for (auto& r : ranks_) {
       if (r->pid() == pid && r->alive()) {
+        ours = true;
         r->SetExited(wstatus);
         spdlog::info("rank {} (pid {}) {}", r->rank(), r->pid(), DescribeWaitStatus(wstatus));
         out.push_back({r->rank(), wstatus, r->LogTail(20)});
       }
     }
+    if (!ours && others != nullptr) others->emplace_back(pid, wstatus);
   }
   return out;
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -61,8 +62,10 @@ class RankGroup {
   // executed is an InvalidArgument error naming it; ranks already started stay
   // (the caller stops them).
   Status Launch(const GenerationSpec& spec, const std::vector<RankPlacement>& placements);
-  // Reaps exited children (WNOHANG) and returns those of this group.
-  std::vector<ReapedRank> Reap();
+  // Reaps exited children (WNOHANG) and returns those of this group. Children
+  // that are not ranks of this group (role processes: role_supervisor.h) are
+  // appended to `others` as (pid, wait status) when it is not null.
+  std::vector<ReapedRank> Reap(std::vector<std::pair<pid_t, int>>* others = nullptr);
   void SignalAll(int sig);
   void Kill(const std::vector<int>& ranks);  // SIGKILL these global ranks if they are ours
   bool AnyAlive() const;

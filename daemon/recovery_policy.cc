@@ -18,6 +18,7 @@ const char* IncidentKindName(IncidentKind kind) {
     case IncidentKind::kStopRequest: return "stop_request";
     case IncidentKind::kDaemonSignal: return "daemon_signal";
     case IncidentKind::kPreemption: return "preemption";
+    case IncidentKind::kRoleFailed: return "role_failed";
   }
   return "unknown";
 }
@@ -97,6 +98,9 @@ std::string Describe(const RecoveryInput& in, const std::vector<std::string>& ho
     case IncidentKind::kPreemption:
       return hosts.empty() ? std::string("preemption (scheduler warning or time limit)")
                            : "preemption (scheduler warning or time limit) on " + JoinHosts(hosts);
+    case IncidentKind::kRoleFailed:
+      return hosts.empty() ? std::string("a role process cannot go on")
+                           : "a role process cannot go on on " + JoinHosts(hosts);
   }
   return "unknown incident" + on;
 }
@@ -246,6 +250,8 @@ RecoveryDecision Decide(const RecoveryInput& in, const std::vector<std::string>&
                       "; this scheduler cannot requeue the job " + BudgetText(in));
     case IncidentKind::kNodeLost:
       return NodeLost(in, hosts);
+    case IncidentKind::kRoleFailed:
+      return Stop(StopOutcome::kFailed, true, "stop after a checkpoint: " + Describe(in, hosts) + " " + BudgetText(in));
     case IncidentKind::kHealth:
       if (in.health_action == health::Action::kExcludeNode || in.health_action == health::Action::kDrainNode) {
         return HealthLeave(in, hosts);

@@ -23,6 +23,8 @@
 // The rules, by incident ("ex" = caps.requeue && caps.exclude_hosts):
 //
 //   bad_input             stop, failed — the same input would fail again
+//   role_failed           stop after a checkpoint, failed — the learner is
+//                         fine, a role process is not (daemon/role_policy.h)
 //   stop_request,         stop after a checkpoint, stopped
 //   daemon_signal
 //   preemption            requeue (no exclusions) after a checkpoint, preempted;
@@ -64,8 +66,8 @@
 // - repeat_threshold <= 0 makes every implicated host leave at its first
 //   incident. Hosts are taken in input order, without repeats or empty names.
 // - A requeue ends the attempt as kFailed, except after a preemption
-//   (kPreempted). checkpoint_first only for operator stops, daemon signals and
-//   preemptions: after a crash, hang, lost node or failed health check the
+//   (kPreempted). checkpoint_first only for operator stops, daemon signals,
+//   preemptions and role failures: after a crash, hang, lost node or failed health check the
 //   newest committed checkpoint is the one to resume from.
 // - kHealth with health_action kNone is treated as kRestart. kHealth asking to
 //   exclude or drain with no host named: requeue without exclusions where
@@ -96,6 +98,7 @@ enum class IncidentKind {
   kStopRequest, // an operator asked to stop: `runctl stop`, SIGTERM/SIGINT to holdfastd
   kDaemonSignal,// holdfastd received another fatal signal (SIGHUP, SIGQUIT, ...)
   kPreemption,  // the scheduler's warning signal or time limit, or ranks that checkpointed and stopped on their own
+  kRoleFailed,  // a role process ([[roles]]) cannot go on: its role's restart budget is spent, or bad input
 };
 const char* IncidentKindName(IncidentKind kind);  // "crash", "hang", "bad_input", ...
 

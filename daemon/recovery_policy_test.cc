@@ -702,3 +702,33 @@ TEST(RecoveryPolicy, ViolationSpotsAForbiddenAction) {
 
 }  // namespace
 }  // namespace holdfast
+
+namespace holdfast {
+namespace {
+
+// Role processes (daemon/role_policy.h): a role that cannot go on stops the
+// run after a learner checkpoint, whatever the scheduler or the budget; a
+// restart = "learner" role's crash implicates no host.
+TEST(RecoveryPolicy, ARoleFailureStopsAfterACheckpointAndImplicatesNoHost) {
+  for (Caps caps : {kLocal, kRequeueOnly, kRequeueExclude, kAll}) {
+    for (Budget budget : {kLeft, kSpent}) {
+      RecoveryInput in = MakeInput(K::kRoleFailed, kNoHealth, kRepeat, caps, budget);
+      in.hosts.clear();
+      const RecoveryDecision d = DecideRecovery(in);
+      EXPECT_EQ(d.action, RecoveryAction::kStop);
+      EXPECT_TRUE(d.checkpoint_first);
+      EXPECT_EQ(static_cast<int>(d.outcome), static_cast<int>(StopOutcome::kFailed));
+      EXPECT_FALSE(d.budget_exhausted);
+      EXPECT_EQ(d.reason.rfind("stop after a checkpoint: a role process cannot go on (", 0), 0u) << d.reason;
+    }
+  }
+  RecoveryInput crash = MakeInput(K::kCrash, kNoHealth, kRepeat, kAll, kLeft);
+  crash.hosts.clear();  // a role process's crash names no host: never a requeue excluding one
+  const RecoveryDecision d = DecideRecovery(crash);
+  EXPECT_EQ(d.action, RecoveryAction::kRestartInPlace);
+  EXPECT_NE(d.reason.find("crash (no host implicated)"), std::string::npos) << d.reason;
+  EXPECT_STREQ(IncidentKindName(K::kRoleFailed), "role_failed");
+}
+
+}  // namespace
+}  // namespace holdfast

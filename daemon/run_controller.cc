@@ -302,6 +302,32 @@ void RunController::OnStopRequest(IncidentKind kind, const std::string& why) {
   HandleIncident(std::move(f), {});
 }
 
+void RunController::OnRoleIncident(const RoleIncident& r, const std::vector<RankView>& views) {
+  if (state_ == State::kFinished) return;
+  Facts f;
+  f.kind = r.kind;
+  f.event_kind = r.event_kind;
+  f.triage = r.triage;
+  const bool stops_run = r.kind == IncidentKind::kRoleFailed;
+  const bool already_stopping = state_ == State::kStopping && pending_ && pending_->action == RecoveryAction::kStop;
+  if ((!stops_run && state_ != State::kRunning) || already_stopping) {
+    // The learner group is restarting or stopping already: the role process
+    // restarts with it (or the run ends anyway). Recorded, nothing more to do.
+    EventRecord ev = recorder_->NewEvent(f.event_kind);
+    ev.summary = f.triage.summary;
+    ev.evidence_json = f.triage.evidence_json;
+    ev.runbook = f.triage.runbook;
+    ev.action = already_stopping ? "none: the run is stopping already"
+                                 : "none: the learner group is restarting already; the process restarts with it";
+    recorder_->RecordEvent(ev);
+    spdlog::warn("{}: {} -> {}", ev.kind, ev.summary, ev.action);
+    return;
+  }
+  spdlog::error("ROLE: {}", f.triage.summary);
+  if (state_ == State::kStopping) pending_.reset();  // a failed role overrides a restart
+  HandleIncident(std::move(f), views);
+}
+
 void RunController::HandleIncident(Facts facts, const std::vector<RankView>& views) {
   RecoveryInput in;
   in.kind = facts.kind;
@@ -348,7 +374,8 @@ void RunController::HandleIncident(Facts facts, const std::vector<RankView>& vie
     return;
   }
   state_ = State::kStopping;
-  if (facts.kind == IncidentKind::kHang && facts.triage.culprits.size() < static_cast<size_t>(opts_.world_size)) {
+  if (facts.kind == IncidentKind::kHang && !facts.triage.culprits.empty() &&
+      facts.triage.culprits.size() < static_cast<size_t>(opts_.world_size)) {
     // A hung culprit does not act on TERM: do not wait out the grace period for it.
     actions_->KillRanks(facts.triage.culprits);
   }

@@ -88,6 +88,17 @@ struct RankExit {
   std::vector<std::string> log_tail;
 };
 
+// A role process's trouble that reaches the learner (daemon/role_policy.h):
+//   kCrash, kHang   a restart = "learner" role process failed: the learner
+//                   group restarts as after a rank failure (no host implicated)
+//   kRoleFailed     a role process cannot go on: stop the run, the learner
+//                   checkpointing first
+struct RoleIncident {
+  IncidentKind kind = IncidentKind::kCrash;
+  std::string event_kind;  // event_kind::kRoleCrash, kRoleHang, kBudgetExhausted
+  Incident triage;         // summary, evidence, runbook (daemon/triage.h TriageRole)
+};
+
 struct ControllerOptions {
   SuperviseConfig supervise;
   int world_size = 1;
@@ -114,6 +125,8 @@ class RunController {
   void OnNodeLost(const std::string& host, const std::vector<int>& ranks_of_node, const std::string& why);
   // kStopRequest, kDaemonSignal or kPreemption.
   void OnStopRequest(IncidentKind kind, const std::string& why);
+  // A role process's failure that the learner must act on (RoleIncident).
+  void OnRoleIncident(const RoleIncident& incident, const std::vector<RankView>& views);
   void OnTimer(ControllerTimer timer);
   // The scheduler's lead time before it kills the job (< 0 unknown), told with
   // a preemption signal: a lineage warning when it is shorter than this run's

@@ -166,6 +166,11 @@ void RunController::Execute() {
     ev.runbook = RunbookFor(ev.kind);
     recorder_->RecordEvent(ev);
   }
+  if (facts.kind == IncidentKind::kRoleFailed) {
+    // The event (budget_exhausted or role_crash) was recorded with the incident.
+    FinishRun(RunState::kFailed, why, kDaemonExitFailed);
+    return;
+  }
   const int code = facts.kind == IncidentKind::kBadInput ? kDaemonExitUsage : kDaemonExitFailed;
   FinishRun(StateFor(d.outcome), cause, code);
 }

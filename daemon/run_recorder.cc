@@ -283,6 +283,7 @@ void RunRecorder::RecordCommitted(int64_t step, int world_size) {
   if (tracker_.enabled()) {
     c.path = tracker_.StepDir(step);
     c.bytes = tracker_.StepBytes(step);
+    c.metrics = tracker_.Metrics(step);
   }
   c.committed_ms = clock_->UnixMs();
   Write("checkpoint step " + std::to_string(step) + " committed", [c](LineageDb& db) { return db.RecordCheckpoint(c); });

@@ -28,6 +28,7 @@
 #include "daemon/leader_link.h"
 #include "daemon/metrics.h"
 #include "daemon/rank_group.h"
+#include "daemon/role_supervisor.h"
 #include "daemon/run_controller.h"
 #include "daemon/run_recorder.h"
 #include "daemon/run_status.h"
@@ -70,6 +71,7 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
         kill_timer_(io_),
         restart_timer_(io_),
         join_timer_(io_),
+        roles_timer_(io_),
         ranks_(&job_, opts_.run_dir),
         health_(&io_, &job_) {}
 
@@ -107,6 +109,11 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
   }
   const std::string& host() const { return alloc_.self().host; }
   void ArmPoll();
+  // After Finish: the role processes get TERM, then KILL after term_grace_s;
+  // the loop ends once they are gone.
+  void StopRolesThenEnd(bool killed, int64_t deadline_ns);
+  void EndLoop();
+  void PostRoleIncident(const RoleIncident& incident);
   void Tick();
   void Reap();
   void OnSignal(int sig);
@@ -134,7 +141,7 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
   Scheduler* scheduler_;     // not owned
   const TimeSource* clock_;  // not owned
   DaemonSignals signals_;
-  asio::steady_timer poll_timer_, kill_timer_, restart_timer_, join_timer_;
+  asio::steady_timer poll_timer_, kill_timer_, restart_timer_, join_timer_, roles_timer_;
   std::shared_ptr<LeaderLink> link_;  // several nodes only
   std::unique_ptr<AsioTcpStoreServer> store_;
   std::shared_ptr<ControlServer> control_;
@@ -148,6 +155,8 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
   HealthWatch health_;
   std::unique_ptr<RunRecorder> recorder_;
   std::unique_ptr<RunController> controller_;
+  std::unique_ptr<RoleSupervisor> roles_;  // the job's [[roles]] processes (this node: the leader)
+  bool roles_started_ = false;             // the "alone" roles started with this attempt's first generation
   std::map<int, std::vector<RankView>> followers_;  // node -> its ranks' latest views, in this machine's clock
   std::map<int, int64_t> heard_ns_;                  // node -> when its last message arrived (monotonic)
   std::unique_ptr<RunMetrics> metrics_;              // null unless metrics are configured
@@ -210,6 +219,11 @@ Status Supervisor::Impl::Start() {
   co.min_nodes = job_.min_nodes;
   controller_ = std::make_unique<RunController>(co, clock_, recorder_.get(), this);
   std::weak_ptr<Impl> weak = shared_from_this();
+  RoleSupervisor::Hooks role_hooks;
+  role_hooks.learner = [weak](const RoleIncident& incident) {
+    if (auto self = weak.lock()) self->PostRoleIncident(incident);
+  };
+  roles_ = std::make_unique<RoleSupervisor>(&job_, clock_, recorder_.get(), std::move(role_hooks));
   control_ = std::make_shared<ControlServer>(&io_, ControlSocketPath(opts_.run_dir),
                                              [weak](const ControlRequest& r, uid_t uid) {
                                                auto self = weak.lock();
@@ -269,6 +283,34 @@ Status Supervisor::Impl::LaunchGeneration(int generation, int64_t resume_step) {
   }
   const std::vector<RankPlacement> mine = plan_.ForNode(alloc_.this_node);
   Status s = ranks_.Launch(spec, mine);
+  if (!roles_->empty() && (s.ok() || !ranks_.ranks().empty() || !followers_.empty())) {
+    // Role processes run on this (the leading) node: "alone" ones from the
+    // attempt's first generation on, "learner" ones with every generation.
+    Status rs = Status::Ok();
+    if (!roles_started_) {
+      roles_started_ = true;
+      RoleSupervisor::Context ctx;
+      ctx.run_id = spec.run_id;
+      ctx.attempt = spec.attempt;
+      ctx.run_dir = opts_.run_dir;
+      ctx.store_addr = spec.store_addr;
+      ctx.node_addr = spec.node_addr;
+      ctx.host = host();
+      ctx.node = alloc_.this_node;
+      rs = roles_->StartAlone(ctx);
+    }
+    if (rs.ok()) rs = roles_->StartLearnerScoped(generation);
+    if (!rs.ok()) {
+      spdlog::error("{}", rs.ToString());
+      RoleIncident inc;
+      inc.kind = IncidentKind::kRoleFailed;
+      inc.event_kind = event_kind::kRoleCrash;
+      inc.triage.kind = inc.event_kind;
+      inc.triage.summary = rs.message() + ": a restart cannot help";
+      inc.triage.runbook = RunbookFor(inc.event_kind);
+      PostRoleIncident(inc);
+    }
+  }
   if (s.ok()) return s;
   if (followers_.empty() && ranks_.ranks().empty()) return s;  // nothing started anywhere
   // Ranks elsewhere (or here) started: report the ones that could not, as exits.
@@ -314,6 +356,7 @@ void Supervisor::Impl::TerminateRanks(const std::string& why, double grace_s) {
   Broadcast(m);
   ranks_.SignalAll(SIGTERM);
   ranks_.SignalAll(SIGCONT);  // a stopped rank must be able to act on TERM (or die by KILL)
+  roles_->SignalLearnerScoped(SIGTERM);  // restart = "learner" roles stop with the ranks; "alone" ones run on
 }
 
 void Supervisor::Impl::KillRanks(const std::vector<int>& ranks) {
@@ -322,6 +365,7 @@ void Supervisor::Impl::KillRanks(const std::vector<int>& ranks) {
   m.ranks = ranks;
   Broadcast(m);
   ranks_.Kill(ranks);
+  if (ranks.empty()) roles_->SignalLearnerScoped(SIGKILL);
 }
 
 void Supervisor::Impl::ArmTimer(ControllerTimer timer, double seconds) {
@@ -356,6 +400,16 @@ void Supervisor::Impl::Finish(int code) {
   if (store_) store_->Shutdown();
   if (recorder_) RemoveProgressRecords(job_.supervise.progress_dir, recorder_->run_id());
   if (link_) link_->Close(/*flush=*/true);  // the "finish" reaches the followers first
+  if (roles_ && roles_->AnyAlive()) {
+    roles_->StopAll(SIGTERM);
+    StopRolesThenEnd(/*killed=*/false,
+                     clock_->MonotonicNs() + static_cast<int64_t>(job_.supervise.term_grace_s * 1e9));
+    return;
+  }
+  EndLoop();
+}
+
+void Supervisor::Impl::EndLoop() {
   if (followers_.empty()) {
     io_.stop();
     return;
@@ -363,6 +417,41 @@ void Supervisor::Impl::Finish(int code) {
   // Let the followers read "finish" before the loop ends.
   kill_timer_.expires_after(std::chrono::milliseconds(200));
   kill_timer_.async_wait([self = shared_from_this()](const boost::system::error_code&) { self->io_.stop(); });
+}
+
+void Supervisor::Impl::StopRolesThenEnd(bool killed, int64_t deadline_ns) {
+  roles_->ReapExited();
+  if (!roles_->AnyAlive()) {
+    spdlog::info("role processes stopped");
+    EndLoop();
+    return;
+  }
+  if (clock_->MonotonicNs() >= deadline_ns) {
+    if (killed) {
+      // Not reaped within the grace after SIGKILL (uninterruptible I/O): they
+      // die with the daemon (PR_SET_PDEATHSIG).
+      spdlog::warn("role processes still not reaped after SIGKILL; leaving them to PR_SET_PDEATHSIG");
+      EndLoop();
+      return;
+    }
+    spdlog::warn("role processes did not stop within term_grace_s ({} s): SIGKILL", job_.supervise.term_grace_s);
+    roles_->StopAll(SIGKILL);
+    killed = true;
+    deadline_ns = clock_->MonotonicNs() + static_cast<int64_t>(std::max(1.0, job_.supervise.term_grace_s) * 1e9);
+  }
+  roles_timer_.expires_after(std::chrono::milliseconds(std::min(job_.supervise.poll_ms, 50)));
+  roles_timer_.async_wait([self = shared_from_this(), killed, deadline_ns](const boost::system::error_code& e) {
+    if (!e) self->StopRolesThenEnd(killed, deadline_ns);
+  });
+}
+
+void Supervisor::Impl::PostRoleIncident(const RoleIncident& incident) {
+  // Posted: the controller's actions (stopping ranks, ending the run) must not
+  // run inside the RoleSupervisor's own call.
+  io_.post([weak = std::weak_ptr<Impl>(shared_from_this()), incident] {
+    auto self = weak.lock();
+    if (self && !self->finished_) self->controller_->OnRoleIncident(incident, self->Views());
+  });
 }
 
 // ---- the loop ----
@@ -378,12 +467,18 @@ void Supervisor::Impl::ArmPoll() {
 
 void Supervisor::Impl::Tick() {
   Reap();  // a SIGCHLD can coalesce; reaping here too costs one syscall
+  if (!finished_) roles_->OnTick();
   if (!finished_) controller_->OnTick(Views());
   if (!finished_) UpdateMetrics();
 }
 
 void Supervisor::Impl::Reap() {
-  for (ReapedRank& r : ranks_.Reap()) {
+  std::vector<std::pair<pid_t, int>> others;
+  std::vector<ReapedRank> reaped = ranks_.Reap(&others);
+  for (const auto& [pid, wstatus] : others) {
+    if (roles_) roles_->OnExit(pid, wstatus);
+  }
+  for (ReapedRank& r : reaped) {
     if (finished_) return;
     controller_->OnRankExit(RankExit{r.rank, r.wstatus, "", std::move(r.log_tail)}, Views());
   }
@@ -580,8 +675,10 @@ std::string Supervisor::Impl::HandleControl(const ControlRequest& req, uid_t pee
 }
 
 RunStatus Supervisor::Impl::BuildStatus() const {
-  return BuildRunStatus(*controller_, *recorder_, job_, Views(),
-                        static_cast<double>(clock_->MonotonicNs() - started_ns_) / 1e9, MonotonicNowNs());
+  RunStatus st = BuildRunStatus(*controller_, *recorder_, job_, Views(),
+                                static_cast<double>(clock_->MonotonicNs() - started_ns_) / 1e9, MonotonicNowNs());
+  st.roles = roles_->Statuses(MonotonicNowNs());
+  return st;
 }
 
 // ---- metrics ----
@@ -645,7 +742,8 @@ MetricsSnapshot Supervisor::Impl::BuildMetricsSnapshot() {
   // Every incident kind from zero, so that rate() and alerts see the first one.
   for (const char* kind : {event_kind::kCrash, event_kind::kHang, event_kind::kHealth, event_kind::kPreempt,
                            event_kind::kNodeLost, event_kind::kCheckpointFailed, event_kind::kCheckpointCorrupt,
-                           event_kind::kBudgetExhausted, event_kind::kDaemonRestart, event_kind::kStraggler}) {
+                           event_kind::kBudgetExhausted, event_kind::kDaemonRestart, event_kind::kStraggler,
+                           event_kind::kRoleCrash, event_kind::kRoleHang}) {
     if (IsIncidentKind(kind)) s.incidents[kind] = 0;
   }
   for (const auto& [kind, n] : recorder_->incident_counts()) s.incidents[kind] = n;

@@ -330,6 +330,41 @@ Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const Ha
   return inc;
 }
 
+Incident TriageRole(int64_t now_ns, const RankView& process, const RoleTrouble& t) {
+  Incident inc;
+  inc.kind = t.hung ? event_kind::kRoleHang : event_kind::kRoleCrash;
+  inc.runbook = RunbookFor(inc.kind);
+  const std::string who = "role " + t.role + "[" + std::to_string(t.index) + "]";
+  std::string where;
+  if (process.progress.valid && WriterAttached(process.progress)) {
+    const ProgressRecordLayout& p = process.progress.record;
+    where = " in " + std::string(PhaseName(static_cast<Phase>(p.phase))) + " at step " + std::to_string(p.step);
+  }
+  IncidentEvidence ev;
+  ev.role = t.role;
+  ev.role_index = t.index;
+  if (t.hung) {
+    inc.summary = who + " hung: " +
+                  (t.attached ? "no heartbeat or step for " + Fixed1(t.silent_s) + " s (hang_s " + Fixed1(t.timeout_s) + ")"
+                              : "no progress record written within " + Fixed1(t.timeout_s) + " s of its start") +
+                  where;
+    if (const char* words = ProcStateWords(process.proc_state)) inc.summary += ", " + std::string(words);
+    ev.stalled_s = t.silent_s;
+    ev.timeout_s = t.timeout_s;
+    ev.allowance = t.attached ? "hang_s" : "startup";
+  } else {
+    inc.summary = who + " " + DescribeWaitStatus(t.wstatus) + where;
+    ev.exit_status = DescribeWaitStatus(t.wstatus);
+    ev.exit_code = WIFEXITED(t.wstatus) ? WEXITSTATUS(t.wstatus) : -1;
+    ev.signal = WIFSIGNALED(t.wstatus) ? WTERMSIG(t.wstatus) : 0;
+  }
+  inc.summary += " (pid " + std::to_string(process.pid) + ")";
+  ev.log_tail = t.log_tail;
+  ev.ranks.push_back(RankEvidenceOf(now_ns, process));
+  inc.evidence_json = ToJson(ev);
+  return inc;
+}
+
 Incident TriageExit(int64_t now_ns, const std::vector<RankView>& ranks, int rank, int wstatus,
                     const std::vector<std::string>& log_tail) {
   Incident inc;

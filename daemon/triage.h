@@ -86,6 +86,23 @@ Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const Ha
 Incident TriageExit(int64_t now_ns, const std::vector<RankView>& ranks, int rank, int wstatus,
                     const std::vector<std::string>& log_tail);
 
+// A role process ([[roles]] of the job file) that exited, or that its
+// RoleHangWatch (daemon/role_policy.h) found hung.
+struct RoleTrouble {
+  std::string role;
+  int index = 0;
+  bool hung = false;
+  int wstatus = 0;         // !hung: as from waitpid
+  double silent_s = 0;     // hung: no heartbeat or step for this long
+  double timeout_s = 0;    // hung: the allowance that applied
+  bool attached = true;    // hung: whether it ever attached a progress writer
+  std::vector<std::string> log_tail;
+};
+// Kind role_crash or role_hang; no culprit ranks (the evidence's role and
+// role_index name the process, its "ranks" hold it with rank = its index).
+// `process.rank` is the process's index in its role.
+Incident TriageRole(int64_t now_ns, const RankView& process, const RoleTrouble& trouble);
+
 // "exited with code 1" / "killed by signal 9 (SIGKILL)".
 std::string DescribeWaitStatus(int wstatus);
 

@@ -238,5 +238,47 @@ TEST(TriageTest, RankListCompressesRanges) {
   EXPECT_EQ(RankList({3}), "3");
 }
 
+TEST(TriageRoleTest, ACrashedRoleProcessIsNamedByRoleAndIndex) {
+  const RankView p = Rank(1, 41, Phase::kForward, 0, 0);
+  RoleTrouble t;
+  t.role = "rollout";
+  t.index = 1;
+  t.wstatus = SIGKILL;
+  t.log_tail = {"generating prompt 77"};
+  const Incident inc = TriageRole(10 * kSec, p, t);
+  EXPECT_EQ(inc.kind, "role_crash");
+  EXPECT_TRUE(inc.culprits.empty()) << "a role process is not a rank";
+  EXPECT_EQ(inc.summary, "role rollout[1] killed by signal 9 (SIGKILL) in forward at step 41 (pid 1001)");
+  EXPECT_EQ(inc.runbook, "runbooks/roles.md");
+  auto ev = nlohmann::json::parse(inc.evidence_json);
+  EXPECT_EQ(ev["role"], "rollout");
+  EXPECT_EQ(ev["role_index"], 1);
+  EXPECT_EQ(ev["signal"], 9);
+  EXPECT_EQ(ev["log_tail"][0], "generating prompt 77");
+  EXPECT_EQ(ev["ranks"][0]["step"], 41);
+}
+
+TEST(TriageRoleTest, AHungRoleProcessSaysForHowLongAndWhy) {
+  RoleTrouble t;
+  t.role = "reward";
+  t.hung = true;
+  t.silent_s = 61.04;
+  t.timeout_s = 60;
+  const Incident stopped = TriageRole(10 * kSec, Rank(0, 7, Phase::kData, 0, 0, 0, 'T'), t);
+  EXPECT_EQ(stopped.kind, "role_hang");
+  EXPECT_EQ(stopped.summary,
+            "role reward[0] hung: no heartbeat or step for 61.0 s (hang_s 60.0) in data at step 7, process stopped "
+            "(SIGSTOP?) (pid 1000)");
+  auto ev = nlohmann::json::parse(stopped.evidence_json);
+  EXPECT_EQ(ev["allowance"], "hang_s");
+  EXPECT_DOUBLE_EQ(ev["stalled_s"].get<double>(), 61.04);
+  t.attached = false;
+  RankView silent = Rank(0, 0, Phase::kStarting, 0, 0);
+  silent.progress.record.pid = 0;  // never attached a writer
+  const Incident never = TriageRole(10 * kSec, silent, t);
+  EXPECT_EQ(never.summary, "role reward[0] hung: no progress record written within 60.0 s of its start (pid 1000)");
+  EXPECT_EQ(nlohmann::json::parse(never.evidence_json)["allowance"], "startup");
+}
+
 }  // namespace
 }  // namespace holdfast

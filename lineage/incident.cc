@@ -276,6 +276,8 @@ std::string ToJson(const IncidentEvidence& e) {
   }
   PutIf(j, "ratio", e.ratio);
   PutIf(j, "held_s", e.held_s);
+  if (!e.role.empty()) j["role"] = e.role;
+  PutIf(j, "role_index", e.role_index);
   if (!e.ranks.empty()) {
     json ranks = json::array();
     for (const RankEvidence& r : e.ranks) ranks.push_back(RankToJson(r));
@@ -328,6 +330,8 @@ Result<IncidentEvidence> ParseIncidentEvidence(std::string_view text) {
   });
   in.Double("ratio", &e.ratio);
   in.Double("held_s", &e.held_s);
+  in.String("role", &e.role);
+  in.Int("role_index", &e.role_index);
   in.Array("ranks", [&](const json& v, const std::string& at) { e.ranks.push_back(ReadRank(v, at, &error)); });
   if (!error.ok()) return error;
   return e;

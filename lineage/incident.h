@@ -59,6 +59,8 @@ inline constexpr RunbookEntry kRunbooks[] = {
     {event_kind::kResume, ""},
     {event_kind::kStop, ""},
     {event_kind::kReshard, "runbooks/elastic.md"},
+    {event_kind::kRoleCrash, "runbooks/roles.md"},
+    {event_kind::kRoleHang, "runbooks/roles.md"},
 };
 
 // The runbook for an event kind ("runbooks/hang.md"), "" when it has none or
@@ -123,6 +125,10 @@ struct SaveFailureEvidence {
 //   crash:             rank, exit_status, exit_code, signal, log_tail, ranks
 //   checkpoint_failed: rank, step, newest_committed_step, reports
 //   straggler:         rank, ratio, held_s, ranks (with pace)
+//   role_crash:        role, role_index, exit_status .. log_tail, ranks (the
+//                      role process, its "rank" being its index in the role)
+//   role_hang:         role, role_index, stalled_s, timeout_s, allowance
+//                      ("hang_s" or "startup"), ranks (the role process)
 // Other kinds' evidence (health reports) has keys this does not model; they
 // are ignored on reading.
 struct IncidentEvidence {
@@ -150,6 +156,11 @@ struct IncidentEvidence {
   // straggler.
   std::optional<double> ratio;   // its compute time over the others' median
   std::optional<double> held_s;  // how long the ratio held
+
+  // A role process's incident ([[roles]] of the job file): its role's name
+  // and its index in the role ("" and unset for the learner's ranks).
+  std::string role;
+  std::optional<int> role_index;
 
   std::vector<RankEvidence> ranks;  // every rank, by rank
 };

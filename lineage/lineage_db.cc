@@ -4,11 +4,14 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <random>
 #include <utility>
+
+#include <nlohmann/json.hpp>
 
 namespace holdfast {
 namespace {
@@ -20,6 +23,9 @@ constexpr const char* kIncidentKinds[] = {
     event_kind::kCheckpointCorrupt, event_kind::kBudgetExhausted,
     event_kind::kDaemonRestart,
 };
+// Incident kinds added after schema version 2 (whose migration flags the rows
+// of kIncidentKinds only; no older file has these).
+constexpr const char* kLaterIncidentKinds[] = {event_kind::kRoleCrash, event_kind::kRoleHang};
 
 // Schema version 1, as first released. Never edit a released migration: add
 // the next one.
@@ -174,12 +180,20 @@ DROP TABLE temp.v3_moment;
 CREATE INDEX event_by_seq ON event(run_id, seq);
 )sql";
 
+// Version 4: the eval metrics a checkpoint's manifest carries (a JSON
+// object of numbers, checkpoint/format.h Manifest::metrics), for "best
+// checkpoint by eval" (runctl best).
+constexpr const char kSchemaV4[] = R"sql(
+ALTER TABLE checkpoint ADD COLUMN metrics TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metrics));
+)sql";
+
 // The migration that takes a file from version `from` to `from + 1`.
 std::string Migration(int from) {
   switch (from) {
     case 0: return kSchemaV1;
     case 1: return SchemaV2();
-    default: return kSchemaV3;
+    case 2: return kSchemaV3;
+    default: return kSchemaV4;
   }
 }
 
@@ -233,6 +247,9 @@ const char* JournalModeName(JournalMode m) { return kJournalModeNames[static_cas
 
 bool IsIncidentKind(std::string_view kind) {
   for (const char* k : kIncidentKinds) {
+    if (kind == k) return true;
+  }
+  for (const char* k : kLaterIncidentKinds) {
     if (kind == k) return true;
   }
   return false;
@@ -827,12 +844,16 @@ Status LineageDb::RecordCheckpoint(const CheckpointRecord& c) {
     if (dup) return Status::Ok();  // a re-reported commit (e.g. after a daemon restart)
   }
   HF_ASSIGN_OR_RETURN(int64_t seq, NextSeq());
+  nlohmann::json metrics = nlohmann::json::object();
+  for (const auto& [name, value] : c.metrics) {
+    if (std::isfinite(value)) metrics[name] = value;
+  }
   HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "INSERT INTO checkpoint (run_id, step, path, "
                                                 "bytes, world_size, attempt, generation, "
-                                                "committed_ms, state, seq) VALUES "
-                                                "(?,?,?,?,?,?,?,?,'committed',?)"));
+                                                "committed_ms, state, seq, metrics) VALUES "
+                                                "(?,?,?,?,?,?,?,?,'committed',?,?)"));
   st.Bind(c.run_id, c.step, c.path, c.bytes, c.world_size, c.attempt, c.generation,
-          c.committed_ms != 0 ? c.committed_ms : Now(), seq);
+          c.committed_ms != 0 ? c.committed_ms : Now(), seq, metrics.dump());
   HF_RETURN_IF_ERROR(st.Run("record checkpoint at step " + std::to_string(c.step) +
                                       " of run " + c.run_id).status());
   return tx.Commit();
@@ -913,7 +934,7 @@ constexpr const char kGenerationCols[] =
     "state, cause, coalesce(seq, 0) AS seq, ended_seq";
 constexpr const char kCheckpointCols[] =
     "run_id, step, path, bytes, world_size, attempt, generation, committed_ms, state, reason, "
-    "state_ms, coalesce(seq, 0) AS seq, state_seq";
+    "state_ms, coalesce(seq, 0) AS seq, state_seq, metrics";
 constexpr const char kEventCols[] =
     "id, run_id, time_ms, kind, attempt, generation, node, rank, summary, evidence, action, "
     "runbook, incident, coalesce(seq, 0) AS seq";
@@ -994,6 +1015,12 @@ struct LineageRows {
     c.state_ms = s.OptInt(10);
     c.seq = s.Int(11);
     c.state_seq = s.OptInt(12);
+    const nlohmann::json m = nlohmann::json::parse(s.Text(13), nullptr, /*allow_exceptions=*/false);
+    if (m.is_object()) {
+      for (const auto& [name, value] : m.items()) {
+        if (value.is_number()) c.metrics[name] = value.get<double>();
+      }
+    }
     return c;
   }
   static EventRecord Event(Stmt& s) {

@@ -68,6 +68,11 @@ inline constexpr const char kRequeue[] = "requeue";    // an action
 inline constexpr const char kResume[] = "resume";      // an action
 inline constexpr const char kStop[] = "stop";          // an action
 inline constexpr const char kReshard[] = "reshard";    // an action: an elastic run goes on with other nodes
+// A role process ([[roles]] of the job file, not a learner rank) exited or
+// hung; the event's evidence names the role and index, its action whether it
+// was restarted alone or with the learner.
+inline constexpr const char kRoleCrash[] = "role_crash";
+inline constexpr const char kRoleHang[] = "role_hang";
 }  // namespace event_kind
 
 // Whether an event kind reports something that went wrong (as opposed to an
@@ -153,6 +158,9 @@ struct CheckpointRecord {
   CheckpointState state = CheckpointState::kCommitted;
   std::string reason;  // why corrupt or pruned
   std::optional<int64_t> state_ms;  // when marked corrupt or pruned
+  // The manifest's metrics (the trainer's newest eval: "eval_loss",
+  // "eval_step", ...); empty when it carried none. Schema version 4.
+  std::map<std::string, double> metrics;
   // Read only: write order of the commit, and of the marking (with state_ms).
   int64_t seq = 0;
   std::optional<int64_t> state_seq;
@@ -219,7 +227,7 @@ struct LineageOptions {
 class LineageDb {
  public:
   // Newest schema this build reads and writes.
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
 
   static Result<std::unique_ptr<LineageDb>> Open(const std::string& path,
                                                  const LineageOptions& options = {});

@@ -118,7 +118,14 @@ TEST_F(LineageDbTest, EveryWriteReadsBack) {
   c.world_size = 16;
   c.attempt = 1;
   c.generation = 0;
+  c.metrics = {{"eval_loss", 1.25}, {"eval_step", 1200}};
   ASSERT_TRUE(db->RecordCheckpoint(c).ok());
+  {
+    auto ck = db->Checkpoints(*id);
+    ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+    ASSERT_EQ(ck->size(), 1u);
+    EXPECT_EQ((*ck)[0].metrics, c.metrics) << "the manifest's eval metrics are kept per checkpoint";
+  }
 
   EventRecord e;
   e.run_id = *id;
@@ -497,7 +504,7 @@ TEST_F(LineageDbTest, MigratesAVersion2FileNumberingOldRowsInTimeOrder) {
 
   auto db = OpenWriter();
   EXPECT_EQ(db->file_schema_version(), 2);
-  EXPECT_EQ(RawSql(db_path(), "PRAGMA user_version"), "3");
+  EXPECT_EQ(RawSql(db_path(), "PRAGMA user_version"), std::to_string(LineageDb::kSchemaVersion));
   EXPECT_EQ(Summaries(*db->Events(id, 0)), in_time_order);
   // Every old moment got its place: attempt 1 (t=1000), generation 0 (1000),
   // checkpoint 400 (1500), hang (1800), crash (2000), generation 0's end

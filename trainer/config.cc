@@ -75,7 +75,7 @@ const std::vector<KeyDef>& Schema() {
       HF_INT(model, vocab_size, 2, 1 << 20, true),
       HF_FLOAT(model, dropout, 0.0, 0.999, true),
       HF_BOOL(model, bias, true),
-      HF_STRING(data, format, "text|bin|sft", true),
+      HF_STRING(data, format, "text|bin|sft|preference", true),
       HF_STRING(data, path, nullptr, false),
       HF_INT(train, steps, 1, 1e15, true),
       HF_INT(train, micro_batch, 1, 1 << 20, true),
@@ -85,6 +85,8 @@ const std::vector<KeyDef>& Schema() {
       HF_INT(train, log_every, 1, 1e15, false),
       HF_STRING(train, device, "auto|cpu|cuda", false),  // checked by the determinism fingerprint
       HF_STRING(train, precision, "fp32|bf16", 2),
+      HF_STRING(train, objective, "lm|dpo|grpo", 2),
+      HF_STRING(train, init_from, nullptr, 2),
       HF_FLOAT(optim, lr, 0.0, 10.0, true),
       HF_FLOAT(optim, min_lr, 0.0, 10.0, true),
       HF_INT(optim, warmup_steps, 0, 1e15, true),
@@ -108,6 +110,23 @@ const std::vector<KeyDef>& Schema() {
       HF_INT(checkpoint, commit_timeout_s, 1, 86400, false),
       HF_STRING(output, dir, nullptr, false),
       HF_STRING(output, metrics, nullptr, false),
+      HF_FLOAT(dpo, beta, 1e-6, 1e6, 2),
+      HF_STRING(dpo, reference, nullptr, 2),
+      HF_INT(eval, every_steps, 0, 1e15, false),
+      HF_FLOAT(eval, holdout, 0.0, 1e15, 2),  // which samples train: math
+      HF_INT(eval, samples, 0, 1e15, false),
+      HF_STRING(rl, dir, nullptr, false),
+      HF_STRING(rl, task, nullptr, 2),
+      HF_INT(rl, prompts_per_step, 1, 1 << 20, 2),
+      HF_INT(rl, group_size, 2, 1 << 16, 2),
+      HF_INT(rl, max_new_tokens, 1, 1 << 16, 2),
+      HF_FLOAT(rl, temperature, 1e-3, 100.0, 2),
+      HF_INT(rl, max_staleness, 0, 1 << 20, 2),
+      HF_FLOAT(rl, clip_eps, 0.0, 10.0, 2),
+      HF_FLOAT(rl, kl_beta, 0.0, 1e6, 2),
+      HF_INT(rl, eval_prompts, 0, 1 << 24, false),
+      HF_FLOAT(rl, wait_timeout_s, 0.001, 86400 * 7, false),
+      HF_INT(rl, keep_versions, 2, 1 << 20, false),
   };
   return kSchema;
 }
@@ -206,8 +225,10 @@ Status ApplyTable(const toml::table& root, const std::string& file, TrainerConfi
                                     section + "]: " + KnownKeys(section) + ")");
       }
       HF_ASSIGN_OR_RETURN(Value v, Convert(*d, node, key_where));
-      if (section == "data" && k == "path" && !file.empty()) {
-        // A relative data path means "next to the config file".
+      const bool is_path = (section == "data" && k == "path") || (section == "train" && k == "init_from") ||
+                           (section == "dpo" && k == "reference");
+      if (is_path && !file.empty() && !std::get<std::string>(v).empty()) {
+        // A relative data or weights path means "next to the config file".
         std::filesystem::path p(std::get<std::string>(v));
         if (p.is_relative()) v = (std::filesystem::path(file).parent_path() / p).lexically_normal().string();
       }
@@ -335,7 +356,25 @@ Status ValidateTrainerConfig(const TrainerConfig& c) {
     return InvalidArgumentError(where + ": optim.min_lr (" + FormatNumber(c.optim.min_lr) +
                                 ") must not exceed optim.lr (" + FormatNumber(c.optim.lr) + ")");
   }
-  if (c.data.path.empty()) {
+  const bool grpo = c.train.objective == "grpo";
+  if (grpo) {
+    // The learner's samples come from the rollout workers (docs/rl.md), its
+    // held-out prompts from the task: no data file.
+    if (!c.data.path.empty()) {
+      return InvalidArgumentError(where + ": train.objective = \"grpo\" trains on the rollout workers' groups of "
+                                  "rl.task's prompts, not on a data file: remove data.path (got \"" + c.data.path +
+                                  "\")");
+    }
+    if (c.model.vocab_size != 256) {
+      return InvalidArgumentError(where + ": train.objective = \"grpo\": the task's prompts are bytes: set "
+                                  "model.vocab_size = 256 (got " + std::to_string(c.model.vocab_size) + ")");
+    }
+    if (c.eval.holdout != 0) {
+      return InvalidArgumentError(where + ": train.objective = \"grpo\" evaluates on the task's held-out prompts "
+                                  "(rl.eval_prompts): remove eval.holdout");
+    }
+  }
+  if (!grpo && c.data.path.empty()) {
     return InvalidArgumentError(where + ": data.path is required: a text file, a uint16 .bin file or a JSONL "
                                 "file (set data.format accordingly)");
   }
@@ -344,7 +383,27 @@ Status ValidateTrainerConfig(const TrainerConfig& c) {
                                 "set train.device = \"cuda\" (or \"auto\") to train on GPUs, or dist.backend = "
                                 "\"gloo\" to train on CPUs");
   }
-  if (c.data.format == "text" || c.data.format == "sft") {
+  const bool preference = c.data.format == "preference";
+  if (c.train.objective == "dpo" && !preference) {
+    return InvalidArgumentError(where + ": train.objective = \"dpo\" trains on preference pairs: set data.format = "
+                                "\"preference\" (JSONL {\"prompt\", \"chosen\", \"rejected\"}; got \"" +
+                                c.data.format + "\")");
+  }
+  if (preference && c.train.objective != "dpo") {
+    return InvalidArgumentError(where + ": data.format = \"preference\" holds preference pairs, which only "
+                                "train.objective = \"dpo\" can use (got \"" + c.train.objective + "\")");
+  }
+  if (c.eval.holdout >= 1 && c.eval.holdout != std::floor(c.eval.holdout)) {
+    return InvalidArgumentError(where + ": eval.holdout = " + FormatNumber(c.eval.holdout) +
+                                " is neither a fraction below 1 nor a whole count: write e.g. 0.1 (10% held out) "
+                                "or 200 (200 samples held out)");
+  }
+  if (c.eval.every_steps > 0 && c.eval.holdout == 0 && !grpo) {
+    return InvalidArgumentError(where + ": eval.every_steps = " + std::to_string(c.eval.every_steps) +
+                                " needs held-out data to evaluate on: set eval.holdout (a fraction such as 0.1, "
+                                "or a count), or eval.every_steps = 0");
+  }
+  if (c.data.format == "text" || c.data.format == "sft" || preference) {
     if (c.model.vocab_size != 256) {
       return InvalidArgumentError(where + ": data.format = \"" + c.data.format +
                                   "\" is byte-level: set model.vocab_size = 256 (got " +
@@ -377,6 +436,10 @@ std::string ConfigToToml(const TrainerConfig& c) {
     out += std::string(d.key) + " = " + ValueToToml(d.get(c)) + "\n";
   }
   return out;
+}
+
+std::string ReferenceWeights(const TrainerConfig& c) {
+  return c.dpo.reference.empty() ? c.train.init_from : c.dpo.reference;
 }
 
 std::string CheckpointRoot(const TrainerConfig& c) {

@@ -27,7 +27,7 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string format = "text";  // text | bin | sft
+  std::string format = "text";  // text | bin | sft | preference
   std::string path;             // resolved against the config file's folder
 };
 
@@ -45,6 +45,16 @@ struct TrainConfig {
   // "fp32"; "bf16" = the matmuls in bfloat16 (autocast's choice of ops), with
   // float32 master weights, gradients, AdamW moments and reductions.
   std::string precision = "fp32";
+  // What a step minimises (trainer/objective.h): "lm" = next-token
+  // cross-entropy (text, bin, sft data); "dpo" = Direct Preference
+  // Optimisation on preference pairs against a frozen reference model.
+  std::string objective = "lm";
+  // The initial weights at step 0 (not when resuming a checkpoint of this
+  // run): a holdfast-params-v1 dump (a folder with params.json + params.bin,
+  // --dump-final) or a checkpoint (a step folder, or a checkpoint root: its
+  // newest step that verifies). Resolved against the config file's folder.
+  // "" = initialised from train.seed.
+  std::string init_from;
 };
 
 struct OptimConfig {
@@ -88,6 +98,44 @@ struct OutputConfig {
   std::string metrics = "metrics.jsonl";  // relative to dir
 };
 
+// train.objective = "dpo" (docs/dpo.md).
+struct DpoConfig {
+  double beta = 0.1;      // strength of the implicit KL to the reference
+  // The frozen reference model: weights as for train.init_from (a params dump
+  // or a checkpoint). "" = train.init_from, or, without that, the policy's
+  // initial weights.
+  std::string reference;
+};
+
+// Held-out evaluation (docs/eval.md).
+struct EvalConfig {
+  int64_t every_steps = 0;  // evaluate after every N-th step and the last one; 0 = off
+  // The part of the data never trained on: a fraction of the dataset when
+  // below 1, else a whole count (examples or pairs; tokens for text and bin).
+  // 0 = nothing held out (every sample trains, as before this key existed).
+  double holdout = 0;
+  int64_t samples = 0;  // held-out samples per evaluation (the first N); 0 = all of them
+};
+
+// train.objective = "grpo": the learner of a GRPO run (docs/rl.md). The
+// rollout workers (holdfast-rollout) read the same file.
+struct RlConfig {
+  std::string dir = "rl";       // the exchange directory (trainer/rl/exchange.h); relative = under output.dir
+  std::string task = "add2";    // the verifiable task (trainer/rl/task.h)
+  int64_t prompts_per_step = 8;  // prompts (groups) one learner step trains on, over all ranks
+  int64_t group_size = 8;        // completions per prompt (the group of group-relative advantages)
+  int64_t max_new_tokens = 6;
+  double temperature = 1.0;
+  // A group trained at step s must come from policy version >= s - max_staleness.
+  // 0 = synchronous: every step waits for groups of its own policy (deterministic).
+  int64_t max_staleness = 0;
+  double clip_eps = 0.2;   // PPO ratio clip
+  double kl_beta = 0.04;   // weight of the k3 KL estimate to the reference
+  int64_t eval_prompts = 200;    // held-out prompts per evaluation (greedy)
+  double wait_timeout_s = 600;   // a step waiting longer than this for its groups fails, naming them
+  int64_t keep_versions = 4;     // weights versions kept in the exchange directory
+};
+
 struct TrainerConfig {
   ModelConfig model;
   DataConfig data;
@@ -96,6 +144,9 @@ struct TrainerConfig {
   DistConfig dist;
   CheckpointConfig checkpoint;
   OutputConfig output;
+  DpoConfig dpo;
+  EvalConfig eval;
+  RlConfig rl;
   std::string source;  // the file it came from, for messages ("" = defaults)
 };
 
@@ -111,6 +162,10 @@ uint64_t ConfigHash(const TrainerConfig& config);
 
 // Canonical TOML text of the config (what the run actually used).
 std::string ConfigToToml(const TrainerConfig& config);
+
+// The frozen reference model's weights for DPO: dpo.reference, else
+// train.init_from; "" = the policy's initial weights.
+std::string ReferenceWeights(const TrainerConfig& config);
 
 // checkpoint.dir resolved against output.dir ("" when checkpoints are off).
 std::string CheckpointRoot(const TrainerConfig& config);

@@ -155,3 +155,44 @@ TEST(LearningRateTest, WarmupThenCosineToMin) {
 
 }  // namespace
 }  // namespace holdfast
+
+namespace holdfast {
+namespace {
+
+TEST(ObjectiveConfigTest, DpoNeedsPreferenceDataAndHoldoutIsAFractionOrACount) {
+  auto dpo_text = LoadTrainerConfig("", {"data.path=x", "train.objective=dpo"});
+  ASSERT_FALSE(dpo_text.ok());
+  EXPECT_NE(dpo_text.status().message().find("data.format = \"preference\""), std::string::npos);
+  auto pref_lm = LoadTrainerConfig("", {"data.path=x", "data.format=preference"});
+  ASSERT_FALSE(pref_lm.ok());
+  EXPECT_NE(pref_lm.status().message().find("train.objective = \"dpo\""), std::string::npos);
+  auto half = LoadTrainerConfig("", {"data.path=x", "eval.holdout=2.5"});
+  ASSERT_FALSE(half.ok());
+  EXPECT_NE(half.status().message().find("whole count"), std::string::npos);
+  auto no_data = LoadTrainerConfig("", {"data.path=x", "eval.every_steps=10"});
+  ASSERT_FALSE(no_data.ok());
+  EXPECT_NE(no_data.status().message().find("eval.holdout"), std::string::npos);
+  auto ok = LoadTrainerConfig("", {"data.path=x", "data.format=preference", "train.objective=dpo", "eval.holdout=50",
+                                   "eval.every_steps=10"});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_DOUBLE_EQ(ok->dpo.beta, 0.1);
+}
+
+// New keys enter the hash only when set away from their defaults: existing
+// checkpoints resume. Eval cadence is not math; the holdout is.
+TEST(ObjectiveConfigTest, NewKeysKeepOldHashesAndHashOnlyWhenSet) {
+  auto base = LoadTrainerConfig("", {"data.path=x"});
+  auto cadence = LoadTrainerConfig("", {"data.path=x", "eval.every_steps=5", "eval.holdout=0.1", "eval.samples=9"});
+  auto holdout = LoadTrainerConfig("", {"data.path=x", "eval.holdout=0.1"});
+  auto init = LoadTrainerConfig("", {"data.path=x", "train.init_from=/w"});
+  ASSERT_TRUE(base.ok() && cadence.ok() && holdout.ok() && init.ok());
+  EXPECT_EQ(ConfigHash(*cadence), ConfigHash(*holdout));
+  EXPECT_NE(ConfigHash(*base), ConfigHash(*holdout));
+  EXPECT_NE(ConfigHash(*base), ConfigHash(*init));
+  auto lm = LoadTrainerConfig("", {"data.path=x", "train.objective=lm", "dpo.beta=0.1"});
+  ASSERT_TRUE(lm.ok());
+  EXPECT_EQ(ConfigHash(*base), ConfigHash(*lm)) << "defaults written out change nothing";
+}
+
+}  // namespace
+}  // namespace holdfast

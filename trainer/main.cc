@@ -227,7 +227,7 @@ Status SaveAndWait(Trainer* trainer, CheckpointWriter* writer, ProgressWriter* p
   LogOutcomes(writer, progress);
   if (writer->newest_committed_step() == trainer->step()) return Status::Ok();
   HF_ASSIGN_OR_RETURN(std::vector<StateView> views, trainer->StateViews());
-  HF_ASSIGN_OR_RETURN(SaveDecision d, writer->Save(trainer->step(), ToBufferViews(views)));
+  HF_ASSIGN_OR_RETURN(SaveDecision d, writer->Save(trainer->step(), ToBufferViews(views), trainer->LatestEvalMetrics()));
   (void)d;  // nothing is in flight after Flush, so it is queued
   Status s = writer->Flush();
   LogOutcomes(writer, progress);
@@ -430,11 +430,41 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
                                              std::chrono::system_clock::now().time_since_epoch())
                                              .count()},
                              {"generation", EnvInt(kEnvGeneration, 0)}};
+      std::string extra;  // the objective's metrics, for the log line
+      for (const auto& [name, value] : m->extra) {
+        line[name] = value;
+        extra += fmt::format(" | {} {:.4f}", name, value);
+      }
       metrics << line.dump() << "\n";
       metrics.flush();
       if (m->step % cfg.train.log_every == 0 || m->step == cfg.train.steps) {
-        spdlog::info("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:>8.0f} tok/s | {:.1f} ms", m->step,
-                     cfg.train.steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s, m->step_ms);
+        spdlog::info("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:>8.0f} tok/s | {:.1f} ms{}",
+                     m->step, cfg.train.steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s, m->step_ms, extra);
+      }
+    }
+    // Held-out evaluation: every eval.every_steps and after the last step,
+    // before the checkpoint of the step (which carries its metrics).
+    if (cfg.eval.every_steps > 0 && (m->step % cfg.eval.every_steps == 0 || m->step == cfg.train.steps)) {
+      auto e = trainer.Evaluate();
+      if (!e.ok()) {
+        spdlog::error("{}", e.status().ToString());
+        return kExitFailed;
+      }
+      if (main_rank) {
+        nlohmann::json line = {{"record", "eval"}, {"step", e->step}, {"eval_samples", e->samples},
+                               {"eval_ms", e->ms},
+                               {"time_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                               .count()},
+                               {"generation", EnvInt(kEnvGeneration, 0)}};
+        std::string text;
+        for (const auto& [name, value] : e->metrics) {
+          line[name] = value;
+          text += fmt::format(" | {} {:.4f}", name, value);
+        }
+        metrics << line.dump() << "\n";
+        metrics.flush();
+        spdlog::info("eval after step {} on {} held-out samples{} | {:.1f} ms", e->step, e->samples, text, e->ms);
       }
     }
     if (writer != nullptr) {
@@ -457,7 +487,7 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
           spdlog::error("cannot capture state for checkpoint: {}", views.status().ToString());
           return kExitFailed;
         }
-        auto decision = writer->Save(m->step, ToBufferViews(*views));
+        auto decision = writer->Save(m->step, ToBufferViews(*views), trainer.LatestEvalMetrics());
         if (!decision.ok()) spdlog::error("checkpoint step {}: {}", m->step, decision.status().ToString());
         // The save goes on in the writer's thread: this rank is on to the next
         // batch, and the checkpoint allowance must not cover a hang there.

@@ -158,6 +158,23 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   return y;
 }
 
+torch::Tensor CausalSelfAttentionImpl::ForwardCached(const torch::Tensor& x, const torch::Tensor& k,
+                                                     const torch::Tensor& v, int64_t start, const torch::Tensor& mask) {
+  const int64_t B = x.size(0), n = x.size(1), C = x.size(2), hs = C / n_head_;
+  auto qkv = Project(c_attn_, x, compute_).to(torch::kFloat32);  // attention in float32, as forward off CUDA
+  auto parts = qkv.split(n_embd_, 2);
+  auto heads = [&](const torch::Tensor& t) { return t.view({B, n, n_head_, hs}).transpose(1, 2); };
+  k.narrow(2, start, n).copy_(heads(parts[1]));
+  v.narrow(2, start, n).copy_(heads(parts[2]));
+  const int64_t keys = start + n;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  auto att = torch::matmul(heads(parts[0]), k.narrow(2, 0, keys).transpose(-2, -1)) * scale;  // [B, nh, n, keys]
+  if (mask.defined()) att = att + mask;
+  att = torch::softmax(att, -1);
+  auto y = torch::matmul(att, v.narrow(2, 0, keys)).transpose(1, 2).reshape({B, n, C});
+  return Project(c_proj_, y, compute_);
+}
+
 MlpImpl::MlpImpl(const ModelConfig& cfg, ComputeOptions compute) : dropout_(cfg.dropout), compute_(compute) {
   c_fc_ = register_module("c_fc", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, 4 * cfg.n_embd).bias(cfg.bias)));
   c_proj_ = register_module("c_proj", torch::nn::Linear(torch::nn::LinearOptions(4 * cfg.n_embd, cfg.n_embd).bias(cfg.bias)));
@@ -167,6 +184,10 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   auto y = Project(c_proj_, torch::gelu(Project(c_fc_, x, compute_)), compute_);
   if (dropout_ > 0 && is_training()) y = F::dropout(y, F::DropoutFuncOptions().p(dropout_).training(true));
   return y;
+}
+
+torch::Tensor MlpImpl::ForwardNoDropout(const torch::Tensor& x) {
+  return Project(c_proj_, torch::gelu(Project(c_fc_, x, compute_)), compute_);
 }
 
 BlockImpl::BlockImpl(const ModelConfig& cfg, ComputeOptions compute) {
@@ -180,6 +201,29 @@ torch::Tensor BlockImpl::forward(torch::Tensor x) {
   x = x + attn_(ln_1_(x));
   x = x + mlp_(ln_2_(x));
   return x;
+}
+
+torch::Tensor BlockImpl::ForwardCached(torch::Tensor x, const torch::Tensor& k, const torch::Tensor& v,
+                                       int64_t start, const torch::Tensor& mask) {
+  x = x + attn_->ForwardCached(ln_1_(x), k, v, start, mask);
+  x = x + mlp_->ForwardNoDropout(ln_2_(x));
+  return x;
+}
+
+void KvCache::Select(const torch::Tensor& rows) {
+  TORCH_CHECK(batch_ > 0, "KvCache::Select: the cache is empty; call GptImpl::Prefill first");
+  TORCH_CHECK(rows.dim() == 1 && rows.numel() > 0, "KvCache::Select: rows must be int64 [B'] with B' >= 1, got ",
+              rows.sizes());
+  auto r = rows.to(k_.front().device(), torch::kLong);
+  TORCH_CHECK(r.min().item<int64_t>() >= 0 && r.max().item<int64_t>() < batch_, "KvCache::Select: rows must be in [0, ",
+              batch_, ")");
+  for (auto& t : k_) t = t.index_select(0, r);
+  for (auto& t : v_) t = t.index_select(0, r);
+  if (pad_.defined()) {
+    pad_ = pad_.index_select(0, r);
+    key_mask_ = key_mask_.index_select(0, r);
+  }
+  batch_ = r.size(0);
 }
 
 GptImpl::GptImpl(const ModelConfig& cfg, ComputeOptions compute) : cfg_(cfg), compute_(compute) {
@@ -212,6 +256,12 @@ void GptImpl::InitWeights() {
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& idx, const torch::Tensor& targets) {
+  auto logits = Logits(idx);
+  return F::cross_entropy(logits.view({-1, logits.size(-1)}), targets.view({-1}),
+                          F::CrossEntropyFuncOptions().ignore_index(-1));
+}
+
+torch::Tensor GptImpl::Logits(const torch::Tensor& idx) {
   const int64_t T = idx.size(1);
   auto x = wte_(idx) + wpe_(pos_.slice(0, 0, T));
   if (cfg_.dropout > 0 && is_training()) x = F::dropout(x, F::DropoutFuncOptions().p(cfg_.dropout).training(true));
@@ -223,8 +273,93 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx, const torch::Tensor& ta
   } else {
     logits = torch::matmul(x, wte_->weight.t());
   }
-  return F::cross_entropy(logits.view({-1, logits.size(-1)}), targets.view({-1}),
-                          F::CrossEntropyFuncOptions().ignore_index(-1));
+  return logits;
+}
+
+torch::Tensor GptImpl::Prefill(const torch::Tensor& idx, KvCache* cache, int64_t capacity, const torch::Tensor& pad) {
+  torch::NoGradGuard no_grad;
+  TORCH_CHECK(cache != nullptr, "Prefill: cache is null");
+  TORCH_CHECK(idx.dim() == 2 && idx.size(0) >= 1 && idx.size(1) >= 1,
+              "Prefill: idx must be int64 [B, T] with B, T >= 1, got ", idx.sizes());
+  const int64_t B = idx.size(0), T = idx.size(1);
+  if (capacity == 0) capacity = T;
+  TORCH_CHECK(T <= cfg_.block_size, "Prefill: ", T, " prompt tokens do not fit model.block_size = ", cfg_.block_size,
+              " (positions must stay < block_size); shorten the prompt");
+  TORCH_CHECK(T <= capacity && capacity <= cfg_.block_size, "Prefill: capacity ", capacity, " must be in [", T,
+              " (the prompt), model.block_size = ", cfg_.block_size, "]");
+  const auto device = pos_.device();
+  const auto slots = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(device));
+  const float inf = std::numeric_limits<float>::infinity();
+  const auto float_opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+
+  *cache = KvCache();
+  cache->batch_ = B;
+  cache->capacity_ = capacity;
+  torch::Tensor x, mask;
+  if (pad.defined()) {
+    TORCH_CHECK(pad.dim() == 1 && pad.size(0) == B, "Prefill: pad must be int64 [B = ", B, "], got ", pad.sizes());
+    auto p = pad.to(device, torch::kLong);
+    TORCH_CHECK(p.min().item<int64_t>() >= 0 && p.max().item<int64_t>() < T,
+                "Prefill: every row needs at least one real token (pad in [0, ", T, "))");
+    // Row b's positions count from its first real token; its padding slots sit at position 0.
+    auto positions = (slots.unsqueeze(0) - p.unsqueeze(1)).clamp_min(0);  // [B, T]
+    x = wte_(idx.to(device)) + wpe_(positions);
+    // Query t sees keys j <= t that are real tokens; a padding query sees only
+    // itself (a row of -inf everywhere would make its softmax NaN, and NaN
+    // keys would reach real rows as 0 * NaN).
+    auto j = slots.view({1, 1, T}), t = slots.view({1, T, 1});
+    auto allowed = (j <= t).logical_and((j >= p.view({B, 1, 1})).logical_or(j == t));  // [B, T, T]
+    mask = torch::zeros({B, T, T}, float_opts).masked_fill(allowed.logical_not(), -inf).unsqueeze(1);
+    cache->pad_ = p;
+    auto all_slots = torch::arange(capacity, torch::TensorOptions().dtype(torch::kLong).device(device));
+    cache->key_mask_ = torch::zeros({B, capacity}, float_opts)
+                           .masked_fill(all_slots.unsqueeze(0) < p.unsqueeze(1), -inf)
+                           .view({B, 1, 1, capacity});
+  } else {
+    x = wte_(idx.to(device)) + wpe_(pos_.slice(0, 0, T));
+    if (T > 1) mask = torch::full({T, T}, -inf, float_opts).triu(1);
+  }
+  const int64_t hs = cfg_.n_embd / cfg_.n_head;
+  for (int i = 0; i < cfg_.n_layer; ++i) {
+    cache->k_.push_back(torch::zeros({B, cfg_.n_head, capacity, hs}, float_opts));
+    cache->v_.push_back(torch::zeros({B, cfg_.n_head, capacity, hs}, float_opts));
+  }
+  return RunCached(x, cache, 0, mask);
+}
+
+torch::Tensor GptImpl::DecodeStep(const torch::Tensor& tokens, KvCache* cache) {
+  torch::NoGradGuard no_grad;
+  TORCH_CHECK(cache != nullptr && cache->batch_ > 0, "DecodeStep: the cache is empty; call Prefill first");
+  const int64_t B = cache->batch_, slot = cache->length_;
+  TORCH_CHECK(tokens.numel() == B && (tokens.dim() == 1 || (tokens.dim() == 2 && tokens.size(1) == 1)),
+              "DecodeStep: tokens must be int64 [B = ", B, "] (one per cached row), got ", tokens.sizes());
+  TORCH_CHECK(slot < cache->capacity_, "DecodeStep: slot ", slot, " is past the cache's capacity ", cache->capacity_,
+              cache->capacity_ == cfg_.block_size ? " = model.block_size (positions must stay < block_size)"
+                                                  : " (Prefill with a larger capacity)");
+  const int64_t C = cfg_.n_embd;
+  torch::Tensor positions;
+  torch::Tensor mask;  // no padding: the one query sees every key so far
+  if (cache->pad_.defined()) {
+    positions = (slot - cache->pad_).clamp_min(0);  // [B]
+    mask = cache->key_mask_.narrow(3, 0, slot + 1);
+  } else {
+    positions = pos_.narrow(0, slot, 1);  // [1]
+  }
+  const auto device = pos_.device();
+  auto x = wte_(tokens.reshape({B, 1}).to(device)) + wpe_(positions).view({-1, 1, C});
+  return RunCached(x, cache, slot, mask);
+}
+
+torch::Tensor GptImpl::RunCached(torch::Tensor x, KvCache* cache, int64_t start, const torch::Tensor& mask) {
+  for (int i = 0; i < cfg_.n_layer; ++i) {
+    x = h_[i]->as<Block>()->ForwardCached(x, cache->k_[i], cache->v_[i], start, mask);
+  }
+  cache->length_ = start + x.size(1);
+  x = ln_f_(x.select(1, x.size(1) - 1));  // [B, C]: only the last position's logits are wanted
+  if (compute_.bf16) {
+    return F::linear(x.to(torch::kBFloat16), wte_->weight.to(torch::kBFloat16)).to(torch::kFloat32);
+  }
+  return torch::matmul(x, wte_->weight.t());
 }
 
 }  // namespace holdfast

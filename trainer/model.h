@@ -3,7 +3,8 @@
 // Parameter names follow nanoGPT ("wte.weight", "h.0.attn.c_attn.weight", ...)
 // so that a Python reference can load the same weights by name; lm_head is tied
 // to wte. This header includes LibTorch: only trainer/*.cc that need the module
-// include it. Not thread-safe: one training thread owns the module.
+// include it. Not thread-safe: one thread owns the module (training, or
+// decoding with a KvCache).
 #pragma once
 
 #include <torch/torch.h>
@@ -55,6 +56,13 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   CausalSelfAttentionImpl(const ModelConfig& cfg, ComputeOptions compute);
   torch::Tensor forward(const torch::Tensor& x);
+  // Incremental decoding (no dropout, attention in float32): x [B, n, C] holds
+  // the inputs of cache slots [start, start + n); their keys and values are
+  // written into k, v ([B, n_head, capacity, hs]) and the queries attend over
+  // slots [0, start + n). mask: additive, broadcastable to [B, 1, n, start + n],
+  // or undefined for "every key visible".
+  torch::Tensor ForwardCached(const torch::Tensor& x, const torch::Tensor& k, const torch::Tensor& v, int64_t start,
+                              const torch::Tensor& mask);
 
  private:
   int n_head_;
@@ -71,6 +79,8 @@ class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(const ModelConfig& cfg, ComputeOptions compute);
   torch::Tensor forward(const torch::Tensor& x);
+  // forward without dropout whatever the module's mode (incremental decoding).
+  torch::Tensor ForwardNoDropout(const torch::Tensor& x);
 
  private:
   double dropout_;
@@ -84,6 +94,9 @@ class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(const ModelConfig& cfg, ComputeOptions compute);
   torch::Tensor forward(torch::Tensor x);
+  // forward with CausalSelfAttentionImpl::ForwardCached's attention.
+  torch::Tensor ForwardCached(torch::Tensor x, const torch::Tensor& k, const torch::Tensor& v, int64_t start,
+                              const torch::Tensor& mask);
 
  private:
   LayerNorm ln_1_{nullptr};
@@ -93,12 +106,58 @@ class BlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Block);
 
+// The keys and values of every layer for a batch of sequences decoded one token
+// at a time (GptImpl::Prefill, GptImpl::DecodeStep). Rows may be left-padded
+// (prompts of different lengths in one batch): a row's padding slots are never
+// attended to and its positions count from its first real token. Owned by one
+// caller; not thread-safe. Tensors live on the model's device, in float32.
+class KvCache {
+ public:
+  int64_t batch() const { return batch_; }
+  // Slots filled so far (padding included); the next token goes to slot length().
+  int64_t length() const { return length_; }
+  // Slots allocated by Prefill: length() never exceeds it.
+  int64_t capacity() const { return capacity_; }
+
+  // Keeps rows `rows` (int64 [B'], indexes into the current batch, repeats
+  // allowed): drops finished sequences, or fans one prefilled prompt out to B' rows.
+  void Select(const torch::Tensor& rows);
+
+ private:
+  friend class GptImpl;
+  std::vector<torch::Tensor> k_, v_;  // per layer [B, n_head, capacity, hs]
+  torch::Tensor pad_;                 // int64 [B]: left-padding slots per row; undefined when none
+  torch::Tensor key_mask_;            // float [B, 1, 1, capacity]: -inf on padding slots; undefined when none
+  int64_t batch_ = 0;
+  int64_t length_ = 0;
+  int64_t capacity_ = 0;
+};
+
 class GptImpl : public torch::nn::Module {
  public:
   explicit GptImpl(const ModelConfig& cfg, ComputeOptions compute = {});
 
   // idx, targets: int64 [B, T]. Returns the mean cross-entropy over targets != -1.
   torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& targets);
+  // idx: int64 [B, T]. The next-token logits, float32 [B, T, vocab_size]
+  // (what forward's cross-entropy reads): the sequence-level objectives (DPO,
+  // GRPO) take log-probabilities of chosen tokens from these.
+  torch::Tensor Logits(const torch::Tensor& idx);
+
+  // Incremental decoding, for rollouts and evaluation: no autograd, no dropout
+  // whatever the module's mode, the same parameters and (within float32
+  // rounding) the same logits as Logits() over the whole sequence.
+  //
+  // Prefill: idx int64 [B, T], the prompts; row b left-padded with pad[b]
+  // tokens of any value when pad (int64 [B]) is given. Starts *cache afresh with
+  // room for `capacity` slots (T <= capacity <= block_size; 0 = T) and returns
+  // the logits after each row's last token, float32 [B, vocab_size].
+  torch::Tensor Prefill(const torch::Tensor& idx, KvCache* cache, int64_t capacity = 0,
+                        const torch::Tensor& pad = {});
+  // DecodeStep: tokens int64 [B] (or [B, 1]), one more token per row of *cache,
+  // at slot cache->length() < cache->capacity(). Returns float32 [B, vocab_size].
+  // Positions past block_size are an error (c10::Error naming the limit).
+  torch::Tensor DecodeStep(const torch::Tensor& tokens, KvCache* cache);
 
   // nanoGPT's init: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), zero biases.
   // Draws from the default generator, so torch::manual_seed fixes it.
@@ -114,6 +173,10 @@ class GptImpl : public torch::nn::Module {
   torch::nn::ModuleList h_{nullptr};
   LayerNorm ln_f_{nullptr};
   torch::Tensor pos_;  // arange(block_size), a buffer (moves with the module)
+
+  // The decode path's shared tail: blocks over x [B, n, C] at cache slots
+  // [start, start + n), then ln_f and the tied lm_head on the last position.
+  torch::Tensor RunCached(torch::Tensor x, KvCache* cache, int64_t start, const torch::Tensor& mask);
 };
 TORCH_MODULE(Gpt);
 

@@ -31,6 +31,9 @@
 #include "trainer/gpu.h"
 #include "trainer/data/dataset.h"
 #include "trainer/model.h"
+#include "trainer/objective.h"
+#include "trainer/rl/grpo_objective.h"
+#include "trainer/weights.h"
 
 namespace holdfast {
 namespace {
@@ -168,6 +171,12 @@ struct Trainer::Impl {
   std::function<void()> before_update;  // SetBeforeUpdateHook; runs right before Update (AdamW)
   std::unique_ptr<Dataset> data;
   Gpt model{nullptr};
+  std::unique_ptr<Objective> objective;  // train.objective: what a micro-batch's loss is
+  // The newest evaluation (Evaluate, or the restored checkpoint's meta):
+  // its step (-1 = none yet) and metrics. Saved in "meta" so that a resumed
+  // run's checkpoints still carry it.
+  int64_t eval_step = -1;
+  std::map<std::string, double> eval_metrics;
 
   torch::Tensor flat_params;  // all parameters; module parameters are views into it
   torch::Tensor flat_grads;   // all gradients; .grad of each parameter is a view into it
@@ -197,8 +206,6 @@ struct Trainer::Impl {
   // Micro-steps per optimiser step: train.grad_accum, or after a resume on
   // another world size whatever keeps the checkpoint's global batch.
   int accum = 1;
-  torch::Tensor x_batch;
-  torch::Tensor y_batch;
   std::string meta_text;    // backing store of the "meta" state view
   torch::Tensor rng_state;  // backing store of the "rng.cpu" state view
   torch::Tensor rng_cuda_state;  // backing store of the "rng.cuda" state view (GPU only)
@@ -455,20 +462,25 @@ struct Trainer::Impl {
     return first.WithContext("parameter allgather");
   }
 
-  // This micro-step's samples, on the device. On a GPU each batch goes through
-  // a fresh pinned buffer from LibTorch's caching host allocator, which reuses
-  // it only once its asynchronous upload has completed.
-  void LoadBatch(uint64_t first, int B) {
-    if (!cuda) {
-      data->FillBatch(first, B, x_batch.data_ptr<int64_t>(), y_batch.data_ptr<int64_t>());
-      return;
+  // Sums (kSum) or averages (kAvg) doubles over the ranks; on a GPU through
+  // device memory (NCCL reduces nothing else). Every rank must call it alike.
+  Status AllreduceDoubles(std::vector<double>* values, ReduceOp op, const char* what) {
+    if (world() == 1 || values->empty()) return Status::Ok();
+    const int64_t n = static_cast<int64_t>(values->size());
+    torch::Tensor buf = torch::from_blob(values->data(), {n}, torch::kFloat64);
+    if (cuda) buf = buf.to(device);
+    uint64_t seq = 0;
+    if (progress != nullptr) {
+      seq = progress->IssueCollective(CollectiveKind::kAllreduce, values->size() * sizeof(double));
+      progress->WaitCollective(seq, CollectiveKind::kAllreduce);
     }
-    auto pinned = torch::TensorOptions().dtype(torch::kLong).pinned_memory(true);
-    auto xh = torch::empty({B, cfg.model.block_size}, pinned);
-    auto yh = torch::empty({B, cfg.model.block_size}, pinned);
-    data->FillBatch(first, B, xh.data_ptr<int64_t>(), yh.data_ptr<int64_t>());
-    x_batch = xh.to(device, /*non_blocking=*/true);
-    y_batch = yh.to(device, /*non_blocking=*/true);
+    HF_RETURN_IF_ERROR(comm->AllreduceDoubles(buf.data_ptr<double>(), values->size(), ReduceOp::kSum).WithContext(what));
+    if (progress != nullptr) progress->CollectiveDone(seq);
+    if (cuda) std::memcpy(values->data(), buf.to(torch::kCPU).data_ptr<double>(), values->size() * sizeof(double));
+    if (op == ReduceOp::kAvg) {
+      for (double& v : *values) v /= world();
+    }
+    return Status::Ok();
   }
 
   Result<StepMetrics> Step(StepRequests requests) {
@@ -478,18 +490,18 @@ struct Trainer::Impl {
     double loss_sum = 0;
     torch::Tensor loss_dev;  // GPU: the step's loss summed on the device (read once, at the end)
     if (progress != nullptr) progress->BeginStep();
+    HF_RETURN_IF_ERROR(objective->BeginStep(step, cursor).WithContext(std::string(objective->name()) + " objective"));
     flat_grads.zero_();
     for (int micro = 0; micro < accum; ++micro) {
       if (progress != nullptr && micro > 0) progress->SetPhase(Phase::kData);
       const uint64_t first = cursor + (static_cast<uint64_t>(micro) * world() + rank()) * B;
-      LoadBatch(first, B);
       syncing = world() > 1 && cfg.dist.overlap && micro == accum - 1;
       if (syncing) {
         next_launch = 0;
         for (Bucket& b : buckets) b.pending = b.total;
       }
       if (progress != nullptr) progress->SetPhase(Phase::kForward);
-      auto loss = model->forward(x_batch, y_batch);
+      auto loss = objective->MicroLoss(model, first, B);  // loads the batch, then forward
       if (accum > 1) loss = loss / accum;
       if (progress != nullptr) progress->SetPhase(Phase::kBackward);
       loss.backward();
@@ -542,6 +554,14 @@ struct Trainer::Impl {
       m.stop = requests.stop;
       m.checkpoint = requests.checkpoint;
     }
+    // The objective's own metrics (DPO's rewards): one more allreduce, only
+    // when it has any, so the lm step issues exactly the collectives it did.
+    if (!objective->StepMetricNames().empty()) {
+      std::vector<double> extra = objective->TakeStepMetrics();
+      HF_RETURN_IF_ERROR(AllreduceDoubles(&extra, ReduceOp::kAvg, "step metrics allreduce"));
+      const std::vector<std::string> names = objective->StepMetricNames();
+      for (size_t i = 0; i < names.size() && i < extra.size(); ++i) m.extra.emplace_back(names[i], extra[i]);
+    }
     if (progress != nullptr) progress->SetPhase(Phase::kOptimizer);
     double grad_scale = 1.0;
     {
@@ -576,9 +596,45 @@ struct Trainer::Impl {
     m.loss = loss_sum;
     m.lr = lr;
     m.step_ms = MsSince(t0);
-    const double tokens = static_cast<double>(B) * accum * world() * cfg.model.block_size;
+    const double tokens = static_cast<double>(B) * accum * world() * static_cast<double>(objective->TokensPerSample());
     m.tokens_per_s = tokens / (m.step_ms / 1000.0);
     return m;
+  }
+
+  Result<EvalResult> Evaluate() {
+    if (!objective->HasEval() || objective->EvalSize() == 0) {
+      return FailedPreconditionError(std::string("the ") + objective->name() +
+                                     " objective has no held-out data to evaluate on: set eval.holdout");
+    }
+    const auto t0 = Clock::now();
+    if (progress != nullptr) progress->SetPhase(Phase::kEval);
+    uint64_t limit = objective->EvalSize();
+    if (cfg.eval.samples > 0) limit = std::min<uint64_t>(limit, static_cast<uint64_t>(cfg.eval.samples));
+    // The objective splits the held-out samples among the ranks; the sums
+    // meet in one allreduce that every rank issues (one with no share too).
+    std::vector<double> sums;
+    {
+      torch::NoGradGuard no_grad;
+      model->eval();  // no dropout: evaluation draws nothing from the generators
+      Result<std::vector<double>> part = objective->EvalPartial(model, rank(), world(), limit);
+      model->train();
+      if (!part.ok()) return part.status();
+      sums = std::move(part).value();
+    }
+    if (sums.size() != objective->EvalSumCount()) {
+      return InternalError("objective returned " + std::to_string(sums.size()) + " eval sums, expected " +
+                           std::to_string(objective->EvalSumCount()));
+    }
+    HF_RETURN_IF_ERROR(AllreduceDoubles(&sums, ReduceOp::kSum, "eval allreduce"));
+    EvalResult r;
+    r.step = step;
+    r.samples = limit;
+    r.metrics = objective->EvalMetrics(sums);
+    r.ms = MsSince(t0);
+    eval_step = step;
+    eval_metrics = r.metrics;
+    if (progress != nullptr) progress->SetPhase(Phase::kData);
+    return r;
   }
 
   DeterminismFingerprint Fingerprint() const {
@@ -632,6 +688,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, st
     HF_ASSIGN_OR_RETURN(std::unique_ptr<CopyEngine> engine, gpu::MakeCopyEngine(placement.ordinal));
     impl->stager = std::make_unique<DeviceStager>(std::move(engine));
   }
+  const bool grpo = config.train.objective == "grpo";  // fed by rollout workers: no data file
   Result<DataFormat> format = ParseDataFormat(config.data.format);
   if (!format.ok()) return format.status();
   DataOptions dopt;
@@ -640,20 +697,67 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, st
   dopt.block_size = config.model.block_size;
   dopt.vocab_size = config.model.vocab_size;
   dopt.seed = config.train.seed;
-  Result<std::unique_ptr<Dataset>> data = Dataset::Open(dopt);
-  if (!data.ok()) return data.status();
-  impl->data = std::move(data).value();
+  dopt.holdout = config.eval.holdout;
+  if (!grpo) {
+    Result<std::unique_ptr<Dataset>> data = Dataset::Open(dopt);
+    if (!data.ok()) return data.status();
+    impl->data = std::move(data).value();
+  }
   try {
     torch::manual_seed(config.train.seed);
     impl->model = Gpt(config.model, ComputeOptions{config.train.precision == "bf16"});
     impl->model->InitWeights();  // on the CPU generator: the same weights on every device
     impl->model->to(impl->device);
     impl->model->train();
+    // train.init_from replaces the initial weights (a resume then overwrites
+    // them with the checkpoint's, like any initial weights).
+    auto named_params = [](Gpt& m) {
+      std::vector<std::pair<std::string, torch::Tensor>> out;
+      for (auto& item : m->named_parameters()) out.emplace_back(item.key(), item.value());
+      return out;
+    };
+    if (!config.train.init_from.empty()) {
+      Result<std::string> loaded = LoadWeights(config.train.init_from, named_params(impl->model));
+      if (!loaded.ok()) return loaded.status().WithContext("train.init_from");
+      if (impl->rank() == 0) spdlog::info("initial weights: {}", *loaded);
+    }
+    ObjectiveEnv env;
+    env.config = &impl->cfg;
+    env.data = impl->data.get();
+    env.device = impl->device;
+    env.cuda = impl->cuda;
+    if (config.train.objective == "dpo" || grpo) {
+      // The frozen reference: its own weights, or the policy's initial ones.
+      // Built before the dropout streams are seeded (module constructors draw).
+      Gpt reference(config.model, ComputeOptions{config.train.precision == "bf16"});
+      reference->to(impl->device);
+      const std::string ref_path = ReferenceWeights(config);
+      if (ref_path.empty()) {
+        torch::NoGradGuard no_grad;
+        auto src = named_params(impl->model);
+        auto dst = named_params(reference);
+        for (size_t i = 0; i < src.size(); ++i) dst[i].second.copy_(src[i].second);
+        if (impl->rank() == 0) spdlog::info("{} reference: the policy's initial weights (train.seed)", grpo ? "GRPO" : "DPO");
+      } else {
+        Result<std::string> loaded = LoadWeights(ref_path, named_params(reference));
+        if (!loaded.ok()) return loaded.status().WithContext(std::string(grpo ? "GRPO" : "DPO") + " reference (dpo.reference or train.init_from)");
+        if (impl->rank() == 0) spdlog::info("{} reference: {}", grpo ? "GRPO" : "DPO", *loaded);
+      }
+      if (grpo) {
+        // The policy the objective publishes to the rollout workers is this model.
+        Result<std::unique_ptr<Objective>> rl =
+            rl::MakeGrpoObjective(env, impl->comm.get(), impl->model, std::move(reference));
+        if (!rl.ok()) return rl.status();
+        impl->objective = std::move(rl).value();
+      } else {
+        impl->objective = MakeDpoObjective(env, std::move(reference));
+      }
+    } else {
+      impl->objective = MakeLmObjective(env);
+    }
     impl->BuildFlatLayout();
     // Dropout draws from here on: a stream per rank (CPU and CUDA generators alike).
     torch::manual_seed(config.train.seed * 1000003ULL + 1 + static_cast<uint64_t>(impl->rank()));
-    impl->x_batch = torch::empty({config.train.micro_batch, config.model.block_size}, torch::kLong);
-    impl->y_batch = torch::empty({config.train.micro_batch, config.model.block_size}, torch::kLong);
     if (impl->cuda) {
       impl->grad_norm = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(impl->device));
       impl->shared_dev = torch::zeros({3}, torch::TensorOptions().dtype(torch::kFloat32).device(impl->device));
@@ -671,6 +775,21 @@ Result<StepMetrics> Trainer::Step(StepRequests requests) {
   } catch (const std::exception& e) {
     return TorchError("training step " + std::to_string(impl_->step + 1), e);
   }
+}
+
+Result<EvalResult> Trainer::Evaluate() {
+  try {
+    return impl_->Evaluate();
+  } catch (const std::exception& e) {
+    impl_->model->train();
+    return TorchError("evaluation after step " + std::to_string(impl_->step), e);
+  }
+}
+
+std::map<std::string, double> Trainer::LatestEvalMetrics() const {
+  std::map<std::string, double> out = impl_->eval_metrics;
+  if (impl_->eval_step >= 0) out["eval_step"] = static_cast<double>(impl_->eval_step);
+  return out;
 }
 
 void Trainer::SetProgressWriter(ProgressWriter* progress) { impl_->progress = progress; }
@@ -884,6 +1003,7 @@ Result<std::vector<StateView>> Trainer::ViewsOfSlice(int64_t begin, int64_t end)
         {"world_size", f.world_size}, {"grad_accum", f.grad_accum}, {"bucket_bytes", f.bucket_bytes},
         {"backend", f.backend}, {"zero_stage", f.zero_stage}, {"device", f.device}}},
   };
+  if (d.eval_step >= 0) meta["eval"] = {{"step", d.eval_step}, {"metrics", d.eval_metrics}};
   d.meta_text = meta.dump(1);
   std::vector<StateView> views;
   views.push_back({"meta", reinterpret_cast<const uint8_t*>(d.meta_text.data()), d.meta_text.size()});
@@ -919,6 +1039,7 @@ Result<std::vector<StateView>> Trainer::ViewsOfSlice(int64_t begin, int64_t end)
       }
       views.push_back(ViewOf("rng.cuda", d.rng_cuda_state));
     }
+    for (StateView& v : d.objective->ExtraStateViews()) views.push_back(std::move(v));
   } catch (const std::exception& e) {
     return TorchError("capturing state", e);
   }
@@ -957,7 +1078,9 @@ Result<std::vector<std::vector<std::string>>> Trainer::BuffersToRestore(const st
     }
   }
   for (const StateView& v : preview[own].views) {
-    if (v.name == "meta" || v.name.rfind("rng.", 0) == 0) want[own].push_back(v.name);
+    if (v.name == "meta" || v.name.rfind("rng.", 0) == 0 || v.name.rfind("objective.", 0) == 0) {
+      want[own].push_back(v.name);
+    }
   }
   return want;
 }
@@ -1082,6 +1205,13 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
     }
     d.step = meta.at("step").get<int64_t>();
     d.cursor = meta.at("data_cursor").get<uint64_t>();
+    d.eval_step = -1;
+    d.eval_metrics.clear();
+    if (meta.contains("eval")) {  // checkpoints from before evaluation have none
+      d.eval_step = meta.at("eval").at("step").get<int64_t>();
+      d.eval_metrics = meta.at("eval").at("metrics").get<std::map<std::string, double>>();
+    }
+    HF_RETURN_IF_ERROR(d.objective->RestoreExtraState(own.views).WithContext(own.source));
     if (d.rank() >= saved_world) {
       // A rank the checkpoint had no shard of: a fresh dropout stream of its
       // own, a function of the seed, its rank and the step.

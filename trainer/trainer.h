@@ -12,8 +12,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -36,6 +38,21 @@ struct StepMetrics {
   double comm_wait_ms = 0;  // time backward's end waited for the last allreduce
   bool stop = false;        // some rank asked to stop after this step (all ranks agree)
   bool checkpoint = false;  // some rank asked for a checkpoint of this step (all ranks agree)
+  // The objective's own metrics (train.objective = "dpo": rewards_chosen,
+  // rewards_rejected, reward_margin, reward_accuracy), averaged over the
+  // step's global batch; empty for "lm".
+  std::vector<std::pair<std::string, double>> extra;
+};
+
+// One evaluation on the held-out data (Trainer::Evaluate); every rank gets
+// the same values.
+struct EvalResult {
+  int64_t step = 0;      // completed steps when it ran
+  uint64_t samples = 0;  // held-out samples evaluated (eval.samples bounds them)
+  // "eval_loss"; with "dpo" also eval_reward_accuracy, eval_rewards_chosen,
+  // eval_rewards_rejected, eval_reward_margin.
+  std::map<std::string, double> metrics;
+  double ms = 0;
 };
 
 // One rank's saved state, and where it came from (a shard file's path) for
@@ -54,7 +71,10 @@ struct StepRequests {
 class Trainer {
  public:
   // Builds the model (initialised from config.train.seed, on the CPU, so the
-  // initial weights are the same on every device) and opens the data. `comm`
+  // initial weights are the same on every device; then train.init_from's
+  // weights when set), the objective (train.objective; DPO's frozen reference
+  // model: dpo.reference, else train.init_from, else the initial weights)
+  // and opens the data (eval.holdout held out). `comm`
   // is owned by the Trainer; its world size and rank define the layout. On a
   // GPU placement the model, the flat buffers and every batch live on that
   // device, AdamW runs as one CUDA kernel, and checkpoints are staged through
@@ -69,6 +89,17 @@ class Trainer {
   // stop or checkpoint (StepMetrics::stop / ::checkpoint) and they all act
   // after the same step.
   Result<StepMetrics> Step(StepRequests requests = {});
+
+  // Evaluates the current parameters on the held-out split (eval.holdout;
+  // eval.samples of it, 0 = all), with the model in eval mode and no grad; the
+  // progress record's phase is kEval meanwhile. The ranks split the held-out
+  // samples and sum their results in one allreduce: every rank must call it
+  // after the same step. Draws no random numbers, so training goes on exactly
+  // as without it. kFailedPrecondition when nothing is held out.
+  Result<EvalResult> Evaluate();
+  // The newest evaluation's metrics plus "eval_step" (the step it ran after);
+  // kept across a resume (saved in the checkpoint's meta). Empty before any.
+  std::map<std::string, double> LatestEvalMetrics() const;
 
   // Reports phases and collectives to the supervisor's shared-memory record.
   // `progress` is not owned and must outlive the Trainer; nullptr = none.

@@ -382,3 +382,108 @@ TEST_F(DataTest, SftErrorsNameTheFileAndLine) {
 
 }  // namespace
 }  // namespace holdfast
+
+namespace holdfast {
+namespace {
+
+// DataTest's helpers are in the namespace above; this suite writes its own files.
+class HoldoutDataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("hf_holdout_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+  static Result<std::unique_ptr<Dataset>> Open(DataFormat f, const std::string& path, int block, double holdout) {
+    DataOptions o;
+    o.format = f;
+    o.path = path;
+    o.block_size = block;
+    o.holdout = holdout;
+    return Dataset::Open(o);
+  }
+  std::filesystem::path dir_;
+};
+
+std::string Pairs(int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    out += "{\"prompt\": \"p" + std::to_string(i) + "=\", \"chosen\": \"c\\n\", \"rejected\": \"r\\n\"}\n";
+  }
+  return out;
+}
+
+TEST_F(HoldoutDataTest, PreferencePairFillsChosenThenRejectedRowsLikeSft) {
+  auto d = Open(DataFormat::kPreference, Write("p.jsonl", "{\"prompt\": \"ab\", \"chosen\": \"xy\", \"rejected\": \"z\"}\n"),
+                6, 0);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_EQ((*d)->rows_per_sample(), 2);
+  std::vector<int64_t> x(12), y(12);
+  (*d)->Sample(0, x.data(), y.data());
+  EXPECT_EQ(x, (std::vector<int64_t>{'a', 'b', 'x', 'y', 0, 0, 'a', 'b', 'z', 0, 0, 0}));
+  EXPECT_EQ(y, (std::vector<int64_t>{-1, 'x', 'y', 0, -1, -1, -1, 'z', 0, -1, -1, -1}));
+}
+
+TEST_F(HoldoutDataTest, PreferenceErrorsNameTheLine) {
+  const std::string path = Write("bad.jsonl", Pairs(2) + "{\"prompt\": \"a\", \"chosen\": \"x\", \"rejected\": \"x\"}\n");
+  auto d = Open(DataFormat::kPreference, path, 8, 0);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find(path + ":3"), std::string::npos) << d.status().ToString();
+  EXPECT_NE(d.status().message().find("same text"), std::string::npos) << d.status().ToString();
+  auto missing = Open(DataFormat::kPreference, Write("m.jsonl", "{\"prompt\": \"a\", \"chosen\": \"x\"}\n"), 8, 0);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("missing \"rejected\""), std::string::npos) << missing.status().ToString();
+}
+
+// Held-out examples never come out of Sample, and EvalSample walks exactly them.
+TEST_F(HoldoutDataTest, HeldOutPairsAreNeverSampledForTraining) {
+  auto d = Open(DataFormat::kPreference, Write("p.jsonl", Pairs(200)), 16, 0.1);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_EQ((*d)->eval_size(), 20u);
+  auto prompt_of = [](const std::vector<int64_t>& x) {
+    std::string p;
+    for (int64_t t : x) {
+      if (t == '=') break;
+      p.push_back(static_cast<char>(t));
+    }
+    return p;
+  };
+  std::set<std::string> held;
+  std::vector<int64_t> x(32), y(32);
+  for (uint64_t j = 0; j < 20; ++j) {
+    (*d)->EvalSample(j, x.data(), y.data());
+    held.insert(prompt_of(x));
+  }
+  EXPECT_EQ(held.size(), 20u);
+  std::set<std::string> trained;
+  for (uint64_t i = 0; i < 20000; ++i) {
+    (*d)->Sample(i, x.data(), y.data());
+    trained.insert(prompt_of(x));
+  }
+  EXPECT_EQ(trained.size(), 180u) << "every training pair is drawn, no held-out one";
+  for (const std::string& p : held) EXPECT_EQ(trained.count(p), 0u) << p;
+  const std::vector<bool> mask = HoldoutMask(200, 20);
+  EXPECT_EQ(std::count(mask.begin(), mask.end(), true), 20);
+}
+
+TEST_F(HoldoutDataTest, TextHoldsOutTheFileTail) {
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text.push_back(static_cast<char>('a' + i % 26));
+  auto d = Open(DataFormat::kText, Write("t.txt", text), 10, 0.1);  // the last 100 bytes
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ((*d)->eval_size(), 9u);  // (100 - 1) / 10
+  std::vector<int64_t> x(10), y(10);
+  (*d)->EvalSample(0, x.data(), y.data());
+  EXPECT_EQ(x[0], 'a' + 900 % 26);
+  auto none = Open(DataFormat::kText, Write("t.txt", text), 10, 0.005);  // 5 bytes: no eval window
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("eval.holdout"), std::string::npos) << none.status().ToString();
+}
+
+}  // namespace
+}  // namespace holdfast

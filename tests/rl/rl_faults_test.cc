@@ -1,0 +1,308 @@
+// A GRPO run under a real holdfastd — the learner (holdfast-train), two
+// rollout workers (holdfast-rollout) and the reward service (holdfast-reward),
+// each a supervised process — with real SIGKILLs: of a rollout worker in the
+// middle of a group, of the reward service with a request in flight, of the
+// learner's rank. The run is synchronous (rl.max_staleness = 0), so it is
+// deterministic: each faulted run must end with exactly the parameters of the
+// fault-free run, which proves that no group was lost, none was trained on
+// twice, and none came from a policy a restarted learner rolled back.
+//
+// "In the middle of a group" is made exact, not lucky: the reward service is
+// SIGSTOPped first, so every worker that starts a group blocks in its reward
+// request (its journal's last line is "start"); only then is the worker (or
+// the service) killed, and the service continued.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "daemon/control_protocol.h"
+#include "lineage/lineage_db.h"
+#include "tests/support/subprocess.h"
+
+namespace holdfast {
+namespace {
+
+using testing::BuildPath;
+using testing::ChildProcess;
+using testing::ProcessResult;
+using testing::ReadFile;
+using testing::RunProcess;
+using testing::TempDir;
+using testing::WriteFile;
+
+constexpr int kSteps = 10;
+
+std::string ModelToml() {
+  return "[model]\nn_layer = 2\nn_head = 4\nn_embd = 64\nblock_size = 16\nvocab_size = 256\n";
+}
+
+// The GRPO learner's config (the workers read it too); `out` is output.dir.
+std::string GrpoToml(const std::string& init, const std::string& out) {
+  std::ostringstream os;
+  os << ModelToml() << "[train]\nobjective = \"grpo\"\ninit_from = \"" << init << "\"\nsteps = " << kSteps
+     << "\nmicro_batch = 32\nseed = 5\nthreads = 1\nlog_every = 1\n"
+     << "[optim]\nlr = 1e-3\nmin_lr = 1e-3\nwarmup_steps = 0\nweight_decay = 0.0\n"
+     << "[rl]\ntask = \"add2\"\nprompts_per_step = 4\ngroup_size = 8\nmax_new_tokens = 5\nmax_staleness = 0\n"
+     << "wait_timeout_s = 300\n"
+     << "[checkpoint]\ndir = \"checkpoints\"\nevery_steps = 3\n"
+     << "[output]\ndir = \"" << out << "\"\n";
+  return os.str();
+}
+
+bool Gone(int64_t pid) { return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
+
+// The journal lines of worker `w` (trainer/rl/exchange.h: workers/wI.jsonl).
+std::vector<nlohmann::json> Journal(const std::string& rl_dir, int w) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(rl_dir + "/workers/w" + std::to_string(w) + ".jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded()) out.push_back(j);
+  }
+  return out;
+}
+
+class RlFaultsTest : public ::testing::Test {
+ protected:
+  // SFT weights to start from (the task's format and some arithmetic, so that
+  // rewards vary within groups), and the fault-free GRPO run's parameters.
+  static void SetUpTestSuite() {
+    shared_ = new TempDir("rl_faults_ref");
+    ProcessResult emit = RunProcess({BuildPath("trainer/rl/holdfast-reward"), "--task", "add2", "--emit", "sft",
+                                     "--count", "3000", "--out", *shared_ / "sft.jsonl"});
+    ASSERT_EQ(emit.exit_code, 0) << emit.output;
+    WriteFile(*shared_ / "sft.toml", ModelToml() + "[data]\nformat = \"sft\"\npath = \"" + (*shared_ / "sft.jsonl") +
+                                         "\"\n[train]\nsteps = 300\nmicro_batch = 64\nseed = 7\nthreads = 1\n"
+                                         "log_every = 100\n[optim]\nlr = 3e-3\nmin_lr = 3e-4\nwarmup_steps = 20\n"
+                                         "weight_decay = 0.0\n[output]\ndir = \"" +
+                                         (*shared_ / "sft") + "\"\n");
+    ProcessResult sft = RunProcess({BuildPath("trainer/holdfast-train"), "--config", *shared_ / "sft.toml",
+                                    "--dump-final", *shared_ / "sft/final"});
+    ASSERT_EQ(sft.exit_code, 0) << sft.output;
+    // The fault-free reference: the same supervised job, nothing injected.
+    RlFaultsTest ref;
+    ref.WriteJob();
+    ChildProcess daemon(ref.Daemon(), ref.dir_ / "daemon.log");
+    ASSERT_EQ(daemon.Wait(), 0) << ReadFile(ref.dir_ / "daemon.log");
+    reference_ = ReadFile(ref.dir_ / "final/params.bin");
+    ASSERT_FALSE(reference_.empty());
+    const std::string sft_params = ReadFile(*shared_ / "sft/final/params.bin");
+    ASSERT_NE(reference_, sft_params) << "GRPO did not change the parameters: the test would prove nothing";
+  }
+  static void TearDownTestSuite() { delete shared_; }
+
+  RlFaultsTest() : dir_("rl_faults") {}
+  void TestBody() override {}
+
+  std::string rl_dir() const { return dir_ / "out/rl"; }
+
+  void WriteJob() {
+    WriteFile(dir_ / "grpo.toml", GrpoToml(*shared_ / "sft/final", dir_ / "out"));
+    const std::string cfg = dir_ / "grpo.toml";
+    std::ostringstream os;
+    os << "[job]\nname = \"grpo-faults\"\ncommand = [\"" << BuildPath("trainer/holdfast-train") << "\", \"--config\", \""
+       << cfg << "\", \"--dump-final\", \"" << dir_ / "final" << "\"]\nnproc = 1\ncheckpoint_dir = \""
+       << dir_ / "out/checkpoints" << "\"\n"
+       << "[supervise]\npoll_ms = 50\nhang_min_s = 120\nstartup_timeout_s = 120\nrestart_budget = 2\n"
+       << "term_grace_s = 2\nbackoff_initial_s = 0.1\nprogress_dir = \"" << dir_ / "shm" << "\"\n"
+       << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\n"
+       << "[[roles]]\nname = \"rollout\"\ncommand = [\"" << BuildPath("trainer/holdfast-rollout") << "\", \"--config\", \""
+       << cfg << "\"]\ncount = 2\nrestart = \"alone\"\n"
+       << "[[roles]]\nname = \"reward\"\ncommand = [\"" << BuildPath("trainer/rl/holdfast-reward")
+       << "\", \"--task\", \"add2\", \"--addr-file\", \"" << rl_dir() << "/reward.addr\"]\ncount = 1\n"
+       << "restart = \"alone\"\n";
+    WriteFile(dir_ / "job.toml", os.str());
+  }
+
+  std::vector<std::string> Daemon() const {
+    return {BuildPath("daemon/holdfastd"), "--run-dir", dir_ / "run", "--config", dir_ / "job.toml"};
+  }
+
+  std::optional<RunStatus> Status() const {
+    ControlRequest req;
+    req.id = 1;
+    req.op = control_op::kStatus;
+    auto resp = CallDaemon(ControlSocketPath(dir_ / "run"), req, std::chrono::seconds(5));
+    if (!resp.ok() || !resp->ok) return std::nullopt;
+    auto st = ParseStatusResult(resp->result_json);
+    if (!st.ok()) return std::nullopt;
+    return *st;
+  }
+
+  // Polls (no timing assertion) until `ready`; nullopt when the daemon exits first.
+  std::optional<RunStatus> WaitFor(ChildProcess& daemon, const std::function<bool(const RunStatus&)>& ready) const {
+    for (;;) {
+      if (daemon.Exited()) return std::nullopt;
+      auto st = Status();
+      if (st && ready(*st)) return st;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // Learner at `step` or later, and every role process running.
+  static bool Trained(const RunStatus& s, int64_t step) {
+    if (s.nodes.empty() || s.nodes[0].ranks.size() != 1 || s.roles.size() != 3) return false;
+    if (s.nodes[0].ranks[0].step < step || s.nodes[0].ranks[0].state != "running") return false;
+    for (const auto& r : s.roles) {
+      if (r.state != "running") return false;
+    }
+    return true;
+  }
+  static int64_t RolePid(const RunStatus& s, const std::string& role, int index) {
+    for (const auto& r : s.roles) {
+      if (r.role == role && r.index == index) return r.pid;
+    }
+    return 0;
+  }
+
+  // Waits until worker `w`'s journal ends in a "start" of a group (it is in
+  // that group: the stopped reward service holds it there); returns its q.
+  std::optional<uint64_t> WaitMidGroup(ChildProcess& daemon, int w) const {
+    for (;;) {
+      if (daemon.Exited()) return std::nullopt;
+      auto j = Journal(rl_dir(), w);
+      if (!j.empty() && j.back()["event"] == "start") return j.back()["q"].get<uint64_t>();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  std::vector<EventRecord> Events() const {
+    LineageOptions o;
+    o.read_only = true;
+    auto db = LineageDb::Open(dir_ / "run/lineage.db", o);
+    if (!db.ok()) return {};
+    auto run = (*db)->LatestRun();
+    if (!run.ok()) return {};
+    auto ev = (*db)->Events(run->run_id, 0);
+    return ev.ok() ? *ev : std::vector<EventRecord>{};
+  }
+  size_t Generations() const {
+    LineageOptions o;
+    o.read_only = true;
+    auto db = LineageDb::Open(dir_ / "run/lineage.db", o);
+    if (!db.ok()) return 0;
+    auto run = (*db)->LatestRun();
+    if (!run.ok()) return 0;
+    auto gens = (*db)->Generations(run->run_id);
+    return gens.ok() ? gens->size() : 0;
+  }
+
+  void ExpectBitExact(ChildProcess& daemon) {
+    ASSERT_EQ(daemon.Wait(), 0) << ReadFile(dir_ / "daemon.log");
+    const std::string params = ReadFile(dir_ / "final/params.bin");
+    ASSERT_FALSE(params.empty()) << ReadFile(dir_ / "daemon.log");
+    EXPECT_TRUE(params == reference_) << "the final parameters differ from the fault-free run's";
+  }
+
+  static inline TempDir* shared_ = nullptr;
+  static inline std::string reference_;
+  TempDir dir_;
+};
+
+TEST_F(RlFaultsTest, ARolloutWorkerKilledMidGroupRestartsAloneAndItsGroupIsMadeAgain) {
+  WriteJob();
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  auto st = WaitFor(daemon, [](const RunStatus& s) { return Trained(s, 2); });
+  ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
+  const int64_t learner = st->nodes[0].ranks[0].pid;
+  const int64_t worker0 = RolePid(*st, "rollout", 0), worker1 = RolePid(*st, "rollout", 1);
+  const int64_t reward = RolePid(*st, "reward", 0);
+  ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGSTOP), 0);
+  auto q = WaitMidGroup(daemon, 0);
+  ASSERT_TRUE(q) << ReadFile(dir_ / "daemon.log");
+  ASSERT_EQ(kill(static_cast<pid_t>(worker0), SIGKILL), 0);
+  ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGCONT), 0);
+  st = WaitFor(daemon, [&](const RunStatus& s) {
+    return Trained(s, 0) && RolePid(s, "rollout", 0) != worker0 && RolePid(s, "rollout", 0) != 0;
+  });
+  ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
+  EXPECT_EQ(st->nodes[0].ranks[0].pid, learner) << "the learner must not restart";
+  EXPECT_EQ(RolePid(*st, "rollout", 1), worker1) << "the other worker must not restart";
+  EXPECT_EQ(RolePid(*st, "reward", 0), reward);
+  ExpectBitExact(daemon);
+  EXPECT_EQ(Generations(), 1u) << "the learner ran one generation";
+  // The group the killed worker was making was made again, by its successor.
+  bool remade = false;
+  for (const auto& j : Journal(rl_dir(), 0)) {
+    if (j["event"] == "done" && j["q"].get<uint64_t>() == *q && j["pid"].get<int64_t>() != worker0) remade = true;
+    if (j["event"] == "done" && j["q"].get<uint64_t>() == *q) {
+      EXPECT_NE(j["pid"].get<int64_t>(), worker0) << "the killed worker cannot have finished it";
+    }
+  }
+  EXPECT_TRUE(remade) << "group q=" << *q << " was not made again";
+  int role_crashes = 0;
+  for (const EventRecord& e : Events()) {
+    if (e.kind != "role_crash") continue;
+    ++role_crashes;
+    EXPECT_NE(e.summary.find("role rollout[0] killed by signal 9"), std::string::npos) << e.summary;
+  }
+  EXPECT_EQ(role_crashes, 1);
+  for (int64_t pid : {learner, worker1, reward}) EXPECT_TRUE(Gone(pid)) << pid << " outlived the run";
+}
+
+TEST_F(RlFaultsTest, TheRewardServiceKilledWithARequestInFlightLosesNothing) {
+  WriteJob();
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  auto st = WaitFor(daemon, [](const RunStatus& s) { return Trained(s, 2); });
+  ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
+  const int64_t learner = st->nodes[0].ranks[0].pid;
+  const int64_t worker0 = RolePid(*st, "rollout", 0), worker1 = RolePid(*st, "rollout", 1);
+  const int64_t reward = RolePid(*st, "reward", 0);
+  ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGSTOP), 0);
+  ASSERT_TRUE(WaitMidGroup(daemon, 1));  // worker 1's request is in flight
+  ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGKILL), 0);
+  st = WaitFor(daemon, [&](const RunStatus& s) {
+    return Trained(s, 0) && RolePid(s, "reward", 0) != reward && RolePid(s, "reward", 0) != 0;
+  });
+  ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
+  EXPECT_EQ(st->nodes[0].ranks[0].pid, learner);
+  EXPECT_EQ(RolePid(*st, "rollout", 0), worker0) << "a worker retries; it does not die with the service";
+  EXPECT_EQ(RolePid(*st, "rollout", 1), worker1);
+  ExpectBitExact(daemon);
+  EXPECT_EQ(Generations(), 1u);
+  int role_crashes = 0;
+  for (const EventRecord& e : Events()) {
+    if (e.kind != "role_crash") continue;
+    ++role_crashes;
+    EXPECT_NE(e.summary.find("role reward[0] killed by signal 9"), std::string::npos) << e.summary;
+  }
+  EXPECT_EQ(role_crashes, 1);
+}
+
+TEST_F(RlFaultsTest, ALearnerKilledResumesWithItsBufferAndPolicyVersionAndEndsBitExact) {
+  WriteJob();
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  // Past the checkpoint of step 3 and into step 5 or later: a step is lost.
+  auto st = WaitFor(daemon, [](const RunStatus& s) { return Trained(s, 5); });
+  ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
+  const int64_t learner = st->nodes[0].ranks[0].pid;
+  const int64_t worker0 = RolePid(*st, "rollout", 0), worker1 = RolePid(*st, "rollout", 1);
+  const int64_t reward = RolePid(*st, "reward", 0);
+  ASSERT_EQ(kill(static_cast<pid_t>(learner), SIGKILL), 0);
+  st = WaitFor(daemon, [&](const RunStatus& s) {
+    return Trained(s, 0) && s.nodes[0].ranks[0].pid != learner && s.nodes[0].ranks[0].pid != 0;
+  });
+  ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
+  EXPECT_EQ(RolePid(*st, "rollout", 0), worker0) << "workers keep running through a learner restart";
+  EXPECT_EQ(RolePid(*st, "rollout", 1), worker1);
+  EXPECT_EQ(RolePid(*st, "reward", 0), reward);
+  ExpectBitExact(daemon);
+  EXPECT_EQ(Generations(), 2u);
+  // The restarted learner said where it resumed from, buffer and version included.
+  const std::string log = ReadFile(dir_ / "run/logs/a1-g1-rank0.log");
+  EXPECT_NE(log.find("GRPO: resumed at policy version"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace holdfast

@@ -1,0 +1,158 @@
+#include "trainer/weights.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint_loader.h"
+#include "checkpoint/format.h"
+
+namespace holdfast {
+namespace {
+
+struct Entry {
+  std::vector<int64_t> shape;
+  const float* data = nullptr;
+  int64_t numel = 0;
+};
+
+std::string Shape(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// Copies `entries` into `params`, every parameter matched by name and shape.
+Status CopyByName(const std::string& source, const std::map<std::string, Entry>& entries,
+                  const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+  const std::string fix = "; point it at weights of a model with this config (model.*)";
+  for (const auto& [name, t] : params) {
+    auto it = entries.find(name);
+    if (it == entries.end()) return FailedPreconditionError(source + " has no parameter '" + name + "'" + fix);
+    if (it->second.shape != t.sizes().vec()) {
+      return FailedPreconditionError(source + ": parameter '" + name + "' is " + Shape(it->second.shape) +
+                                     ", this model's is " + Shape(t.sizes().vec()) + fix);
+    }
+  }
+  if (entries.size() != params.size()) {
+    for (const auto& [name, e] : entries) {
+      bool known = false;
+      for (const auto& p : params) known = known || p.first == name;
+      if (!known) return FailedPreconditionError(source + " has parameter '" + name + "', which this model lacks" + fix);
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, t] : params) {
+    const Entry& e = entries.at(name);
+    t.copy_(torch::from_blob(const_cast<float*>(e.data), t.sizes(), torch::kFloat32));
+  }
+  return Status::Ok();
+}
+
+Result<std::string> LoadParamsDump(const std::string& dir,
+                                   const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+  const std::string json_path = dir + "/params.json";
+  std::ifstream js(json_path);
+  if (!js) return NotFoundError("cannot read " + json_path);
+  nlohmann::json index = nlohmann::json::parse(js, nullptr, /*allow_exceptions=*/false);
+  std::ifstream bin_in(dir + "/params.bin", std::ios::binary);
+  if (!bin_in) return NotFoundError("cannot read " + dir + "/params.bin");
+  std::stringstream ss;
+  ss << bin_in.rdbuf();
+  const std::string bin = ss.str();
+  std::map<std::string, Entry> entries;
+  try {
+    if (index.is_discarded() || index.at("format") != "holdfast-params-v1" || index.at("dtype") != "float32") {
+      return InvalidArgumentError(json_path + " is not a holdfast-params-v1 float32 index (params.json written by "
+                                  "holdfast-train --dump-final)");
+    }
+    for (const auto& t : index.at("tensors")) {
+      Entry e;
+      e.shape = t.at("shape").get<std::vector<int64_t>>();
+      e.numel = t.at("numel").get<int64_t>();
+      const int64_t offset = t.at("offset").get<int64_t>();
+      if (offset < 0 || e.numel < 0 || static_cast<uint64_t>(offset) + static_cast<uint64_t>(e.numel) * 4 > bin.size()) {
+        return InvalidArgumentError(json_path + ": tensor '" + t.at("name").get<std::string>() +
+                                    "' lies past the end of params.bin (" + std::to_string(bin.size()) +
+                                    " bytes); the dump is truncated: write it again");
+      }
+      e.data = reinterpret_cast<const float*>(bin.data() + offset);
+      entries[t.at("name").get<std::string>()] = e;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgumentError(json_path + ": malformed holdfast-params-v1 index: " + e.what());
+  }
+  // from_blob needs aligned floats: std::string's buffer is.
+  HF_RETURN_IF_ERROR(CopyByName(dir, entries, params));
+  return "params dump " + dir;
+}
+
+Result<std::string> LoadCheckpoint(const std::string& root, int64_t step,
+                                   const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+  CheckpointLoader loader(root);
+  std::vector<SkippedCheckpoint> skipped;
+  Result<LoadedCheckpoint> ckpt = step >= 0 ? loader.LoadAll(step) : loader.LoadNewestAll({}, &skipped);
+  if (!ckpt.ok()) return ckpt.status().WithContext("load weights from checkpoint " + root);
+  std::vector<float> flat;
+  std::map<std::string, Entry> entries;
+  for (const LoadedShard& shard : ckpt->shards) {
+    HF_ASSIGN_OR_RETURN(ConstBufferView meta_buf, shard.Find("meta"));
+    HF_ASSIGN_OR_RETURN(ConstBufferView p, shard.Find("params"));
+    nlohmann::json meta = nlohmann::json::parse(meta_buf.data, meta_buf.data + meta_buf.size, nullptr, false);
+    const std::string where = ckpt->dir + " (rank " + std::to_string(shard.header.rank) + ")";
+    try {
+      int64_t offset = 0, count = static_cast<int64_t>(p.size / 4), total = count;
+      if (meta.contains("slice")) {
+        offset = meta.at("slice").at("offset").get<int64_t>();
+        count = meta.at("slice").at("count").get<int64_t>();
+        total = meta.at("slice").at("total").get<int64_t>();
+      }
+      if (flat.empty()) {
+        flat.assign(static_cast<size_t>(total), 0.0f);
+        for (const auto& l : meta.at("layout")) {
+          Entry e;
+          e.shape = l.at("shape").get<std::vector<int64_t>>();
+          e.numel = l.at("numel").get<int64_t>();
+          const int64_t at = l.at("offset").get<int64_t>();
+          if (at < 0 || at + e.numel > total) return CorruptionError(where + ": layout entry past the flat buffer");
+          e.data = flat.data() + at;
+          entries[l.at("name").get<std::string>()] = e;
+        }
+      }
+      if (offset < 0 || count < 0 || offset + count > static_cast<int64_t>(flat.size()) ||
+          p.size != static_cast<size_t>(count) * 4) {
+        return CorruptionError(where + ": parameter slice does not fit the flat buffer");
+      }
+      std::memcpy(flat.data() + offset, p.data, p.size);
+      if (!meta.contains("slice")) break;  // v1: every shard a full replica
+    } catch (const nlohmann::json::exception& e) {
+      return CorruptionError(where + ": state 'meta' is not what holdfast-train writes: " + e.what());
+    }
+  }
+  HF_RETURN_IF_ERROR(CopyByName(ckpt->dir, entries, params));
+  return "checkpoint step " + std::to_string(ckpt->manifest.step) + " (" + ckpt->dir + ")";
+}
+
+}  // namespace
+
+Result<std::string> LoadWeights(const std::string& path,
+                                const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    return NotFoundError(path + " is not a folder: weights are a params dump (params.json + params.bin) or a "
+                         "checkpoint (a step-N folder, or a checkpoint root)");
+  }
+  if (fs::exists(fs::path(path) / "params.json", ec)) return LoadParamsDump(path, params);
+  const fs::path p = fs::path(path).lexically_normal();
+  const fs::path leaf = p.has_filename() ? p : p.parent_path();
+  const int64_t step = ParseStepDirName(leaf.filename().string());
+  if (step >= 0 && fs::exists(leaf / kManifestFileName, ec)) return LoadCheckpoint(leaf.parent_path().string(), step, params);
+  return LoadCheckpoint(path, -1, params);
+}
+
+}  // namespace holdfast
