@@ -6,7 +6,7 @@
 #   asan  AddressSanitizer, LeakSanitizer and UndefinedBehaviorSanitizer: every test of the
 #         build without LibTorch and CUDA, in ${ASAN_BUILD_DIR:-build-asan}.
 #   tsan  ThreadSanitizer: the suites with threads, child processes and signals (TSAN_SUITES
-#         below: the checkpoint writer, the rendezvous store, the daemon), in
+#         below: the checkpoint writer, the rendezvous store, the daemon, the reward service), in
 #         ${TSAN_BUILD_DIR:-build-tsan}.
 #
 # Each build is configured (-Og -g1: some 40% less compile time than -O1, line numbers in every
@@ -45,6 +45,9 @@ TSAN_SUITES=(
   # recorder's writer, the run controller, metrics, and holdfastd itself with stand-in ranks.
   control_protocol_test cluster_protocol_test rank_process_test run_lock_test run_controller_test
   run_recorder_test metrics_test daemon_metrics_test
+  # RL reward service: the server's own asio loop thread (progress heartbeat, many connections)
+  # against client threads; the client follows the address file to a replacement server.
+  rl_reward_test
 )
 
 ONLY=""

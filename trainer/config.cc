@@ -127,6 +127,7 @@ const std::vector<KeyDef>& Schema() {
       HF_INT(rl, eval_prompts, 0, 1 << 24, false),
       HF_FLOAT(rl, wait_timeout_s, 0.001, 86400 * 7, false),
       HF_INT(rl, keep_versions, 2, 1 << 20, false),
+      HF_BOOL(rl, ledger, false),
   };
   return kSchema;
 }

@@ -134,6 +134,9 @@ struct RlConfig {
   int64_t eval_prompts = 200;    // held-out prompts per evaluation (greedy)
   double wait_timeout_s = 600;   // a step waiting longer than this for its groups fails, naming them
   int64_t keep_versions = 4;     // weights versions kept in the exchange directory
+  // Learner rank 0 writes the groups each step trained on to DIR/trained/sN.jsonl
+  // (what tests/reference/check_grpo.py replays in PyTorch; an audit trail).
+  bool ledger = false;
 };
 
 struct TrainerConfig {

@@ -397,6 +397,35 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
     });
   }
 
+  // Held-out evaluation: the metrics.jsonl record and the log line. Returns false on error.
+  auto evaluate = [&]() -> bool {
+    auto e = trainer.Evaluate();
+    if (!e.ok()) {
+      spdlog::error("{}", e.status().ToString());
+      return false;
+    }
+    if (main_rank) {
+      nlohmann::json line = {{"record", "eval"}, {"step", e->step}, {"eval_samples", e->samples},
+                             {"eval_ms", e->ms},
+                             {"time_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count()},
+                             {"generation", EnvInt(kEnvGeneration, 0)}};
+      std::string text;
+      for (const auto& [name, value] : e->metrics) {
+        line[name] = value;
+        text += fmt::format(" | {} {:.4f}", name, value);
+      }
+      metrics << line.dump() << "\n";
+      metrics.flush();
+      spdlog::info("eval after step {} on {} held-out samples{} | {:.1f} ms", e->step, e->samples, text, e->ms);
+    }
+    return true;
+  };
+  // A fresh run is evaluated before its first step too: the starting point
+  // (the init_from weights of an SFT, DPO or RL run) beside what training made of it.
+  if (cfg.eval.every_steps > 0 && trainer.step() == 0 && !evaluate()) return kExitFailed;
+
   while (trainer.step() < cfg.train.steps) {
     const int64_t next_step = trainer.step() + 1;
     if (fault && fault->kind != "slow" && fault->rank == rank && fault->step == next_step && ClaimFault(*fault)) {
@@ -444,28 +473,9 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
     }
     // Held-out evaluation: every eval.every_steps and after the last step,
     // before the checkpoint of the step (which carries its metrics).
-    if (cfg.eval.every_steps > 0 && (m->step % cfg.eval.every_steps == 0 || m->step == cfg.train.steps)) {
-      auto e = trainer.Evaluate();
-      if (!e.ok()) {
-        spdlog::error("{}", e.status().ToString());
-        return kExitFailed;
-      }
-      if (main_rank) {
-        nlohmann::json line = {{"record", "eval"}, {"step", e->step}, {"eval_samples", e->samples},
-                               {"eval_ms", e->ms},
-                               {"time_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                               std::chrono::system_clock::now().time_since_epoch())
-                                               .count()},
-                               {"generation", EnvInt(kEnvGeneration, 0)}};
-        std::string text;
-        for (const auto& [name, value] : e->metrics) {
-          line[name] = value;
-          text += fmt::format(" | {} {:.4f}", name, value);
-        }
-        metrics << line.dump() << "\n";
-        metrics.flush();
-        spdlog::info("eval after step {} on {} held-out samples{} | {:.1f} ms", e->step, e->samples, text, e->ms);
-      }
+    if (cfg.eval.every_steps > 0 && (m->step % cfg.eval.every_steps == 0 || m->step == cfg.train.steps) &&
+        !evaluate()) {
+      return kExitFailed;
     }
     if (writer != nullptr) {
       LogOutcomes(writer.get(), progress.get());

@@ -297,6 +297,12 @@ int main(int argc, char** argv) {
     w.progress = std::move(*p);
   }
   RewardClientOptions ropts;
+  // Waiting on a reward service that holdfastd is restarting is not a hang:
+  // each retry is a heartbeat (a worker stuck for real stops beating).
+  ProgressWriter* beat = w.progress.get();
+  ropts.observer = [beat](const RewardClientEvent& e) {
+    if (beat != nullptr && e.kind == RewardClientEvent::kFailed) beat->SetPhase(Phase::kData);
+  };
   w.rewards = std::make_unique<RewardClient>(w.dir + "/reward.addr", ropts);
   w.model = Gpt(cfg->model);
   w.model->eval();

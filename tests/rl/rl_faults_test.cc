@@ -47,13 +47,13 @@ std::string ModelToml() {
 }
 
 // The GRPO learner's config (the workers read it too); `out` is output.dir.
-std::string GrpoToml(const std::string& init, const std::string& out) {
+std::string GrpoToml(const std::string& init, const std::string& out, int staleness) {
   std::ostringstream os;
   os << ModelToml() << "[train]\nobjective = \"grpo\"\ninit_from = \"" << init << "\"\nsteps = " << kSteps
      << "\nmicro_batch = 32\nseed = 5\nthreads = 1\nlog_every = 1\n"
      << "[optim]\nlr = 1e-3\nmin_lr = 1e-3\nwarmup_steps = 0\nweight_decay = 0.0\n"
-     << "[rl]\ntask = \"add2\"\nprompts_per_step = 4\ngroup_size = 8\nmax_new_tokens = 5\nmax_staleness = 0\n"
-     << "wait_timeout_s = 300\n"
+     << "[rl]\ntask = \"add2\"\nprompts_per_step = 4\ngroup_size = 8\nmax_new_tokens = 5\nmax_staleness = "
+     << staleness << "\nwait_timeout_s = 300\nledger = true\n"
      << "[checkpoint]\ndir = \"checkpoints\"\nevery_steps = 3\n"
      << "[output]\ndir = \"" << out << "\"\n";
   return os.str();
@@ -107,8 +107,9 @@ class RlFaultsTest : public ::testing::Test {
 
   std::string rl_dir() const { return dir_ / "out/rl"; }
 
-  void WriteJob() {
-    WriteFile(dir_ / "grpo.toml", GrpoToml(*shared_ / "sft/final", dir_ / "out"));
+  // staleness: rl.max_staleness (0 = synchronous, deterministic).
+  void WriteJob(int staleness = 0) {
+    WriteFile(dir_ / "grpo.toml", GrpoToml(*shared_ / "sft/final", dir_ / "out", staleness));
     const std::string cfg = dir_ / "grpo.toml";
     std::ostringstream os;
     os << "[job]\nname = \"grpo-faults\"\ncommand = [\"" << BuildPath("trainer/holdfast-train") << "\", \"--config\", \""
@@ -302,6 +303,48 @@ TEST_F(RlFaultsTest, ALearnerKilledResumesWithItsBufferAndPolicyVersionAndEndsBi
   // The restarted learner said where it resumed from, buffer and version included.
   const std::string log = ReadFile(dir_ / "run/logs/a1-g1-rank0.log");
   EXPECT_NE(log.find("GRPO: resumed at policy version"), std::string::npos) << log;
+}
+
+// Asynchronous (rl.max_staleness = 2): workers run ahead, so the learner's
+// checkpoint holds groups in its replay buffer. Not deterministic, so instead
+// of parameters the ledger of what each step trained on (the final timeline:
+// a step trained again after the restart rewrote its file) must show every
+// prompt trained exactly once, in its step, within the staleness bound.
+TEST_F(RlFaultsTest, AnAsynchronousLearnerKilledResumesItsReplayBufferAndTrainsEveryPromptOnce) {
+  WriteJob(/*staleness=*/2);
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  auto st = WaitFor(daemon, [](const RunStatus& s) { return Trained(s, 5); });
+  ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
+  const int64_t learner = st->nodes[0].ranks[0].pid;
+  ASSERT_EQ(kill(static_cast<pid_t>(learner), SIGKILL), 0);
+  ASSERT_EQ(daemon.Wait(), 0) << ReadFile(dir_ / "daemon.log");
+  EXPECT_EQ(Generations(), 2u);
+  const std::string log = ReadFile(dir_ / "run/logs/a1-g1-rank0.log");
+  const size_t at = log.find("GRPO: resumed at policy version");
+  ASSERT_NE(at, std::string::npos) << log;
+  EXPECT_EQ(log.find("with a replay buffer of 0 groups", at), std::string::npos)
+      << "the checkpoint should have held groups the workers made ahead: " << log.substr(at, 200);
+  std::map<uint64_t, int> trained;
+  for (int s = 0; s < kSteps; ++s) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "/trained/s%08d.jsonl", s);
+    std::istringstream lines(ReadFile(rl_dir() + name));
+    std::string line;
+    int groups = 0;
+    while (std::getline(lines, line)) {
+      auto g = nlohmann::json::parse(line);
+      const uint64_t q = g["q"].get<uint64_t>();
+      const int64_t version = g["version"].get<int64_t>();
+      EXPECT_EQ(q / 4, static_cast<uint64_t>(s)) << "step " << s << " trained prompt " << q;
+      EXPECT_LE(version, s) << "prompt " << q << " from a policy newer than its step";
+      EXPECT_GE(version, s - 2) << "prompt " << q << " staler than rl.max_staleness";
+      ++trained[q];
+      ++groups;
+    }
+    EXPECT_EQ(groups, 4) << "step " << s;
+  }
+  ASSERT_EQ(trained.size(), static_cast<size_t>(kSteps * 4));
+  for (const auto& [q, n] : trained) EXPECT_EQ(n, 1) << "prompt " << q << " trained " << n << " times";
 }
 
 }  // namespace

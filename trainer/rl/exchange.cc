@@ -165,7 +165,9 @@ Result<std::vector<uint64_t>> ListGroups(const std::string& dir) {
     if (digits) out.push_back(q);
   }
   if (ec) return IoError("list " + dir + "/rollouts: " + ec.message());
+  // readdir may return an entry twice while the directory changes (renames in, unlinks out).
   std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 

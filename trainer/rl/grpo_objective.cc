@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -13,6 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/atomic_file.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/rl/exchange.h"
 #include "trainer/rl/grpo_loss.h"
@@ -126,6 +128,7 @@ class GrpoObjective : public Objective {
       HF_RETURN_IF_ERROR(GatherStep(step));
       std::vector<RolloutGroup> groups = buffer_.TakeStep(step);
       for (const RolloutGroup& g : groups) batch += GroupToJson(g);
+      if (cfg_.rl.ledger) HF_RETURN_IF_ERROR(WriteLedger(step, batch));
       // The demand now says the step's prompts are consumed: a worker does not remake them.
       HF_RETURN_IF_ERROR(WriteDemandFor(step));
     }
@@ -346,6 +349,15 @@ class GrpoObjective : public Objective {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
+  }
+
+  Status WriteLedger(int64_t step, const std::string& batch) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir_ + "/trained", ec);
+    if (ec) return IoError("create " + dir_ + "/trained: " + ec.message());
+    char name[32];
+    std::snprintf(name, sizeof(name), "/trained/s%08lld.jsonl", static_cast<long long>(step));
+    return WriteFileAtomically(dir_ + name, batch);
   }
 
   // A learner that resumed at `step`: groups made by versions after it came
