@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trainer_bench  # noqa: E402  (same folder: machine())
@@ -120,9 +121,12 @@ def one_mode(args, tmp, init, staleness):
 
 
 def render(results, args, info, command):
+    with open(os.path.join(REPO, "examples", "rl", "grpo.toml"), "rb") as f:
+        rl = tomllib.load(f)["rl"]
     lines = [SECTION, "",
-             "A GRPO run of examples/rl (2-layer GPT, 64 wide, add2: 8 prompts x 8 completions a step, up to "
-             "5 new tokens, SFT weights to start from) as real processes: the learner (`holdfast-train`, 1 rank), "
+             f"A GRPO run of examples/rl (2-layer GPT, 64 wide, add2: {rl['prompts_per_step']} prompts x "
+             f"{rl['group_size']} completions a step, up to {rl['max_new_tokens']} new tokens, SFT weights to start "
+             "from) as real processes: the learner (`holdfast-train`, 1 rank), "
              f"{args.workers} rollout workers (`holdfast-rollout`, KV cache) and the reward service "
              f"(`holdfast-reward`), 1 thread each, exchanging work through files (docs/rl.md). {args.steps} "
              f"steps per mode; figures over the steps after the first {args.skip}.", "",
@@ -142,25 +146,15 @@ def render(results, args, info, command):
                      f"{r['since_ms']:.1f} / {r['load_ms']:.1f} | {r['staleness']:.2f} | {r['reward']:.3f} |")
     lines += ["", "Synchronous: every step waits for groups of its own policy (deterministic; the workers idle "
               "while the learner trains). Asynchronous: workers generate ahead with the newest weights, up to "
-              "k versions stale, so the learner waits less and trains on slightly older samples.", "",
+              "k versions stale, so the learner waits less and trains on slightly older samples. On this 2-core "
+              "machine the learner, the workers and the reward service share the cores, so what the learner no "
+              "longer waits for, it loses to contention: the step time moves less than the waiting share.", "",
               "Command:", "", "```", command, "```", ""]
     return "\n".join(lines)
 
 
 def write_docs(section):
-    with open(DOCS) as f:
-        text = f.read()
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, l in enumerate(lines) if l.rstrip() == SECTION), None)
-    if start is None:
-        out = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        rest = "".join(lines[end:])
-        out = "".join(lines[:start]) + section + ("\n" + rest if rest else "")
-    with open(DOCS, "w") as f:
-        f.write(out)
-
+    trainer_bench.replace_section(section, SECTION)
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

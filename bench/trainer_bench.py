@@ -154,7 +154,8 @@ def render(results, args, info, data_desc, command):
     return "\n".join(lines)
 
 
-def write_docs(section):
+def replace_section(section, title):
+    """Writes `section` into docs/benchmarks.md in place of the one headed `title` (appended when absent)."""
     text = ""
     if os.path.exists(DOCS):
         with open(DOCS) as f:
@@ -162,7 +163,7 @@ def write_docs(section):
     else:
         text = "# Benchmarks\n\n"
     lines = text.splitlines(keepends=True)
-    start = next((i for i, l in enumerate(lines) if l.rstrip() == "## Trainer"), None)
+    start = next((i for i, l in enumerate(lines) if l.rstrip() == title), None)
     if start is None:
         out = text.rstrip("\n") + "\n\n" + section
     else:
@@ -173,6 +174,9 @@ def write_docs(section):
     with open(DOCS, "w") as f:
         f.write(out)
 
+
+def write_docs(section):
+    replace_section(section, "## Trainer")
 
 def main():
     default_bin = os.environ.get("HOLDFAST_TRAIN") or next(

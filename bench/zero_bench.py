@@ -92,19 +92,7 @@ def render(results, args, info, data_desc, command):
 
 
 def write_docs(section):
-    with open(DOCS) as f:
-        text = f.read()
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, l in enumerate(lines) if l.rstrip() == SECTION), None)
-    if start is None:
-        out = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        rest = "".join(lines[end:])
-        out = "".join(lines[:start]) + section + ("\n" + rest if rest else "")
-    with open(DOCS, "w") as f:
-        f.write(out)
-
+    trainer_bench.replace_section(section, SECTION)
 
 def main():
     default_bin = os.environ.get("HOLDFAST_TRAIN") or os.path.join(trainer_bench.REPO, "build", "trainer",
