@@ -29,6 +29,7 @@ enum class StatusCode {
   kFailedPrecondition,  // the system is not in a state where this can be done
   kResourceExhausted,   // out of space, memory, budget
   kInternal,            // a dependency (LibTorch, Gloo, NCCL) failed in a way we did not expect
+  kCancelled,           // stopped on request (a signal) before it finished; nothing was changed
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -63,6 +64,7 @@ inline Status UnavailableError(std::string m) { return {StatusCode::kUnavailable
 inline Status FailedPreconditionError(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status ResourceExhaustedError(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 
 // The one place errno becomes a Status: "open /x/y: No such file or directory".
 // ENOENT maps to kNotFound, ENOSPC/EDQUOT to kResourceExhausted, the rest to kIoError.

@@ -45,9 +45,13 @@ TSAN_SUITES=(
   # recorder's writer, the run controller, metrics, and holdfastd itself with stand-in ranks.
   control_protocol_test cluster_protocol_test rank_process_test run_lock_test run_controller_test
   run_recorder_test metrics_test daemon_metrics_test
+  # roles: holdfastd with role processes beside the stand-in ranks ([[roles]]: one reaper for
+  # ranks and roles, restarts, SIGKILL of a hung one, TERM/KILL at the end of the run).
+  daemon_roles_test
   # RL reward service: the server's own asio loop thread (progress heartbeat, many connections)
-  # against client threads; the client follows the address file to a replacement server.
-  rl_reward_test
+  # against client threads; the client follows the address file to a replacement server; and
+  # the holdfast-reward process itself, SIGKILLed under concurrent clients.
+  rl_reward_test rl_reward_process_test
 )
 
 ONLY=""

@@ -426,6 +426,7 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
   // (the init_from weights of an SFT, DPO or RL run) beside what training made of it.
   if (cfg.eval.every_steps > 0 && trainer.step() == 0 && !evaluate()) return kExitFailed;
 
+  trainer.SetInterruptCheck([] { return g_stop_signal.load() != 0; });
   while (trainer.step() < cfg.train.steps) {
     const int64_t next_step = trainer.step() + 1;
     if (fault && fault->kind != "slow" && fault->rank == rank && fault->step == next_step && ClaimFault(*fault)) {
@@ -446,6 +447,21 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
     requests.stop = g_stop_signal.load() != 0;
     requests.checkpoint = g_checkpoint_signal.exchange(false);
     auto m = trainer.Step(requests);
+    if (!m.ok() && m.status().code() == StatusCode::kCancelled) {
+      // Stopped while the step waited on other processes (GRPO's groups):
+      // nothing of the step happened, so the last completed step is saved.
+      spdlog::warn("{}", m.status().ToString());
+      if (writer != nullptr && trainer.step() > 0) {
+        Status s = SaveAndWait(&trainer, writer.get(), progress.get());
+        if (!s.ok()) {
+          spdlog::error("preemption checkpoint of step {} failed: {}", trainer.step(), s.ToString());
+          return kExitFailed;
+        }
+        spdlog::warn("checkpoint of step {} committed; exiting for preemption (code {})", trainer.step(),
+                     kExitPreempted);
+      }
+      return kExitPreempted;
+    }
     if (!m.ok()) {
       spdlog::error("{}", m.status().ToString());
       return kExitFailed;

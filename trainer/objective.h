@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -67,6 +68,11 @@ class Objective {
   // Before the first micro-batch of 0-based step `step`, whose samples start
   // at global index `cursor`. An error fails the step.
   virtual Status BeginStep(int64_t /*step*/, uint64_t /*cursor*/) { return Status::Ok(); }
+  // Polled while BeginStep waits for something outside the process (an RL
+  // learner's samples): true = a stop was asked for, and BeginStep returns
+  // kCancelled on every rank without having changed any state, so the caller
+  // can checkpoint the last step and exit. Empty = never.
+  void SetInterruptCheck(std::function<bool()> check) { interrupted_ = std::move(check); }
 
   // The loss of samples [first, first + B), a differentiable scalar of
   // model's parameters (model is in training mode).
@@ -104,6 +110,12 @@ class Objective {
   // without them (saved by another objective) is the objective's to judge.
   virtual std::vector<StateView> ExtraStateViews() { return {}; }
   virtual Status RestoreExtraState(const std::vector<StateView>& /*views*/) { return Status::Ok(); }
+
+ protected:
+  bool Interrupted() const { return interrupted_ && interrupted_(); }
+
+ private:
+  std::function<bool()> interrupted_;
 };
 
 // Rank's contiguous block [begin, end) of held-out samples [0, limit).

@@ -794,6 +794,7 @@ std::map<std::string, double> Trainer::LatestEvalMetrics() const {
 
 void Trainer::SetProgressWriter(ProgressWriter* progress) { impl_->progress = progress; }
 void Trainer::SetBeforeUpdateHook(std::function<void()> hook) { impl_->before_update = std::move(hook); }
+void Trainer::SetInterruptCheck(std::function<bool()> check) { impl_->objective->SetInterruptCheck(std::move(check)); }
 int64_t Trainer::step() const { return impl_->step; }
 int Trainer::rank() const { return impl_->rank(); }
 int Trainer::world_size() const { return impl_->world(); }

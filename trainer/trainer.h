@@ -111,6 +111,12 @@ class Trainer {
   // (CheckpointWriter::WaitStaged). Empty = none.
   void SetBeforeUpdateHook(std::function<void()> hook);
 
+  // Polled by an objective whose step waits on other processes (GRPO's
+  // learner waiting for groups): when it returns true the wait ends and Step
+  // fails with kCancelled on every rank, the state still that of the last
+  // completed step (checkpoint it, then exit). Empty = never.
+  void SetInterruptCheck(std::function<bool()> check);
+
   int64_t step() const;
   int rank() const;
   int world_size() const;

@@ -347,5 +347,51 @@ TEST_F(RlFaultsTest, AnAsynchronousLearnerKilledResumesItsReplayBufferAndTrainsE
   for (const auto& [q, n] : trained) EXPECT_EQ(n, 1) << "prompt " << q << " trained " << n << " times";
 }
 
+// Preemption while the learner waits for groups (the reward service frozen,
+// so no group can come): SIGTERM must not wait for the samples. The learner
+// checkpoints its last completed step and exits 75 (preempted) at once; a
+// new learner resumes from that checkpoint and ends with the fault-free
+// run's parameters. Real processes without holdfastd: the learner's own
+// handling of the signal is what is tested.
+TEST_F(RlFaultsTest, ALearnerPreemptedWhileWaitingForGroupsCheckpointsAndResumesBitExact) {
+  WriteJob();  // writes grpo.toml
+  const std::string cfg = dir_ / "grpo.toml";
+  ChildProcess reward({BuildPath("trainer/rl/holdfast-reward"), "--task", "add2", "--addr-file",
+                       rl_dir() + "/reward.addr"},
+                      dir_ / "reward.log");
+  ChildProcess w0({BuildPath("trainer/holdfast-rollout"), "--config", cfg, "--worker", "0", "--workers", "2"},
+                  dir_ / "w0.log");
+  ChildProcess w1({BuildPath("trainer/holdfast-rollout"), "--config", cfg, "--worker", "1", "--workers", "2"},
+                  dir_ / "w1.log");
+  std::vector<std::string> learner_argv = {BuildPath("trainer/holdfast-train"), "--config", cfg, "--dump-final",
+                                           dir_ / "final"};
+  {
+    ChildProcess learner(learner_argv, dir_ / "learner1.log");
+    // Metrics lines: one per completed step (eval is off).
+    ASSERT_TRUE(testing::WaitForLines(dir_ / "out/metrics.jsonl", 4, learner)) << ReadFile(dir_ / "learner1.log");
+    reward.Signal(SIGSTOP);
+    // Groups already scored may still complete the step in flight; after
+    // that the learner waits for groups that cannot come. Wait until no step
+    // completes any more, then stop it.
+    std::string seen;
+    for (std::string now = ReadFile(dir_ / "out/metrics.jsonl"); now != seen;
+         now = ReadFile(dir_ / "out/metrics.jsonl")) {
+      seen = now;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    learner.Signal(SIGTERM);
+    EXPECT_EQ(learner.Wait(), 75) << ReadFile(dir_ / "learner1.log");
+  }
+  const std::string log1 = ReadFile(dir_ / "learner1.log");
+  EXPECT_NE(log1.find("stopped while waiting for the groups of step"), std::string::npos) << log1;
+  EXPECT_NE(log1.find("exiting for preemption"), std::string::npos) << log1;
+  reward.Signal(SIGCONT);
+  ChildProcess again(learner_argv, dir_ / "learner2.log");
+  EXPECT_EQ(again.Wait(), 0) << ReadFile(dir_ / "learner2.log");
+  EXPECT_NE(ReadFile(dir_ / "learner2.log").find("GRPO: resumed at policy version"), std::string::npos);
+  const std::string params = ReadFile(dir_ / "final/params.bin");
+  EXPECT_TRUE(!params.empty() && params == reference_) << "the final parameters differ from the fault-free run's";
+}
+
 }  // namespace
 }  // namespace holdfast

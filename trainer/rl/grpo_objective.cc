@@ -124,15 +124,25 @@ class GrpoObjective : public Objective {
     const auto t0 = Clock::now();
     cursor_ = cursor;
     std::string batch;
+    bool cancelled = false;
     if (rank() == 0) {
-      HF_RETURN_IF_ERROR(GatherStep(step));
-      std::vector<RolloutGroup> groups = buffer_.TakeStep(step);
-      for (const RolloutGroup& g : groups) batch += GroupToJson(g);
-      if (cfg_.rl.ledger) HF_RETURN_IF_ERROR(WriteLedger(step, batch));
-      // The demand now says the step's prompts are consumed: a worker does not remake them.
-      HF_RETURN_IF_ERROR(WriteDemandFor(step));
+      const Status gathered = GatherStep(step);
+      cancelled = gathered.code() == StatusCode::kCancelled;
+      if (!gathered.ok() && !cancelled) return gathered;
+      if (!cancelled) {
+        std::vector<RolloutGroup> groups = buffer_.TakeStep(step);
+        for (const RolloutGroup& g : groups) batch += GroupToJson(g);
+        if (cfg_.rl.ledger) HF_RETURN_IF_ERROR(WriteLedger(step, batch));
+        // The demand now says the step's prompts are consumed: a worker does not remake them.
+        HF_RETURN_IF_ERROR(WriteDemandFor(step));
+      }
     }
-    if (world() > 1) HF_RETURN_IF_ERROR(BroadcastText(&batch));
+    // Every rank learns whether rank 0 was stopped while it waited.
+    if (world() > 1) HF_RETURN_IF_ERROR(BroadcastText(&batch, &cancelled));
+    if (cancelled) {
+      return CancelledError("stopped while waiting for the groups of step " + std::to_string(step + 1) +
+                            " (a stop was asked for); the replay buffer keeps what arrived");
+    }
     HF_RETURN_IF_ERROR(LayOut(batch, step));
     step_wait_ms_ = MsSince(t0);
     return Status::Ok();
@@ -338,6 +348,7 @@ class GrpoObjective : public Objective {
         }
       }
       if (buffer_.HasStep(step)) return Status::Ok();
+      if (Interrupted()) return CancelledError("a stop was asked for");
       const double waited_s = MsSince(t0) / 1000.0;
       if (waited_s > cfg_.rl.wait_timeout_s) {
         std::string missing;
@@ -396,10 +407,13 @@ class GrpoObjective : public Objective {
     return Status::Ok();
   }
 
-  Status BroadcastText(std::string* text) {
-    int64_t size = static_cast<int64_t>(text->size());
+  // Rank 0's text to every rank; a size of -1 says rank 0 was cancelled.
+  Status BroadcastText(std::string* text, bool* cancelled) {
+    int64_t size = *cancelled ? -1 : static_cast<int64_t>(text->size());
     if (!env_.cuda) {
       HF_RETURN_IF_ERROR(comm_->Broadcast(&size, sizeof(size), 0).WithContext("GRPO batch size broadcast"));
+      *cancelled = size < 0;
+      if (*cancelled) return Status::Ok();
       text->resize(static_cast<size_t>(size));
       return comm_->Broadcast(text->data(), text->size(), 0).WithContext("GRPO batch broadcast");
     }
@@ -407,6 +421,8 @@ class GrpoObjective : public Objective {
     auto dev_size = torch::tensor({size}, torch::kLong).to(env_.device);
     HF_RETURN_IF_ERROR(comm_->Broadcast(dev_size.data_ptr(), sizeof(size), 0).WithContext("GRPO batch size broadcast"));
     size = dev_size.to(torch::kCPU).item<int64_t>();
+    *cancelled = size < 0;
+    if (*cancelled) return Status::Ok();
     text->resize(static_cast<size_t>(size));
     auto bytes = torch::from_blob(text->data(), {size}, torch::kUInt8).to(env_.device);
     HF_RETURN_IF_ERROR(comm_->Broadcast(bytes.data_ptr(), static_cast<size_t>(size), 0).WithContext("GRPO batch broadcast"));

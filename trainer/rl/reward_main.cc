@@ -125,6 +125,12 @@ int main(int argc, char** argv) {
     progress->SetPhase(Phase::kStarting);
   }
 
+  // spdlog builds its logger registry on first use. Build it here, before the
+  // server's loop thread can log: created after that thread started, it is
+  // shared only through the static-init guard inside libspdlog, which
+  // ThreadSanitizer cannot see (a reported race on every logged request).
+  spdlog::default_logger();
+
   RewardServerOptions options;
   options.host = hp->host;
   options.port = hp->port;
