@@ -8,17 +8,12 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
-#include <functional>
-#include <optional>
 #include <sstream>
-#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "daemon/control_protocol.h"
-#include "lineage/lineage_db.h"
+#include "tests/support/daemon_client.h"
 #include "tests/support/subprocess.h"
 
 namespace holdfast {
@@ -26,10 +21,13 @@ namespace {
 
 using testing::BuildPath;
 using testing::ChildProcess;
+using testing::LatestRunEvents;
+using testing::OpenLineageReadOnly;
 using testing::ProcessResult;
 using testing::ReadFile;
 using testing::RunProcess;
 using testing::TempDir;
+using testing::WaitForStatus;
 using testing::WriteFile;
 
 bool Gone(int64_t pid) { return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
@@ -58,28 +56,6 @@ class RolesTest : public ::testing::Test {
     return {BuildPath("daemon/holdfastd"), "--run-dir", dir_ / "run", "--config", dir_ / "job.toml"};
   }
 
-  std::optional<RunStatus> Status() const {
-    ControlRequest req;
-    req.id = 1;
-    req.op = control_op::kStatus;
-    auto resp = CallDaemon(ControlSocketPath(dir_ / "run"), req, std::chrono::seconds(5));
-    if (!resp.ok() || !resp->ok) return std::nullopt;
-    auto st = ParseStatusResult(resp->result_json);
-    if (!st.ok()) return std::nullopt;
-    return *st;
-  }
-
-  // Polls the daemon (no timing assertion) until `ready` holds; nullopt when
-  // the daemon exits first.
-  std::optional<RunStatus> WaitFor(ChildProcess& daemon, const std::function<bool(const RunStatus&)>& ready) const {
-    for (;;) {
-      if (daemon.Exited()) return std::nullopt;
-      auto st = Status();
-      if (st && ready(*st)) return st;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-
   // Every rank running with a step, every role process running with a step.
   static bool AllStepping(const RunStatus& s, size_t roles) {
     if (s.state != "running" || s.nodes.empty() || s.nodes[0].ranks.size() != 2 || s.roles.size() != roles) {
@@ -99,21 +75,6 @@ class RolesTest : public ::testing::Test {
     return out;
   }
 
-  std::unique_ptr<LineageDb> Lineage() const {
-    LineageOptions o;
-    o.read_only = true;
-    auto db = LineageDb::Open(dir_ / "run/lineage.db", o);
-    EXPECT_TRUE(db.ok()) << db.status().ToString();
-    return db.ok() ? std::move(db).value() : nullptr;
-  }
-  std::vector<EventRecord> Events() const {
-    auto db = Lineage();
-    if (db == nullptr) return {};
-    auto run = db->LatestRun();
-    if (!run.ok()) return {};
-    auto ev = db->Events(run->run_id, 0);
-    return ev.ok() ? *ev : std::vector<EventRecord>{};
-  }
   ProcessResult Runctl(const std::vector<std::string>& args) const {
     std::vector<std::string> argv = {BuildPath("cli/runctl"), "--run-dir", dir_ / "run"};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -131,7 +92,7 @@ class RolesTest : public ::testing::Test {
 TEST_F(RolesTest, AloneRolesRestartAloneAndSurviveALearnerRestart) {
   WriteJob(RoleText("rollout", 2, "hang_s = 1.5\nenv = { ROLE_SETTING = \"x\" }\n"));
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
-  auto st = WaitFor(daemon, [](const RunStatus& s) { return AllStepping(s, 2); });
+  auto st = WaitForStatus(daemon, dir_ / "run", [](const RunStatus& s) { return AllStepping(s, 2); });
   ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
   EXPECT_EQ(st->generation, 0);
   EXPECT_EQ(st->roles[0].role, "rollout");
@@ -163,7 +124,7 @@ TEST_F(RolesTest, AloneRolesRestartAloneAndSurviveALearnerRestart) {
 
   // 1. SIGKILL of rollout[0]: only it restarts.
   ASSERT_EQ(kill(static_cast<pid_t>(r0), SIGKILL), 0);
-  st = WaitFor(daemon, [&](const RunStatus& s) {
+  st = WaitForStatus(daemon, dir_ / "run", [&](const RunStatus& s) {
     return AllStepping(s, 2) && s.roles[0].pid != r0 && s.roles[0].restarts == 1;
   });
   ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
@@ -175,7 +136,7 @@ TEST_F(RolesTest, AloneRolesRestartAloneAndSurviveALearnerRestart) {
 
   // 2. SIGSTOP of rollout[1] (hang_s 1.5): found hung, killed, restarted alone.
   ASSERT_EQ(kill(static_cast<pid_t>(r1), SIGSTOP), 0);
-  st = WaitFor(daemon, [&](const RunStatus& s) {
+  st = WaitForStatus(daemon, dir_ / "run", [&](const RunStatus& s) {
     return AllStepping(s, 2) && s.roles[1].pid != r1 && s.roles[1].restarts == 1;
   });
   ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
@@ -196,7 +157,7 @@ TEST_F(RolesTest, AloneRolesRestartAloneAndSurviveALearnerRestart) {
 
   // 3. SIGKILL of learner rank 1: the learner's generation restarts; the roles run on.
   ASSERT_EQ(kill(static_cast<pid_t>(ranks[1]), SIGKILL), 0);
-  st = WaitFor(daemon, [&](const RunStatus& s) { return s.generation == 1 && AllStepping(s, 2); });
+  st = WaitForStatus(daemon, dir_ / "run", [&](const RunStatus& s) { return s.generation == 1 && AllStepping(s, 2); });
   ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
   EXPECT_NE(RankPids(*st), ranks);
   EXPECT_EQ(st->roles[0].pid, r0b) << "an \"alone\" role keeps running through a learner restart";
@@ -210,13 +171,13 @@ TEST_F(RolesTest, AloneRolesRestartAloneAndSurviveALearnerRestart) {
   for (int64_t pid : {r0b, r1b}) EXPECT_TRUE(Gone(pid)) << "role process " << pid << " outlived the run";
   for (int64_t pid : RankPids(*st)) EXPECT_TRUE(Gone(pid));
 
-  auto db = Lineage();
+  auto db = OpenLineageReadOnly(dir_ / "run");
   ASSERT_NE(db, nullptr);
   auto run = db->LatestRun();
   ASSERT_TRUE(run.ok());
   EXPECT_EQ(run->state, RunState::kSucceeded) << run->cause;
   std::vector<EventRecord> crash, hang, rank_crash;
-  for (const EventRecord& e : Events()) {
+  for (const EventRecord& e : LatestRunEvents(dir_ / "run")) {
     if (e.kind == "role_crash") crash.push_back(e);
     if (e.kind == "role_hang") hang.push_back(e);
     if (e.kind == "crash") rank_crash.push_back(e);
@@ -257,13 +218,13 @@ TEST_F(RolesTest, AloneRolesRestartAloneAndSurviveALearnerRestart) {
 TEST_F(RolesTest, ASpentRoleBudgetStopsTheRunWithACause) {
   WriteJob(RoleText("reward", 1, "restart_budget = 0\n"));
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
-  auto st = WaitFor(daemon, [](const RunStatus& s) { return AllStepping(s, 1); });
+  auto st = WaitForStatus(daemon, dir_ / "run", [](const RunStatus& s) { return AllStepping(s, 1); });
   ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
   const std::vector<int64_t> ranks = RankPids(*st);
   ASSERT_EQ(kill(static_cast<pid_t>(st->roles[0].pid), SIGKILL), 0);
   EXPECT_EQ(daemon.Wait(), 1) << ReadFile(dir_ / "daemon.log");
   for (int64_t pid : ranks) EXPECT_TRUE(Gone(pid));
-  auto db = Lineage();
+  auto db = OpenLineageReadOnly(dir_ / "run");
   ASSERT_NE(db, nullptr);
   auto run = db->LatestRun();
   ASSERT_TRUE(run.ok());
@@ -285,14 +246,14 @@ TEST_F(RolesTest, ASpentRoleBudgetStopsTheRunWithACause) {
 TEST_F(RolesTest, ALearnerScopedRoleRestartsWithTheLearner) {
   WriteJob(RoleText("helper", 1, "restart = \"learner\"\n") + RoleText("rollout", 1));
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
-  auto st = WaitFor(daemon, [](const RunStatus& s) { return AllStepping(s, 2); });
+  auto st = WaitForStatus(daemon, dir_ / "run", [](const RunStatus& s) { return AllStepping(s, 2); });
   ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
   ASSERT_EQ(st->roles[0].role, "helper");
   EXPECT_EQ(st->roles[0].restart, "learner");
   const int64_t helper = st->roles[0].pid, rollout = st->roles[1].pid;
   const std::vector<int64_t> ranks = RankPids(*st);
   ASSERT_EQ(kill(static_cast<pid_t>(helper), SIGKILL), 0);
-  st = WaitFor(daemon, [&](const RunStatus& s) { return s.generation == 1 && AllStepping(s, 2); });
+  st = WaitForStatus(daemon, dir_ / "run", [&](const RunStatus& s) { return s.generation == 1 && AllStepping(s, 2); });
   ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
   EXPECT_NE(st->roles[0].pid, helper);
   EXPECT_EQ(st->roles[0].restarts, 1);
@@ -305,7 +266,7 @@ TEST_F(RolesTest, ALearnerScopedRoleRestartsWithTheLearner) {
   EXPECT_TRUE(Gone(st->roles[0].pid));
   EXPECT_TRUE(Gone(rollout));
   bool recorded = false;
-  for (const EventRecord& e : Events()) {
+  for (const EventRecord& e : LatestRunEvents(dir_ / "run")) {
     if (e.kind == "role_crash") {
       recorded = true;
       EXPECT_NE(e.summary.find("role helper[0] killed by signal 9"), std::string::npos) << e.summary;

@@ -15,8 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "daemon/control_protocol.h"
-#include "lineage/lineage_db.h"
+#include "tests/support/daemon_client.h"
 #include "tests/support/subprocess.h"
 
 namespace holdfast {
@@ -84,29 +83,16 @@ class SupervisedRunTest : public ::testing::Test {
   }
 
   // Live status from the daemon; nullopt while it does not answer yet.
-  std::optional<RunStatus> Status() const {
-    ControlRequest req;
-    req.id = 1;
-    req.op = control_op::kStatus;
-    auto resp = CallDaemon(ControlSocketPath(dir_ / "run"), req, std::chrono::seconds(5));
-    if (!resp.ok() || !resp->ok) return std::nullopt;
-    auto st = ParseStatusResult(resp->result_json);
-    if (!st.ok()) return std::nullopt;
-    return *st;
-  }
+  std::optional<RunStatus> Status() const { return testing::DaemonStatus(dir_ / "run"); }
 
   // Waits (no timing assertion) until the daemon reports every rank at `step` or later.
   std::optional<RunStatus> WaitForStep(int64_t step, ChildProcess& daemon) const {
-    for (;;) {
-      if (daemon.Exited()) return std::nullopt;
-      auto st = Status();
-      if (st && !st->nodes.empty() && st->nodes[0].ranks.size() == 2) {
-        bool all = true;
-        for (const auto& r : st->nodes[0].ranks) all = all && r.step >= step && r.state == "running";
-        if (all) return st;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    return testing::WaitForStatus(daemon, dir_ / "run", [step](const RunStatus& st) {
+      if (st.nodes.empty() || st.nodes[0].ranks.size() != 2) return false;
+      bool all = true;
+      for (const auto& r : st.nodes[0].ranks) all = all && r.step >= step && r.state == "running";
+      return all;
+    });
   }
 
   // The newest run of lineage.db with the database it was read from;
@@ -124,13 +110,7 @@ class SupervisedRunTest : public ::testing::Test {
     return Recorded{std::move(db), *run};
   }
 
-  std::unique_ptr<LineageDb> Lineage() const {
-    LineageOptions o;
-    o.read_only = true;
-    auto db = LineageDb::Open(dir_ / "run/lineage.db", o);
-    EXPECT_TRUE(db.ok()) << db.status().ToString();
-    return db.ok() ? std::move(db).value() : nullptr;
-  }
+  std::unique_ptr<LineageDb> Lineage() const { return testing::OpenLineageReadOnly(dir_ / "run"); }
 
   void ExpectFinishedBitExact(ChildProcess& daemon) {
     const int code = daemon.Wait();

@@ -5,17 +5,14 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "daemon/control_protocol.h"
-#include "lineage/lineage_db.h"
+#include "tests/support/daemon_client.h"
 #include "tests/support/subprocess.h"
 
 namespace holdfast {
@@ -23,9 +20,11 @@ namespace {
 
 using testing::BuildPath;
 using testing::ChildProcess;
+using testing::OpenLineageReadOnly;
 using testing::ReadFile;
 using testing::TempDir;
 using testing::WaitForLines;
+using testing::WaitForStatus;
 using testing::WriteFile;
 
 constexpr int kSteps = 60;
@@ -54,43 +53,25 @@ class DdpJob {
   std::string log() const { return dir_ / "daemon.log"; }
   const std::string& out() const { return out_; }
 
-  std::optional<RunStatus> Status() const {
-    ControlRequest req;
-    req.id = 1;
-    req.op = control_op::kStatus;
-    auto resp = CallDaemon(ControlSocketPath(dir_ / "run"), req, std::chrono::seconds(5));
-    if (!resp.ok() || !resp->ok) return std::nullopt;
-    auto st = ParseStatusResult(resp->result_json);
-    if (!st.ok()) return std::nullopt;
-    return *st;
-  }
-
   // Waits (no timing assertion) until rank 1 has logged `step` steps and the
   // daemon answers with both ranks running.
   std::optional<RunStatus> WaitForStep(int step, ChildProcess& daemon) const {
     if (!WaitForLines(out_ + "/metrics-rank1.jsonl", static_cast<size_t>(step), daemon)) return std::nullopt;
-    for (;;) {
-      if (daemon.Exited()) return std::nullopt;
-      auto st = Status();
-      if (st && !st->nodes.empty() && st->nodes[0].ranks.size() == 2) {
-        bool running = true;
-        for (const auto& r : st->nodes[0].ranks) running = running && r.state == "running";
-        if (running) return st;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    return WaitForStatus(daemon, dir_ / "run", [](const RunStatus& st) {
+      if (st.nodes.empty() || st.nodes[0].ranks.size() != 2) return false;
+      bool running = true;
+      for (const auto& r : st.nodes[0].ranks) running = running && r.state == "running";
+      return running;
+    });
   }
 
   std::optional<EventRecord> LastIncident() const {
-    LineageOptions o;
-    o.read_only = true;
-    auto db = LineageDb::Open(dir_ / "run/lineage.db", o);
-    EXPECT_TRUE(db.ok()) << db.status().ToString();
-    if (!db.ok()) return std::nullopt;
-    auto run = (*db)->LatestRun();
+    auto db = OpenLineageReadOnly(dir_ / "run");
+    if (db == nullptr) return std::nullopt;
+    auto run = db->LatestRun();
     EXPECT_TRUE(run.ok());
     if (!run.ok()) return std::nullopt;
-    auto inc = (*db)->LastIncident(run->run_id);
+    auto inc = db->LastIncident(run->run_id);
     EXPECT_TRUE(inc.ok() && inc->has_value());
     if (!inc.ok() || !inc->has_value()) return std::nullopt;
     return **inc;

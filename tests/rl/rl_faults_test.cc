@@ -15,8 +15,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -25,8 +26,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "daemon/control_protocol.h"
-#include "lineage/lineage_db.h"
+#include "tests/support/daemon_client.h"
 #include "tests/support/subprocess.h"
 
 namespace holdfast {
@@ -34,10 +34,13 @@ namespace {
 
 using testing::BuildPath;
 using testing::ChildProcess;
+using testing::LatestRunEvents;
+using testing::LatestRunGenerations;
 using testing::ProcessResult;
 using testing::ReadFile;
 using testing::RunProcess;
 using testing::TempDir;
+using testing::WaitForStatus;
 using testing::WriteFile;
 
 constexpr int kSteps = 10;
@@ -130,27 +133,6 @@ class RlFaultsTest : public ::testing::Test {
     return {BuildPath("daemon/holdfastd"), "--run-dir", dir_ / "run", "--config", dir_ / "job.toml"};
   }
 
-  std::optional<RunStatus> Status() const {
-    ControlRequest req;
-    req.id = 1;
-    req.op = control_op::kStatus;
-    auto resp = CallDaemon(ControlSocketPath(dir_ / "run"), req, std::chrono::seconds(5));
-    if (!resp.ok() || !resp->ok) return std::nullopt;
-    auto st = ParseStatusResult(resp->result_json);
-    if (!st.ok()) return std::nullopt;
-    return *st;
-  }
-
-  // Polls (no timing assertion) until `ready`; nullopt when the daemon exits first.
-  std::optional<RunStatus> WaitFor(ChildProcess& daemon, const std::function<bool(const RunStatus&)>& ready) const {
-    for (;;) {
-      if (daemon.Exited()) return std::nullopt;
-      auto st = Status();
-      if (st && ready(*st)) return st;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-
   // Learner at `step` or later, and every role process running.
   static bool Trained(const RunStatus& s, int64_t step) {
     if (s.nodes.empty() || s.nodes[0].ranks.size() != 1 || s.roles.size() != 3) return false;
@@ -178,27 +160,6 @@ class RlFaultsTest : public ::testing::Test {
     }
   }
 
-  std::vector<EventRecord> Events() const {
-    LineageOptions o;
-    o.read_only = true;
-    auto db = LineageDb::Open(dir_ / "run/lineage.db", o);
-    if (!db.ok()) return {};
-    auto run = (*db)->LatestRun();
-    if (!run.ok()) return {};
-    auto ev = (*db)->Events(run->run_id, 0);
-    return ev.ok() ? *ev : std::vector<EventRecord>{};
-  }
-  size_t Generations() const {
-    LineageOptions o;
-    o.read_only = true;
-    auto db = LineageDb::Open(dir_ / "run/lineage.db", o);
-    if (!db.ok()) return 0;
-    auto run = (*db)->LatestRun();
-    if (!run.ok()) return 0;
-    auto gens = (*db)->Generations(run->run_id);
-    return gens.ok() ? gens->size() : 0;
-  }
-
   void ExpectBitExact(ChildProcess& daemon) {
     ASSERT_EQ(daemon.Wait(), 0) << ReadFile(dir_ / "daemon.log");
     const std::string params = ReadFile(dir_ / "final/params.bin");
@@ -214,7 +175,7 @@ class RlFaultsTest : public ::testing::Test {
 TEST_F(RlFaultsTest, ARolloutWorkerKilledMidGroupRestartsAloneAndItsGroupIsMadeAgain) {
   WriteJob();
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
-  auto st = WaitFor(daemon, [](const RunStatus& s) { return Trained(s, 2); });
+  auto st = WaitForStatus(daemon, dir_ / "run", [](const RunStatus& s) { return Trained(s, 2); });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
   const int64_t learner = st->nodes[0].ranks[0].pid;
   const int64_t worker0 = RolePid(*st, "rollout", 0), worker1 = RolePid(*st, "rollout", 1);
@@ -224,7 +185,7 @@ TEST_F(RlFaultsTest, ARolloutWorkerKilledMidGroupRestartsAloneAndItsGroupIsMadeA
   ASSERT_TRUE(q) << ReadFile(dir_ / "daemon.log");
   ASSERT_EQ(kill(static_cast<pid_t>(worker0), SIGKILL), 0);
   ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGCONT), 0);
-  st = WaitFor(daemon, [&](const RunStatus& s) {
+  st = WaitForStatus(daemon, dir_ / "run", [&](const RunStatus& s) {
     return Trained(s, 0) && RolePid(s, "rollout", 0) != worker0 && RolePid(s, "rollout", 0) != 0;
   });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
@@ -232,7 +193,7 @@ TEST_F(RlFaultsTest, ARolloutWorkerKilledMidGroupRestartsAloneAndItsGroupIsMadeA
   EXPECT_EQ(RolePid(*st, "rollout", 1), worker1) << "the other worker must not restart";
   EXPECT_EQ(RolePid(*st, "reward", 0), reward);
   ExpectBitExact(daemon);
-  EXPECT_EQ(Generations(), 1u) << "the learner ran one generation";
+  EXPECT_EQ(LatestRunGenerations(dir_ / "run"), 1u) << "the learner ran one generation";
   // The group the killed worker was making was made again, by its successor.
   bool remade = false;
   for (const auto& j : Journal(rl_dir(), 0)) {
@@ -243,7 +204,7 @@ TEST_F(RlFaultsTest, ARolloutWorkerKilledMidGroupRestartsAloneAndItsGroupIsMadeA
   }
   EXPECT_TRUE(remade) << "group q=" << *q << " was not made again";
   int role_crashes = 0;
-  for (const EventRecord& e : Events()) {
+  for (const EventRecord& e : LatestRunEvents(dir_ / "run")) {
     if (e.kind != "role_crash") continue;
     ++role_crashes;
     EXPECT_NE(e.summary.find("role rollout[0] killed by signal 9"), std::string::npos) << e.summary;
@@ -255,7 +216,7 @@ TEST_F(RlFaultsTest, ARolloutWorkerKilledMidGroupRestartsAloneAndItsGroupIsMadeA
 TEST_F(RlFaultsTest, TheRewardServiceKilledWithARequestInFlightLosesNothing) {
   WriteJob();
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
-  auto st = WaitFor(daemon, [](const RunStatus& s) { return Trained(s, 2); });
+  auto st = WaitForStatus(daemon, dir_ / "run", [](const RunStatus& s) { return Trained(s, 2); });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
   const int64_t learner = st->nodes[0].ranks[0].pid;
   const int64_t worker0 = RolePid(*st, "rollout", 0), worker1 = RolePid(*st, "rollout", 1);
@@ -263,7 +224,7 @@ TEST_F(RlFaultsTest, TheRewardServiceKilledWithARequestInFlightLosesNothing) {
   ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGSTOP), 0);
   ASSERT_TRUE(WaitMidGroup(daemon, 1));  // worker 1's request is in flight
   ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGKILL), 0);
-  st = WaitFor(daemon, [&](const RunStatus& s) {
+  st = WaitForStatus(daemon, dir_ / "run", [&](const RunStatus& s) {
     return Trained(s, 0) && RolePid(s, "reward", 0) != reward && RolePid(s, "reward", 0) != 0;
   });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
@@ -271,9 +232,9 @@ TEST_F(RlFaultsTest, TheRewardServiceKilledWithARequestInFlightLosesNothing) {
   EXPECT_EQ(RolePid(*st, "rollout", 0), worker0) << "a worker retries; it does not die with the service";
   EXPECT_EQ(RolePid(*st, "rollout", 1), worker1);
   ExpectBitExact(daemon);
-  EXPECT_EQ(Generations(), 1u);
+  EXPECT_EQ(LatestRunGenerations(dir_ / "run"), 1u);
   int role_crashes = 0;
-  for (const EventRecord& e : Events()) {
+  for (const EventRecord& e : LatestRunEvents(dir_ / "run")) {
     if (e.kind != "role_crash") continue;
     ++role_crashes;
     EXPECT_NE(e.summary.find("role reward[0] killed by signal 9"), std::string::npos) << e.summary;
@@ -285,13 +246,13 @@ TEST_F(RlFaultsTest, ALearnerKilledResumesWithItsBufferAndPolicyVersionAndEndsBi
   WriteJob();
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
   // Past the checkpoint of step 3 and into step 5 or later: a step is lost.
-  auto st = WaitFor(daemon, [](const RunStatus& s) { return Trained(s, 5); });
+  auto st = WaitForStatus(daemon, dir_ / "run", [](const RunStatus& s) { return Trained(s, 5); });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
   const int64_t learner = st->nodes[0].ranks[0].pid;
   const int64_t worker0 = RolePid(*st, "rollout", 0), worker1 = RolePid(*st, "rollout", 1);
   const int64_t reward = RolePid(*st, "reward", 0);
   ASSERT_EQ(kill(static_cast<pid_t>(learner), SIGKILL), 0);
-  st = WaitFor(daemon, [&](const RunStatus& s) {
+  st = WaitForStatus(daemon, dir_ / "run", [&](const RunStatus& s) {
     return Trained(s, 0) && s.nodes[0].ranks[0].pid != learner && s.nodes[0].ranks[0].pid != 0;
   });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
@@ -299,7 +260,7 @@ TEST_F(RlFaultsTest, ALearnerKilledResumesWithItsBufferAndPolicyVersionAndEndsBi
   EXPECT_EQ(RolePid(*st, "rollout", 1), worker1);
   EXPECT_EQ(RolePid(*st, "reward", 0), reward);
   ExpectBitExact(daemon);
-  EXPECT_EQ(Generations(), 2u);
+  EXPECT_EQ(LatestRunGenerations(dir_ / "run"), 2u);
   // The restarted learner said where it resumed from, buffer and version included.
   const std::string log = ReadFile(dir_ / "run/logs/a1-g1-rank0.log");
   EXPECT_NE(log.find("GRPO: resumed at policy version"), std::string::npos) << log;
@@ -313,17 +274,28 @@ TEST_F(RlFaultsTest, ALearnerKilledResumesWithItsBufferAndPolicyVersionAndEndsBi
 TEST_F(RlFaultsTest, AnAsynchronousLearnerKilledResumesItsReplayBufferAndTrainsEveryPromptOnce) {
   WriteJob(/*staleness=*/2);
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
-  auto st = WaitFor(daemon, [](const RunStatus& s) { return Trained(s, 5); });
+  auto st = WaitForStatus(daemon, dir_ / "run", [](const RunStatus& s) { return Trained(s, 5); });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
   const int64_t learner = st->nodes[0].ranks[0].pid;
   ASSERT_EQ(kill(static_cast<pid_t>(learner), SIGKILL), 0);
   ASSERT_EQ(daemon.Wait(), 0) << ReadFile(dir_ / "daemon.log");
-  EXPECT_EQ(Generations(), 2u);
+  EXPECT_EQ(LatestRunGenerations(dir_ / "run"), 2u);
+  // The restarted learner's buffer is the one its checkpoint held (how full
+  // it was depends on how far the workers had run ahead: not asserted).
   const std::string log = ReadFile(dir_ / "run/logs/a1-g1-rank0.log");
+  long long version = -1, restored = -1;
   const size_t at = log.find("GRPO: resumed at policy version");
   ASSERT_NE(at, std::string::npos) << log;
-  EXPECT_EQ(log.find("with a replay buffer of 0 groups", at), std::string::npos)
-      << "the checkpoint should have held groups the workers made ahead: " << log.substr(at, 200);
+  ASSERT_EQ(std::sscanf(log.c_str() + at, "GRPO: resumed at policy version %lld with a replay buffer of %lld groups",
+                        &version, &restored),
+            2)
+      << log.substr(at, 200);
+  const std::string saved_line = "GRPO: the checkpoint of step " + std::to_string(version) + " holds a replay buffer of ";
+  const std::string first = ReadFile(dir_ / "run/logs/a1-g0-rank0.log");
+  const size_t saved = first.find(saved_line);
+  ASSERT_NE(saved, std::string::npos) << "no save of step " << version << " in the first learner's log";
+  EXPECT_EQ(std::atoll(first.c_str() + saved + saved_line.size()), restored)
+      << "the resumed replay buffer differs from the checkpointed one";
   std::map<uint64_t, int> trained;
   for (int s = 0; s < kSteps; ++s) {
     char name[32];

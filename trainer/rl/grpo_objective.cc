@@ -239,6 +239,8 @@ class GrpoObjective : public Objective {
   std::vector<StateView> ExtraStateViews() override {
     if (rank() != 0) return {};
     buffer_text_ = buffer_.Serialize();
+    spdlog::info("GRPO: the checkpoint of step {} holds a replay buffer of {} groups",
+                 buffer_.consumed_below() / static_cast<uint64_t>(cfg_.rl.prompts_per_step), buffer_.size());
     StateView v;
     v.name = "objective.rl_buffer";
     v.data = reinterpret_cast<const uint8_t*>(buffer_text_.data());
