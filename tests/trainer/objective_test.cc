@@ -115,9 +115,10 @@ TEST_F(ObjectiveTest, DpoRaisesRewardAccuracyOnHeldOutPairs) {
     }
   }
   EXPECT_NEAR(steps[0]["loss"].get<double>(), std::log(2.0), 1e-6) << "policy = reference at step 1";
-  ASSERT_EQ(evals.size(), 3u) << r.output;  // after steps 20, 40, 60
+  ASSERT_EQ(evals.size(), 4u) << r.output;  // before the first step, then after steps 20, 40, 60
+  EXPECT_EQ(evals[0]["eval_reward_accuracy"].get<double>(), 0.0) << "policy = reference: no margin, no win";
   for (size_t i = 0; i < evals.size(); ++i) {
-    EXPECT_EQ(evals[i]["step"], 20 * (i + 1));
+    EXPECT_EQ(evals[i]["step"], 20 * i);
     EXPECT_EQ(evals[i]["eval_samples"], 100) << "10% of 1000 pairs held out";
   }
   const double acc = evals.back()["eval_reward_accuracy"].get<double>();
@@ -125,7 +126,7 @@ TEST_F(ObjectiveTest, DpoRaisesRewardAccuracyOnHeldOutPairs) {
   EXPECT_GT(evals.back()["eval_reward_margin"].get<double>(), 0.5);
   EXPECT_LT(evals.back()["eval_loss"].get<double>(), std::log(2.0) - 0.2);
   std::printf("held-out reward accuracy after steps 20/40/60: %.3f %.3f %.3f, eval loss %.4f\n",
-              evals[0]["eval_reward_accuracy"].get<double>(), evals[1]["eval_reward_accuracy"].get<double>(), acc,
+              evals[1]["eval_reward_accuracy"].get<double>(), evals[2]["eval_reward_accuracy"].get<double>(), acc,
               evals.back()["eval_loss"].get<double>());
 }
 
@@ -213,9 +214,10 @@ TEST_F(ObjectiveTest, EvaluationNeverChangesTrainingAndRanksAgree) {
   ASSERT_EQ(on.exit_code, 0) << on.output;
   EXPECT_TRUE(ReadFile(dir_ / "off/params.bin") == ReadFile(dir_ / "on/params.bin"));
   const auto evals = Records(ReadMetrics(dir_ / "on.jsonl"), true);
-  ASSERT_EQ(evals.size(), 3u);  // steps 5, 10 and the last, 12
-  EXPECT_EQ(evals[2]["step"], 12);
-  EXPECT_EQ(evals[2]["eval_samples"], 40);
+  ASSERT_EQ(evals.size(), 4u);  // before the first step, after 5, 10 and the last, 12
+  EXPECT_EQ(evals[0]["step"], 0);
+  EXPECT_EQ(evals[3]["step"], 12);
+  EXPECT_EQ(evals[3]["eval_samples"], 40);
   // Without dropout, one rank and two on the same global batch train the same
   // parameters to float tolerance, and their evals (split among the ranks,
   // summed in one allreduce) agree.
@@ -226,8 +228,8 @@ TEST_F(ObjectiveTest, EvaluationNeverChangesTrainingAndRanksAgree) {
                              "eval.every_steps=12", "--set", "eval.samples=41", "--metrics", dir_ / (name + ".jsonl")});
     EXPECT_EQ(r.exit_code, 0) << r.output;
     const auto e = Records(ReadMetrics(dir_ / (name + ".jsonl")), true);
-    EXPECT_EQ(e.size(), 1u);
-    return e.empty() ? nlohmann::json() : e[0];
+    EXPECT_EQ(e.size(), 2u);  // before the first step and after the last
+    return e.empty() ? nlohmann::json() : e.back();
   };
   const nlohmann::json one = world(1), two = world(2);
   ASSERT_FALSE(one.is_null());
