@@ -2,14 +2,13 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_loader.h"
 #include "checkpoint/format.h"
+#include "trainer/rl/params_dump.h"
 
 namespace holdfast {
 namespace {
@@ -55,38 +54,17 @@ Status CopyByName(const std::string& source, const std::map<std::string, Entry>&
 
 Result<std::string> LoadParamsDump(const std::string& dir,
                                    const std::vector<std::pair<std::string, torch::Tensor>>& params) {
-  const std::string json_path = dir + "/params.json";
-  std::ifstream js(json_path);
-  if (!js) return NotFoundError("cannot read " + json_path);
-  nlohmann::json index = nlohmann::json::parse(js, nullptr, /*allow_exceptions=*/false);
-  std::ifstream bin_in(dir + "/params.bin", std::ios::binary);
-  if (!bin_in) return NotFoundError("cannot read " + dir + "/params.bin");
-  std::stringstream ss;
-  ss << bin_in.rdbuf();
-  const std::string bin = ss.str();
-  std::map<std::string, Entry> entries;
-  try {
-    if (index.is_discarded() || index.at("format") != "holdfast-params-v1" || index.at("dtype") != "float32") {
-      return InvalidArgumentError(json_path + " is not a holdfast-params-v1 float32 index (params.json written by "
-                                  "holdfast-train --dump-final)");
-    }
-    for (const auto& t : index.at("tensors")) {
-      Entry e;
-      e.shape = t.at("shape").get<std::vector<int64_t>>();
-      e.numel = t.at("numel").get<int64_t>();
-      const int64_t offset = t.at("offset").get<int64_t>();
-      if (offset < 0 || e.numel < 0 || static_cast<uint64_t>(offset) + static_cast<uint64_t>(e.numel) * 4 > bin.size()) {
-        return InvalidArgumentError(json_path + ": tensor '" + t.at("name").get<std::string>() +
-                                    "' lies past the end of params.bin (" + std::to_string(bin.size()) +
-                                    " bytes); the dump is truncated: write it again");
-      }
-      e.data = reinterpret_cast<const float*>(bin.data() + offset);
-      entries[t.at("name").get<std::string>()] = e;
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return InvalidArgumentError(json_path + ": malformed holdfast-params-v1 index: " + e.what());
+  // The format's one reader (the GRPO workers load policy versions with it too).
+  Result<rl::ParamsDump> dump = rl::ReadParamsDump(dir);
+  if (!dump.ok()) {
+    const Status& s = dump.status();
+    if (s.code() == StatusCode::kCorruption) return InvalidArgumentError(s.message() + "; write the dump again");
+    return s;
   }
-  // from_blob needs aligned floats: std::string's buffer is.
+  std::map<std::string, Entry> entries;
+  for (const rl::ParamsDump::Tensor& t : dump->tensors) {
+    entries[t.name] = Entry{t.shape, dump->data.data() + t.offset, t.numel};
+  }
   HF_RETURN_IF_ERROR(CopyByName(dir, entries, params));
   return "params dump " + dir;
 }
