@@ -137,9 +137,40 @@ Result<ControlRequest> ParseControlRequest(std::string_view line) {
     return InvalidArgumentError("request \"args\" must be a JSON object, got " +
                                 std::string(args->type_name()));
   } else {
+    if (auto rid = args->find("run_id"); rid != args->end()) {
+      // The daemon acts on its own run only when the request names it: a
+      // run_id it cannot read must refuse the request, not skip the check.
+      if (!rid->is_string()) {
+        return InvalidArgumentError("request \"args.run_id\" must be a string (a run id, a prefix of one, or "
+                                    "\"latest\"), got " + std::string(rid->type_name()) + " " + Dump(*rid));
+      }
+      const std::string id = rid->get<std::string>();
+      if (id.empty()) {
+        return InvalidArgumentError("request \"args.run_id\" is empty: name the run (a run id, a prefix of "
+                                    "one, or \"latest\") or leave run_id out");
+      }
+      if (id.size() > kMaxRunIdBytes) {
+        return InvalidArgumentError("request \"args.run_id\" is " + std::to_string(id.size()) +
+                                    " bytes; run ids are at most " + std::to_string(kMaxRunIdBytes));
+      }
+      for (unsigned char ch : id) {
+        if (ch < 0x21 || ch > 0x7e) {
+          return InvalidArgumentError("request \"args.run_id\" " + Dump(*rid) +
+                                      " has a character that no run id has (space, control or non-ASCII)");
+        }
+      }
+      req.run_id = id;
+    }
     req.args_json = Dump(*args);
   }
   return req;
+}
+
+bool RequestNamesRun(const ControlRequest& request, const std::string& run_id) {
+  if (!request.run_id) return true;
+  const std::string& want = *request.run_id;
+  if (want == "latest") return true;
+  return !want.empty() && run_id.compare(0, want.size(), want) == 0;
 }
 
 std::string EncodeRequest(const ControlRequest& request) {

@@ -41,6 +41,8 @@ inline constexpr size_t kMaxControlMessageBytes = 64 * 1024;
 // a parsed message's tree shallow).
 inline constexpr int kMaxControlJsonDepth = 32;
 inline constexpr char kControlSocketName[] = "holdfastd.sock";
+// Longest args.run_id a request may carry.
+inline constexpr size_t kMaxRunIdBytes = 128;
 
 // The operations of v1.
 namespace control_op {
@@ -76,7 +78,14 @@ struct ControlRequest {
   uint64_t id = 0;
   std::string op;                 // one of control_op::*
   std::string args_json = "{}";   // a serialized JSON object
+  // args.run_id, validated by ParseControlRequest: the run the request is
+  // about ("latest", a run id or a prefix of one); unset = this daemon's run.
+  std::optional<std::string> run_id;
 };
+
+// Whether a request's run_id (ControlRequest::run_id) names `run_id`:
+// unset, "latest", the id itself or a prefix of it.
+bool RequestNamesRun(const ControlRequest& request, const std::string& run_id);
 
 struct ControlResponse {
   uint64_t id = 0;
@@ -88,8 +97,10 @@ struct ControlResponse {
   Status error;
 };
 
-// Requests. Any malformed line is kInvalidArgument saying what is wrong; the
-// line may end in one '\n'. Never throws.
+// Requests. Any malformed line is kInvalidArgument saying what is wrong — a
+// key twice in one object, an args.run_id that is not a non-empty string of
+// at most kMaxRunIdBytes printable characters included; the line may end in
+// one '\n'. Never throws.
 Result<ControlRequest> ParseControlRequest(std::string_view line);
 // One line, '\n' included. An args_json that is not a JSON object is a
 // programming error (HF_CHECK).

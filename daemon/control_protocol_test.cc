@@ -119,6 +119,41 @@ TEST(ControlProtocolTest, MalformedRequestsSayWhatIsWrong) {
                    "nests deeper than 32");
 }
 
+// A stop whose run_id the daemon cannot read must be refused, not obeyed as
+// if it named no run (the guard used to run only for a string run_id, and an
+// empty one matched every run).
+TEST(ControlProtocolTest, ARunIdThatIsNotANonEmptyStringIsRefused) {
+  ExpectBadRequest(R"({"v":1,"id":1,"op":"stop","args":{"run_id":123}})", "\"args.run_id\" must be a string");
+  ExpectBadRequest(R"({"v":1,"id":1,"op":"stop","args":{"run_id":null}})", "got null");
+  ExpectBadRequest(R"({"v":1,"id":1,"op":"stop","args":{"run_id":["x"]}})", "got array");
+  ExpectBadRequest(R"({"v":1,"id":1,"op":"stop","args":{"run_id":{"a":1}}})", "got object");
+  ExpectBadRequest(R"({"v":1,"id":1,"op":"checkpoint","args":{"run_id":""}})", "is empty");
+  ExpectBadRequest(R"({"v":1,"id":1,"op":"stop","args":{"run_id":"r 1"}})", "a character that no run id has");
+  ExpectBadRequest(R"({"v":1,"id":1,"op":"stop","args":{"run_id":")" + std::string(129, 'r') + R"("}})",
+                   "129 bytes; run ids are at most 128");
+  auto ok = ParseControlRequest(R"({"v":1,"id":1,"op":"stop","args":{"run_id":"r-2025"}})");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  ASSERT_TRUE(ok->run_id.has_value());
+  EXPECT_EQ(*ok->run_id, "r-2025");
+  EXPECT_TRUE(RequestNamesRun(*ok, "r-20250101-a1b2"));
+  EXPECT_FALSE(RequestNamesRun(*ok, "r-2024"));
+  auto none = ParseControlRequest(R"({"v":1,"id":1,"op":"stop"})");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->run_id.has_value());
+  EXPECT_TRUE(RequestNamesRun(*none, "r-1"));
+  ControlRequest latest;
+  latest.run_id = "latest";
+  EXPECT_TRUE(RequestNamesRun(latest, "r-1"));
+}
+
+TEST(ControlProtocolTest, AKeyTwiceInOneObjectIsRefused) {
+  ExpectBadRequest(R"({"v":1,"id":1,"op":"status","op":"stop"})", "the key \"op\" twice");
+  ExpectBadRequest(R"({"v":1,"id":1,"op":"stop","args":{"run_id":"a","run_id":"b"}})", "the key \"run_id\" twice");
+  ExpectBadRequest(R"({"v":1,"id":1,"id":2,"op":"ping"})", "the key \"id\" twice");
+  // The same key in two different objects is no duplicate.
+  EXPECT_TRUE(ParseControlRequest(R"({"v":1,"id":1,"op":"stop","args":{"v":1,"id":"x"}})").ok());
+}
+
 TEST(ControlProtocolTest, EveryTruncationOfAValidRequestIsRejectedCleanly) {
   std::string line = EncodeRequest(Req(9, "status", R"({"verbose":true,"x":"\u00e9"})"));
   line.pop_back();

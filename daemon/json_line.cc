@@ -1,5 +1,9 @@
 #include "daemon/json_line.h"
 
+#include <optional>
+#include <set>
+#include <vector>
+
 namespace holdfast {
 
 using json = nlohmann::json;
@@ -26,22 +30,38 @@ Result<json> ParseJsonObjectLine(std::string_view line, size_t max_bytes, int ma
     return InvalidArgumentError(what + " is an empty line; expected a JSON object");
   }
   bool too_deep = false;
-  json::parser_callback_t limit_depth = [&too_deep, max_depth](int depth, json::parse_event_t event, json&) {
+  // A key twice in one object: nlohmann keeps the last value, so
+  // {"op":"status","op":"stop"} would act as a stop that a reader of the line
+  // (or a proxy that keeps the first) takes for a status. Refused instead.
+  std::vector<std::set<std::string>> keys;  // one per open object
+  std::optional<std::string> duplicate;
+  json::parser_callback_t check = [&](int depth, json::parse_event_t event, json& parsed) {
     if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
         depth >= max_depth) {
       too_deep = true;
       return false;  // discard the subtree; the flag rejects the message below
     }
+    if (event == json::parse_event_t::object_start) {
+      keys.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      if (!keys.empty()) keys.pop_back();
+    } else if (event == json::parse_event_t::key && !keys.empty() && parsed.is_string()) {
+      if (!keys.back().insert(parsed.get<std::string>()).second && !duplicate) duplicate = parsed.get<std::string>();
+    }
     return true;
   };
   json j;
   try {
-    j = json::parse(line.begin(), line.end(), limit_depth);
+    j = json::parse(line.begin(), line.end(), check);
   } catch (const json::exception& e) {
     return InvalidArgumentError(what + " is not JSON: " + CleanJsonError(e.what()));
   }
   if (too_deep) {
     return InvalidArgumentError(what + " nests deeper than " + std::to_string(max_depth) + " levels");
+  }
+  if (duplicate) {
+    return InvalidArgumentError(what + " has the key \"" + *duplicate +
+                                "\" twice in one object; send each key once");
   }
   if (!j.is_object()) {
     return InvalidArgumentError(what + " must be a JSON object, got " + std::string(j.type_name()));

@@ -1,7 +1,8 @@
 // One line of a JSON-lines protocol — the control socket (control_protocol.h)
 // and the cluster port (cluster_protocol.h) — parsed into a JSON object,
 // bounded in size and nesting, every failure an InvalidArgument that names
-// the message (`what`) and what is wrong with it. Never throws.
+// the message (`what`) and what is wrong with it — a key that appears twice
+// in one object included (JSON leaves its meaning open). Never throws.
 //
 // Thread-safety: pure functions.
 #pragma once

@@ -66,6 +66,21 @@ RoleDecision DecideRoleFailure(const RoleFailureInput& in) {
   return d;
 }
 
+std::vector<size_t> BlameRolesForLearnerStall(const std::vector<RoleStallObservation>& roles,
+                                              double learner_stalled_s) {
+  std::vector<size_t> stopped, silent;
+  for (size_t i = 0; i < roles.size(); ++i) {
+    const RoleStallObservation& r = roles[i];
+    if (!r.running) continue;
+    if (r.stopped) {
+      stopped.push_back(i);
+    } else if (r.attached && learner_stalled_s > 0 && r.silent_s >= learner_stalled_s) {
+      silent.push_back(i);
+    }
+  }
+  return stopped.empty() ? silent : stopped;
+}
+
 RoleHangWatch::Verdict RoleHangWatch::Observe(int64_t now_ns, const ProgressSnapshot& p) {
   Verdict v;
   v.attached = WriterAttached(p);
@@ -82,6 +97,7 @@ RoleHangWatch::Verdict RoleHangWatch::Observe(int64_t now_ns, const ProgressSnap
   v.silent_s = std::max(0.0, static_cast<double>(now_ns - last_activity_ns_) / 1e9);
   v.timeout_s = seen_ ? hang_s_ : std::max(hang_s_, startup_s_);
   v.hung = hang_s_ > 0 && v.silent_s >= v.timeout_s;
+  last_ = v;
   return v;
 }
 

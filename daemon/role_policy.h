@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/progress_record.h"
 #include "daemon/job_config.h"
@@ -68,6 +69,26 @@ struct RoleDecision {
 
 RoleDecision DecideRoleFailure(const RoleFailureInput& input);
 
+// The learner's ranks were judged hung while every one of them waits for
+// input (phase `data`, none in a collective): in a run with roles, what they
+// wait for is what the role processes produce. The culprit is then a role
+// process, not the learner, when one is
+//   - stopped (SIGSTOP, or by a tracer): it can do nothing, whatever its
+//     hang_s says; every stopped process is named;
+//   - else silent (no heartbeat, step or phase change) for the whole of the
+//     learner's stall: it has not moved while the learner waited.
+// A process that never attached a progress record cannot be judged and is
+// not named. Returns the indexes (into `roles`) of the culprits, stopped ones
+// first; empty = the learner itself is what hangs.
+struct RoleStallObservation {
+  bool running = false;   // a live process the supervisor runs now
+  bool stopped = false;   // /proc state T or t
+  bool attached = false;  // it writes its progress record
+  double silent_s = 0;    // since its last activity (RoleHangWatch)
+};
+std::vector<size_t> BlameRolesForLearnerStall(const std::vector<RoleStallObservation>& roles,
+                                              double learner_stalled_s);
+
 class RoleHangWatch {
  public:
   // `hang_s` 0 turns the watch off. The process started at `started_ns`.
@@ -81,6 +102,8 @@ class RoleHangWatch {
     bool attached = false;  // the process has attached a progress writer
   };
   Verdict Observe(int64_t now_ns, const ProgressSnapshot& progress);
+  // The last verdict Observe returned (silent 0 before the first).
+  const Verdict& last() const { return last_; }
 
  private:
   double hang_s_;
@@ -90,6 +113,7 @@ class RoleHangWatch {
   int64_t heartbeat_ = 0;
   int64_t step_ = 0;
   uint32_t phase_ = 0;
+  Verdict last_;
 };
 
 }  // namespace holdfast

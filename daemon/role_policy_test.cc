@@ -130,5 +130,40 @@ TEST(RoleHangWatchTest, HangSZeroNeverJudges) {
   EXPECT_FALSE(w.Observe(2000 * kSec, ProgressSnapshot{}).hung);
 }
 
+
+// ---- a learner stalled in `data`: which role process does it wait on ----
+
+RoleStallObservation Role(bool stopped, double silent_s, bool attached = true, bool running = true) {
+  RoleStallObservation o;
+  o.running = running;
+  o.stopped = stopped;
+  o.attached = attached;
+  o.silent_s = silent_s;
+  return o;
+}
+
+TEST(RolePolicyTest, AStoppedRoleProcessIsTheCulpritOfALearnerStallWhateverItsSilence) {
+  // workers beat while they retry; the reward service is stopped (SIGSTOP) but was beating 1 s ago
+  const std::vector<RoleStallObservation> roles = {Role(false, 0.1), Role(false, 25), Role(true, 1.0)};
+  EXPECT_EQ(BlameRolesForLearnerStall(roles, 120), (std::vector<size_t>{2}));
+  // several stopped: all of them, and a silent one is not added beside them
+  const std::vector<RoleStallObservation> two = {Role(true, 3), Role(false, 500), Role(true, 0)};
+  EXPECT_EQ(BlameRolesForLearnerStall(two, 120), (std::vector<size_t>{0, 2}));
+}
+
+TEST(RolePolicyTest, ARoleProcessSilentForTheWholeStallIsTheCulprit) {
+  const std::vector<RoleStallObservation> roles = {Role(false, 30), Role(false, 121), Role(false, 119.9)};
+  EXPECT_EQ(BlameRolesForLearnerStall(roles, 120), (std::vector<size_t>{1}));
+}
+
+TEST(RolePolicyTest, NoRoleToBlameLeavesTheStallTheLearners) {
+  // every role process moved during the stall
+  EXPECT_TRUE(BlameRolesForLearnerStall({Role(false, 5), Role(false, 60)}, 120).empty());
+  // one without a progress record cannot be judged; a dead or restarting one is not running
+  EXPECT_TRUE(BlameRolesForLearnerStall({Role(false, 1000, /*attached=*/false)}, 120).empty());
+  EXPECT_TRUE(BlameRolesForLearnerStall({Role(true, 1000, true, /*running=*/false)}, 120).empty());
+  EXPECT_TRUE(BlameRolesForLearnerStall({}, 120).empty());
+}
+
 }  // namespace
 }  // namespace holdfast

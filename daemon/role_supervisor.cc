@@ -193,6 +193,33 @@ void RoleSupervisor::OnTick() {
   }
 }
 
+int RoleSupervisor::BlameLearnerStall(double learner_stalled_s, const std::string& learner_doing) {
+  if (stopping_) return 0;
+  std::vector<RoleStallObservation> seen;
+  for (const Slot& s : slots_) {
+    RoleStallObservation o;
+    o.running = s.state == State::kRunning && s.proc && s.proc->alive() && !s.expected_exit;
+    if (o.running) {
+      const char st = s.proc->ProcState();
+      o.stopped = st == 'T' || st == 't';
+      if (s.hang) {
+        o.attached = s.hang->last().attached;
+        o.silent_s = s.hang->last().silent_s;
+      }
+    }
+    seen.push_back(o);
+  }
+  const std::vector<size_t> culprits = BlameRolesForLearnerStall(seen, learner_stalled_s);
+  LearnerStall stall{learner_stalled_s, learner_doing};
+  for (size_t i : culprits) {
+    Slot& s = slots_[i];
+    RoleHangWatch::Verdict v = s.hang ? s.hang->last() : RoleHangWatch::Verdict{};
+    v.hung = true;
+    Failed(&s, /*hung=*/true, 0, &v, &stall);
+  }
+  return static_cast<int>(culprits.size());
+}
+
 RankView RoleSupervisor::ViewOf(const Slot& s) const {
   RankView v;
   v.rank = s.index;
@@ -209,7 +236,8 @@ RankView RoleSupervisor::ViewOf(const Slot& s) const {
   return v;
 }
 
-void RoleSupervisor::Failed(Slot* s, bool hung, int wstatus, const RoleHangWatch::Verdict* verdict) {
+void RoleSupervisor::Failed(Slot* s, bool hung, int wstatus, const RoleHangWatch::Verdict* verdict,
+                            const LearnerStall* stall) {
   const RoleConfig& role = *s->role;
   const int64_t now = clock_->MonotonicNs();
   // Progress: the process completed a step before it failed (then no backoff).
@@ -226,6 +254,10 @@ void RoleSupervisor::Failed(Slot* s, bool hung, int wstatus, const RoleHangWatch
     t.silent_s = verdict->silent_s;
     t.timeout_s = verdict->timeout_s;
     t.attached = verdict->attached;
+  }
+  if (stall != nullptr) {
+    t.learner_waited_s = stall->waited_s;
+    t.learner_doing = stall->doing;
   }
   if (s->proc) t.log_tail = s->proc->LogTail(20);
   const Incident triage = TriageRole(now, ViewOf(*s), t);

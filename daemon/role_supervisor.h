@@ -89,6 +89,14 @@ class RoleSupervisor {
   // restart = "learner" process.
   void SignalLearnerScoped(int sig);
 
+  // The learner's ranks were judged hung while every one waits for input
+  // (RunController via RunActions::BlameRolesForStall). The role processes
+  // BlameRolesForLearnerStall (role_policy.h) names are handled as hung
+  // (SIGKILL, then restarted per their restart scope, recorded as role_hang);
+  // `learner_doing` ("in data of step 4") goes into the summary. Returns how
+  // many were named: 0 means the learner itself hangs.
+  int BlameLearnerStall(double learner_stalled_s, const std::string& learner_doing);
+
   // A reaped child: true when it was one of the role processes.
   bool OnExit(pid_t pid, int wstatus);
   // Every poll: hang checks and restarts that are due.
@@ -122,7 +130,13 @@ class RoleSupervisor {
   };
   Status StartSlot(Slot* slot);
   // An exit or a hang of a running process: asks the policy, records, acts.
-  void Failed(Slot* slot, bool hung, int wstatus, const RoleHangWatch::Verdict* verdict);
+  // `stall`: it was named for the learner's stall (BlameLearnerStall).
+  struct LearnerStall {
+    double waited_s = 0;
+    std::string doing;
+  };
+  void Failed(Slot* slot, bool hung, int wstatus, const RoleHangWatch::Verdict* verdict,
+              const LearnerStall* stall = nullptr);
   RankView ViewOf(const Slot& slot) const;
   static const char* StateName(State s);
 

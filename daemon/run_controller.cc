@@ -67,6 +67,16 @@ void RunController::StartGeneration() {
   spdlog::info("generation {} started: {} ranks, from step {}", generation_, opts_.world_size, generation_start_step_);
 }
 
+bool RunController::WaitingForInput(const std::vector<RankView>& live) {
+  if (live.empty()) return false;
+  for (const RankView& v : live) {
+    if (!WriterAttached(v.progress) || v.progress.torn) return false;
+    if (static_cast<Phase>(v.progress.record.phase) != Phase::kData) return false;
+    if (v.proc_state == 'T' || v.proc_state == 't') return false;  // a stopped rank is its own culprit
+  }
+  return true;
+}
+
 bool RunController::Progressed(const std::vector<RankView>& views) const {
   int64_t best = max_step_seen_;
   for (const RankView& v : views) {
@@ -94,6 +104,17 @@ void RunController::OnTick(const std::vector<RankView>& views) {
   const int64_t now = clock_->MonotonicNs();
   ObserveStragglers(now, views);
   HangDetector::Verdict verdict = hang_.Observe(now, live);
+  if (verdict.hung && WaitingForInput(live)) {
+    // Every rank waits for input: in a run with roles, for what they produce.
+    const RankView& first = live.front();
+    const std::string doing = "in data of step " + std::to_string(first.progress.record.step + 1);
+    if (const int named = actions_->BlameRolesForStall(verdict.stalled_s, doing); named > 0) {
+      spdlog::warn("the learner waited {:.1f} s {}: {} role process(es) named as the cause; the learner keeps "
+                   "running", verdict.stalled_s, doing, named);
+      hang_.Excuse(now);
+      return;
+    }
+  }
   if (verdict.hung) {
     Facts f;
     f.kind = IncidentKind::kHang;

@@ -77,6 +77,15 @@ class RunActions {
     (void)joining;
     return FailedPreconditionError("this supervisor cannot change the run's nodes");
   }
+  // Every live rank was judged hung while waiting for input (phase `data`):
+  // the role processes the learner waits on may be what is stuck
+  // (RoleSupervisor::BlameLearnerStall). Returns how many role processes were
+  // named and are being handled; 0 = the learner's own hang.
+  virtual int BlameRolesForStall(double stalled_s, const std::string& learner_doing) {
+    (void)stalled_s;
+    (void)learner_doing;
+    return 0;
+  }
   // The run is over: tear down and leave the loop with `exit_code`.
   virtual void Finish(int exit_code) = 0;
 };
@@ -164,6 +173,8 @@ class RunController {
   void EndGeneration(RunState state, const std::string& cause);
   void FinishRun(RunState state, const std::string& cause, int code);
   bool Progressed(const std::vector<RankView>& views) const;
+  // Every live rank is in phase `data` (waiting for input, in no collective).
+  static bool WaitingForInput(const std::vector<RankView>& live);
   std::string ActionText(const Facts& facts, const RecoveryDecision& d) const;
 
   ControllerOptions opts_;

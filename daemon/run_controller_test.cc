@@ -42,6 +42,10 @@ class RecordingActions : public RunActions {
     return Status::Ok();
   }
   void Finish(int code) override { finished = code; }
+  int BlameRolesForStall(double stalled_s, const std::string& doing) override {
+    stalls.push_back({stalled_s, doing});
+    return roles_to_blame;
+  }
   std::vector<std::string> ActiveHosts() const override { return active; }
   std::vector<std::string> SpareHosts() const override { return {}; }
   Result<int> Reshape(const std::vector<std::string>& leaving, const std::vector<std::string>& joining) override {
@@ -62,6 +66,8 @@ class RecordingActions : public RunActions {
   std::vector<std::string> drained;
   std::vector<std::vector<std::string>> requeued;
   int finished = -1;
+  int roles_to_blame = 0;  // what BlameRolesForStall answers
+  std::vector<std::pair<double, std::string>> stalls;
 };
 
 int Exited(int code) { return code << 8; }
@@ -206,6 +212,49 @@ TEST_F(RunControllerTest, GenerationsThatFailBeforeAStepBackOffExponentially) {
     controller_->OnTimer(ControllerTimer::kRestart);
   }
   EXPECT_EQ(backoffs, (std::vector<double>{0.5, 1.0, 2.0}));
+}
+
+// Every rank waits for input (a GRPO learner waiting for groups): the role
+// processes are asked first; when one is named, the learner is no culprit and
+// keeps running, and its stall clock starts again.
+TEST_F(RunControllerTest, ALearnerStalledInDataAsksTheRolesFirstAndKeepsRunningWhenOneIsNamed) {
+  Make();
+  controller_->Launch();
+  Train(3);
+  actions_.roles_to_blame = 1;
+  for (int i = 0; i < 6; ++i) {
+    clock_.Advance(1.0);
+    controller_->OnTick(Views(3, Phase::kData));
+  }
+  ASSERT_EQ(actions_.stalls.size(), 1u) << "asked once, when the hang allowance (5 s) ran out";
+  EXPECT_GT(actions_.stalls[0].first, 5.0);
+  EXPECT_EQ(actions_.stalls[0].second, "in data of step 4");
+  EXPECT_EQ(controller_->state(), RunController::State::kRunning);
+  EXPECT_TRUE(actions_.kills.empty());
+  EXPECT_TRUE(actions_.terminated.empty());
+  for (const EventRecord& e : Events()) EXPECT_NE(e.kind, "hang") << e.summary;
+  // Still waiting, and now no role process is to blame: the learner's own hang.
+  actions_.roles_to_blame = 0;
+  for (int i = 0; i < 7 && controller_->state() == RunController::State::kRunning; ++i) {
+    clock_.Advance(1.0);
+    controller_->OnTick(Views(3, Phase::kData));
+  }
+  EXPECT_EQ(actions_.stalls.size(), 2u);
+  EXPECT_EQ(controller_->state(), RunController::State::kStopping);
+  EXPECT_EQ(Events().back().kind, "hang");
+}
+
+TEST_F(RunControllerTest, ALearnerHungInACollectiveDoesNotAskTheRoles) {
+  Make();
+  controller_->Launch();
+  Train(3);
+  actions_.roles_to_blame = 1;
+  for (int i = 0; i < 8 && controller_->state() == RunController::State::kRunning; ++i) {
+    clock_.Advance(1.0);
+    controller_->OnTick(Views(3, Phase::kCollective));
+  }
+  EXPECT_TRUE(actions_.stalls.empty());
+  EXPECT_EQ(controller_->state(), RunController::State::kStopping);
 }
 
 TEST_F(RunControllerTest, ASilentRankIsAHangItsCulpritIsKilledAtOnce) {

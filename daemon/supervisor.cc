@@ -92,6 +92,9 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
   std::vector<std::string> ActiveHosts() const override { return HostsOf(active_); }
   std::vector<std::string> SpareHosts() const override { return HostsOf(spares_); }
   Result<int> Reshape(const std::vector<std::string>& leaving, const std::vector<std::string>& joining) override;
+  int BlameRolesForStall(double stalled_s, const std::string& learner_doing) override {
+    return roles_->BlameLearnerStall(stalled_s, learner_doing);
+  }
   void Finish(int code) override;
 
  private:
@@ -642,16 +645,10 @@ std::string Supervisor::Impl::HandleControl(const ControlRequest& req, uid_t pee
     if (!allowed.ok()) return EncodeErrorResponse(req.id, ControlErrorCode::kPermissionDenied, allowed.message());
   }
   if (req.op == control_op::kPing) return EncodeOkResponse(req.id, "{}");
-  {
+  if (!RequestNamesRun(req, recorder_->run_id())) {
     // A request about another run must not act on this one.
-    nlohmann::json args = nlohmann::json::parse(req.args_json, nullptr, false);
-    if (args.is_object() && args.contains("run_id") && args["run_id"].is_string()) {
-      const std::string want = args["run_id"].get<std::string>();
-      if (want != "latest" && recorder_->run_id().rfind(want, 0) != 0) {
-        return EncodeErrorResponse(req.id, ControlErrorCode::kFailedPrecondition,
-                                   "this holdfastd supervises run " + recorder_->run_id() + ", not " + want);
-      }
-    }
+    return EncodeErrorResponse(req.id, ControlErrorCode::kFailedPrecondition,
+                               "this holdfastd supervises run " + recorder_->run_id() + ", not " + *req.run_id);
   }
   if (req.op == control_op::kStatus) return EncodeOkResponse(req.id, EncodeStatusResult(BuildStatus()));
   if (req.op == control_op::kCheckpoint) {

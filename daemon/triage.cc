@@ -101,6 +101,8 @@ void HangDetector::StartGeneration(int64_t now_ns, int world_size) {
   stepped_.assign(world_size, false);
 }
 
+void HangDetector::Excuse(int64_t now_ns) { std::fill(last_progress_ns_.begin(), last_progress_ns_.end(), now_ns); }
+
 HangDetector::Verdict HangDetector::Observe(int64_t now_ns, const std::vector<RankView>& ranks) {
   Verdict v;
   bool any_writer = false;
@@ -343,7 +345,18 @@ Incident TriageRole(int64_t now_ns, const RankView& process, const RoleTrouble& 
   IncidentEvidence ev;
   ev.role = t.role;
   ev.role_index = t.index;
-  if (t.hung) {
+  const bool stopped = process.proc_state == 'T' || process.proc_state == 't';
+  if (t.hung && t.learner_waited_s > 0) {
+    // Named for the learner's stall: what it is, then what it held up.
+    inc.summary = who + (stopped ? std::string(" is ") + (process.proc_state == 'T' ? "stopped (SIGSTOP)"
+                                                                                     : "stopped by a tracer")
+                                 : " has not moved for " + Fixed1(t.silent_s) + " s") +
+                  "; the learner has waited " + Fixed1(t.learner_waited_s) + " s" +
+                  (t.learner_doing.empty() ? "" : " " + t.learner_doing) + " for what it produces";
+    ev.stalled_s = t.learner_waited_s;
+    ev.timeout_s = t.timeout_s;
+    ev.allowance = "learner_stall";
+  } else if (t.hung) {
     inc.summary = who + " hung: " +
                   (t.attached ? "no heartbeat or step for " + Fixed1(t.silent_s) + " s (hang_s " + Fixed1(t.timeout_s) + ")"
                               : "no progress record written within " + Fixed1(t.timeout_s) + " s of its start") +

@@ -56,6 +56,11 @@ class HangDetector {
   };
   Verdict Observe(int64_t now_ns, const std::vector<RankView>& ranks);
 
+  // The stall was someone else's (a role process the learner waits on was
+  // named): every rank's progress clock restarts at `now_ns`; step history
+  // and the startup state stay.
+  void Excuse(int64_t now_ns);
+
   // p99 of the recent step times (0 when none observed yet).
   double P99StepSeconds() const;
   size_t samples() const { return step_seconds_.size(); }
@@ -96,6 +101,11 @@ struct RoleTrouble {
   double silent_s = 0;     // hung: no heartbeat or step for this long
   double timeout_s = 0;    // hung: the allowance that applied
   bool attached = true;    // hung: whether it ever attached a progress writer
+  // hung: > 0 when it was named because the learner has waited this long for
+  // what it produces (RoleSupervisor::BlameLearnerStall); learner_doing says
+  // where the learner waits ("in data of step 4").
+  double learner_waited_s = 0;
+  std::string learner_doing;
   std::vector<std::string> log_tail;
 };
 // Kind role_crash or role_hang; no culprit ranks (the evidence's role and

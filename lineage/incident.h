@@ -146,7 +146,7 @@ struct IncidentEvidence {
   // Why it counts as a hang.
   std::optional<double> stalled_s;  // no step for this long
   std::optional<double> timeout_s;  // the allowance that applied
-  std::string allowance;            // "startup", "step", "checkpoint", "eval"
+  std::string allowance;            // "startup", "step", "checkpoint", "eval"; role_hang: "hang_s", "startup", "learner_stall"
 
   // checkpoint_failed.
   std::optional<int64_t> step;

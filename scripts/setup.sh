@@ -7,7 +7,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 PKGS=(
-  build-essential cmake ninja-build pkg-config git ca-certificates
+  build-essential cmake ninja-build ccache pkg-config git ca-certificates
   libtorch-dev libopenblas0-openmp libgloo-dev
   libboost-dev libspdlog-dev libfmt-dev libsqlite3-dev sqlite3
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libxxhash-dev

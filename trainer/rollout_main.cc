@@ -93,6 +93,8 @@ struct Worker {
   std::unique_ptr<RewardClient> rewards;
   std::unique_ptr<Journal> journal;
   int64_t groups_done = 0;
+  int64_t learner_epoch = -1;  // of the demand last acted on (logged when it changes)
+  int64_t unreadable_version = -1;  // last version that could not be read (logged once)
 
   // Loads the newest published weights when they differ from the held ones.
   // A version folder removed while being read (the learner keeps a few) is
@@ -108,10 +110,26 @@ struct Worker {
     const std::string wdir = WeightsDir(dir, *latest);
     auto dump = ReadParamsDump(wdir);
     if (!dump.ok()) {
-      if (dump.status().code() == StatusCode::kNotFound) return Status::Ok();  // replaced meanwhile: retry
+      // Removed or replaced while being read (the learner keeps a few
+      // versions, and a restarted learner removes the versions of steps it
+      // no longer has): the next call reads LATEST again.
+      const StatusCode c = dump.status().code();
+      if (c == StatusCode::kNotFound || c == StatusCode::kIoError || c == StatusCode::kCorruption) {
+        if (*latest != unreadable_version) {  // once per version: this is retried every few ms
+          spdlog::info("worker {}: policy version {} not readable now ({}); reading weights/LATEST again", index,
+                       *latest, dump.status().message());
+          unreadable_version = *latest;
+        }
+        return Status::Ok();
+      }
       return dump.status();
     }
     HF_RETURN_IF_ERROR(LoadModel(*dump, model, wdir));
+    if (held_version >= 0 && *latest < held_version) {
+      spdlog::warn("worker {}: the policy went back from version {} to {} (the learner resumed from an earlier "
+                   "checkpoint); generating with version {} from now on",
+                   index, held_version, *latest, *latest);
+    }
     std::error_code ec;
     const auto published = std::filesystem::last_write_time(wdir + "/params.json", ec);
     double age_ms = -1;
@@ -213,7 +231,24 @@ struct Worker {
       // Checked again right before: the learner may have ingested it meanwhile.
       auto again = ReadDemand(dir);
       if (again.ok() && (again->buffered.count(work[0]) != 0 || work[0] < again->consumed_below)) continue;
-      HF_RETURN_IF_ERROR(MakeGroup(work[0], *demand));
+      if (demand->learner_epoch != learner_epoch) {
+        if (learner_epoch >= 0) {
+          spdlog::info("worker {}: a new learner (epoch {} -> {}) wants prompts [{}, {}); going on from its demand",
+                       index, learner_epoch, demand->learner_epoch, demand->consumed_below, demand->upto);
+        }
+        learner_epoch = demand->learner_epoch;
+      }
+      Status made = MakeGroup(work[0], *demand);
+      if (made.code() == StatusCode::kUnavailable) {
+        // The reward service did not answer within the client's deadline
+        // (stopped, or restarting for long): the group is not lost, it has
+        // no file; the worker plans again from the demand and retries.
+        spdlog::warn("worker {}: group q={} not finished: {}; planning again from the demand", index, work[0],
+                     made.message());
+        journal->Write({{"event", "retry"}, {"q", work[0]}, {"error", made.message()}});
+        continue;
+      }
+      HF_RETURN_IF_ERROR(made);
     }
     journal->Write({{"event", "worker_stop"}, {"signal", g_stop.load()}});
     return Status::Ok();

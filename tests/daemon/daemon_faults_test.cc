@@ -314,5 +314,47 @@ TEST_F(DaemonFaultTest, RunctlResumeWaitReturnsOnceTheRunTrainsAgain) {
   }
 }
 
+
+// 10. Hostile control requests are refused before anything changes: a stop
+// whose run_id is not a string, is empty, or comes with a duplicate key used
+// to be obeyed (the run-id guard ran only for string ids; an empty id matched
+// every run; a repeated "op" counted by its last value). Each gets
+// InvalidArgument, the run keeps training and ends bit-exact.
+TEST_F(DaemonFaultTest, MalformedControlRequestsAreRefusedAndTheRunGoesOnUntouched) {
+  WriteJob();
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  auto before = WaitForStep(3, daemon);
+  ASSERT_TRUE(before.has_value()) << ReadFile(dir_ / "daemon.log");
+  const std::vector<std::string> hostile = {
+      R"({"v":1,"id":9,"op":"stop","args":{"run_id":123}})",
+      R"({"v":1,"id":9,"op":"stop","args":{"run_id":null}})",
+      R"({"v":1,"id":9,"op":"stop","args":{"run_id":["x"]}})",
+      R"({"v":1,"id":9,"op":"stop","args":{"run_id":""}})",
+      R"({"v":1,"id":9,"op":"status","op":"stop"})",
+      R"({"v":1,"id":9,"op":"stop","args":{"run_id":"latest","run_id":"r-other"}})",
+  };
+  for (const std::string& line : hostile) {
+    auto reply = testing::SendRawControlLine(dir_ / "run", line);
+    ASSERT_TRUE(reply.has_value()) << line;
+    auto j = nlohmann::json::parse(*reply, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << *reply;
+    EXPECT_FALSE(j.value("ok", true)) << line << " -> " << *reply;
+    EXPECT_EQ(j["error"]["code"], "InvalidArgument") << line << " -> " << *reply;
+  }
+  // A well-formed stop for another run is refused too.
+  auto other = testing::SendRawControlLine(dir_ / "run", R"({"v":1,"id":9,"op":"stop","args":{"run_id":"r-not-this"}})");
+  ASSERT_TRUE(other.has_value());
+  EXPECT_EQ(nlohmann::json::parse(*other)["error"]["code"], "FailedPrecondition") << *other;
+  // Still training: the step moves on past the one seen after the requests.
+  auto st = Status();
+  ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
+  EXPECT_EQ(st->state, "running");
+  ASSERT_TRUE(WaitForStep(st->step + 2, daemon).has_value()) << ReadFile(dir_ / "daemon.log");
+  ExpectFinishedBitExact(daemon);
+  auto rec = LatestRun();
+  ASSERT_TRUE(rec.has_value());
+  EXPECT_EQ(rec->run.state, RunState::kSucceeded);
+}
+
 }  // namespace
 }  // namespace holdfast

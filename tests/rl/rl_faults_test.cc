@@ -10,18 +10,26 @@
 // "In the middle of a group" is made exact, not lucky: the reward service is
 // SIGSTOPped first, so every worker that starts a group blocks in its reward
 // request (its journal's last line is "start"); only then is the worker (or
-// the service) killed, and the service continued.
+// the service) killed, and the service continued. Which worker that is
+// depends on the moment (one may have made all of its groups of the step and
+// wait for the next demand, which the learner cannot write while the other's
+// groups are missing), so the test kills the one that is mid-group: with the
+// service stopped the step cannot complete, so one always is.
+//
+// Every wait has a deadline far beyond its expected time and says what it
+// waited for (a backstop, not a timing assertion): a wait that can never end
+// fails with its reason instead of at the ctest timeout.
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -41,9 +49,13 @@ using testing::ReadFile;
 using testing::RunProcess;
 using testing::TempDir;
 using testing::WaitForStatus;
+using testing::WaitUntil;
 using testing::WriteFile;
 
 constexpr int kSteps = 10;
+// Backstop of every wait (seconds): far beyond what any of them takes on a
+// loaded 2-core machine.
+constexpr double kDeadlineS = 600;
 
 std::string ModelToml() {
   return "[model]\nn_layer = 2\nn_head = 4\nn_embd = 64\nblock_size = 16\nvocab_size = 256\n";
@@ -110,15 +122,16 @@ class RlFaultsTest : public ::testing::Test {
 
   std::string rl_dir() const { return dir_ / "out/rl"; }
 
-  // staleness: rl.max_staleness (0 = synchronous, deterministic).
-  void WriteJob(int staleness = 0) {
+  // staleness: rl.max_staleness (0 = synchronous, deterministic); hang_min_s:
+  // the learner's hang allowance.
+  void WriteJob(int staleness = 0, double hang_min_s = 120) {
     WriteFile(dir_ / "grpo.toml", GrpoToml(*shared_ / "sft/final", dir_ / "out", staleness));
     const std::string cfg = dir_ / "grpo.toml";
     std::ostringstream os;
     os << "[job]\nname = \"grpo-faults\"\ncommand = [\"" << BuildPath("trainer/holdfast-train") << "\", \"--config\", \""
        << cfg << "\", \"--dump-final\", \"" << dir_ / "final" << "\"]\nnproc = 1\ncheckpoint_dir = \""
        << dir_ / "out/checkpoints" << "\"\n"
-       << "[supervise]\npoll_ms = 50\nhang_min_s = 120\nstartup_timeout_s = 120\nrestart_budget = 2\n"
+       << "[supervise]\npoll_ms = 50\nhang_min_s = " << hang_min_s << "\nstartup_timeout_s = 120\nrestart_budget = 2\n"
        << "term_grace_s = 2\nbackoff_initial_s = 0.1\nprogress_dir = \"" << dir_ / "shm" << "\"\n"
        << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\n"
        << "[[roles]]\nname = \"rollout\"\ncommand = [\"" << BuildPath("trainer/holdfast-rollout") << "\", \"--config\", \""
@@ -149,15 +162,37 @@ class RlFaultsTest : public ::testing::Test {
     return 0;
   }
 
-  // Waits until worker `w`'s journal ends in a "start" of a group (it is in
-  // that group: the stopped reward service holds it there); returns its q.
-  std::optional<uint64_t> WaitMidGroup(ChildProcess& daemon, int w) const {
-    for (;;) {
-      if (daemon.Exited()) return std::nullopt;
-      auto j = Journal(rl_dir(), w);
-      if (!j.empty() && j.back()["event"] == "start") return j.back()["q"].get<uint64_t>();
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+  // A worker in the middle of a group: its journal ends in a "start" of
+  // prompt q and q has no group file, the same for a whole second (a reply
+  // the service sent just before it was stopped is written within
+  // milliseconds). With the reward service stopped, one worker always gets
+  // there. Returns (worker, q).
+  std::optional<std::pair<int, uint64_t>> WaitMidGroup(ChildProcess& daemon) const {
+    std::optional<std::pair<int, uint64_t>> seen;
+    std::optional<std::chrono::steady_clock::time_point> since;
+    std::optional<std::pair<int, uint64_t>> found;
+    WaitUntil(daemon, "a rollout worker in the middle of a group (journal ends in \"start\")", kDeadlineS, [&] {
+      std::optional<std::pair<int, uint64_t>> now;
+      for (int w = 0; w < 2 && !now; ++w) {
+        auto j = Journal(rl_dir(), w);
+        if (j.empty() || j.back()["event"] != "start") continue;
+        const uint64_t q = j.back()["q"].get<uint64_t>();
+        char name[48];
+        std::snprintf(name, sizeof(name), "/rollouts/q%010llu.json", static_cast<unsigned long long>(q));
+        if (!std::filesystem::exists(rl_dir() + name)) now = std::make_pair(w, q);
+      }
+      if (now != seen) {
+        seen = now;
+        since = std::chrono::steady_clock::now();
+        return false;
+      }
+      if (seen && std::chrono::steady_clock::now() - *since >= std::chrono::seconds(1)) {
+        found = seen;
+        return true;
+      }
+      return false;
+    });
+    return found;
   }
 
   void ExpectBitExact(ChildProcess& daemon) {
@@ -175,56 +210,61 @@ class RlFaultsTest : public ::testing::Test {
 TEST_F(RlFaultsTest, ARolloutWorkerKilledMidGroupRestartsAloneAndItsGroupIsMadeAgain) {
   WriteJob();
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
-  auto st = WaitForStatus(daemon, dir_ / "run", [](const RunStatus& s) { return Trained(s, 2); });
+  auto st = WaitForStatus(daemon, dir_ / "run", "the learner past step 2 with every role running", kDeadlineS,
+                          [](const RunStatus& s) { return Trained(s, 2); });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
   const int64_t learner = st->nodes[0].ranks[0].pid;
-  const int64_t worker0 = RolePid(*st, "rollout", 0), worker1 = RolePid(*st, "rollout", 1);
   const int64_t reward = RolePid(*st, "reward", 0);
   ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGSTOP), 0);
-  auto q = WaitMidGroup(daemon, 0);
-  ASSERT_TRUE(q) << ReadFile(dir_ / "daemon.log");
-  ASSERT_EQ(kill(static_cast<pid_t>(worker0), SIGKILL), 0);
+  auto mid = WaitMidGroup(daemon);
+  ASSERT_TRUE(mid) << ReadFile(dir_ / "daemon.log");
+  const auto [w, q] = *mid;
+  const int other = 1 - w;
+  const int64_t victim = RolePid(*st, "rollout", w), bystander = RolePid(*st, "rollout", other);
+  ASSERT_EQ(kill(static_cast<pid_t>(victim), SIGKILL), 0);
   ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGCONT), 0);
-  st = WaitForStatus(daemon, dir_ / "run", [&](const RunStatus& s) {
-    return Trained(s, 0) && RolePid(s, "rollout", 0) != worker0 && RolePid(s, "rollout", 0) != 0;
-  });
+  st = WaitForStatus(daemon, dir_ / "run", "rollout[" + std::to_string(w) + "] restarted", kDeadlineS,
+                     [&, w = w](const RunStatus& s) {
+                       return Trained(s, 0) && RolePid(s, "rollout", w) != victim && RolePid(s, "rollout", w) != 0;
+                     });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
   EXPECT_EQ(st->nodes[0].ranks[0].pid, learner) << "the learner must not restart";
-  EXPECT_EQ(RolePid(*st, "rollout", 1), worker1) << "the other worker must not restart";
+  EXPECT_EQ(RolePid(*st, "rollout", other), bystander) << "the other worker must not restart";
   EXPECT_EQ(RolePid(*st, "reward", 0), reward);
   ExpectBitExact(daemon);
   EXPECT_EQ(LatestRunGenerations(dir_ / "run"), 1u) << "the learner ran one generation";
   // The group the killed worker was making was made again, by its successor.
   bool remade = false;
-  for (const auto& j : Journal(rl_dir(), 0)) {
-    if (j["event"] == "done" && j["q"].get<uint64_t>() == *q && j["pid"].get<int64_t>() != worker0) remade = true;
-    if (j["event"] == "done" && j["q"].get<uint64_t>() == *q) {
-      EXPECT_NE(j["pid"].get<int64_t>(), worker0) << "the killed worker cannot have finished it";
-    }
+  for (const auto& j : Journal(rl_dir(), w)) {
+    if (j["event"] != "done" || j["q"].get<uint64_t>() != q) continue;
+    EXPECT_NE(j["pid"].get<int64_t>(), victim) << "the killed worker cannot have finished it";
+    if (j["pid"].get<int64_t>() != victim) remade = true;
   }
-  EXPECT_TRUE(remade) << "group q=" << *q << " was not made again";
+  EXPECT_TRUE(remade) << "group q=" << q << " was not made again";
   int role_crashes = 0;
+  const std::string killed = "role rollout[" + std::to_string(w) + "] killed by signal 9";
   for (const EventRecord& e : LatestRunEvents(dir_ / "run")) {
     if (e.kind != "role_crash") continue;
     ++role_crashes;
-    EXPECT_NE(e.summary.find("role rollout[0] killed by signal 9"), std::string::npos) << e.summary;
+    EXPECT_NE(e.summary.find(killed), std::string::npos) << e.summary;
   }
   EXPECT_EQ(role_crashes, 1);
-  for (int64_t pid : {learner, worker1, reward}) EXPECT_TRUE(Gone(pid)) << pid << " outlived the run";
+  for (int64_t pid : {learner, bystander, reward}) EXPECT_TRUE(Gone(pid)) << pid << " outlived the run";
 }
 
 TEST_F(RlFaultsTest, TheRewardServiceKilledWithARequestInFlightLosesNothing) {
   WriteJob();
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
-  auto st = WaitForStatus(daemon, dir_ / "run", [](const RunStatus& s) { return Trained(s, 2); });
+  auto st = WaitForStatus(daemon, dir_ / "run", "the learner past step 2 with every role running", kDeadlineS,
+                          [](const RunStatus& s) { return Trained(s, 2); });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
   const int64_t learner = st->nodes[0].ranks[0].pid;
   const int64_t worker0 = RolePid(*st, "rollout", 0), worker1 = RolePid(*st, "rollout", 1);
   const int64_t reward = RolePid(*st, "reward", 0);
   ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGSTOP), 0);
-  ASSERT_TRUE(WaitMidGroup(daemon, 1));  // worker 1's request is in flight
+  ASSERT_TRUE(WaitMidGroup(daemon));  // a worker's request is in flight
   ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGKILL), 0);
-  st = WaitForStatus(daemon, dir_ / "run", [&](const RunStatus& s) {
+  st = WaitForStatus(daemon, dir_ / "run", "reward[0] restarted", kDeadlineS, [&](const RunStatus& s) {
     return Trained(s, 0) && RolePid(s, "reward", 0) != reward && RolePid(s, "reward", 0) != 0;
   });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
@@ -242,17 +282,59 @@ TEST_F(RlFaultsTest, TheRewardServiceKilledWithARequestInFlightLosesNothing) {
   EXPECT_EQ(role_crashes, 1);
 }
 
+// The reward service stopped (SIGSTOP) and left so: the learner waits for
+// groups in `data` until its hang allowance runs out. What hangs is the
+// service, not the learner: holdfastd names reward[0] as stopped, kills and
+// restarts it alone (role_hang), and the learner — never restarted, never
+// blamed — finishes with the fault-free run's parameters. The workers retry
+// their requests against the new service and keep their pids too.
+TEST_F(RlFaultsTest, AStoppedRewardServiceIsNamedAndRestartedAloneWhileTheLearnerWaits) {
+  WriteJob(/*staleness=*/0, /*hang_min_s=*/20);
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  auto st = WaitForStatus(daemon, dir_ / "run", "the learner past step 2 with every role running", kDeadlineS,
+                          [](const RunStatus& s) { return Trained(s, 2); });
+  ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
+  const int64_t learner = st->nodes[0].ranks[0].pid;
+  const int64_t worker0 = RolePid(*st, "rollout", 0), worker1 = RolePid(*st, "rollout", 1);
+  const int64_t reward = RolePid(*st, "reward", 0);
+  ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGSTOP), 0);
+  st = WaitForStatus(daemon, dir_ / "run", "holdfastd to restart the stopped reward[0]", kDeadlineS,
+                     [&](const RunStatus& s) {
+                       return Trained(s, 0) && RolePid(s, "reward", 0) != reward && RolePid(s, "reward", 0) != 0;
+                     });
+  ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
+  EXPECT_EQ(st->nodes[0].ranks[0].pid, learner) << "the learner is not what hung: it must not restart";
+  EXPECT_EQ(RolePid(*st, "rollout", 0), worker0) << "the workers wait for the service; they must not restart";
+  EXPECT_EQ(RolePid(*st, "rollout", 1), worker1);
+  ExpectBitExact(daemon);
+  EXPECT_EQ(LatestRunGenerations(dir_ / "run"), 1u) << "the learner ran one generation";
+  EXPECT_TRUE(Gone(reward)) << "the stopped service was not killed";
+  int role_hangs = 0;
+  for (const EventRecord& e : LatestRunEvents(dir_ / "run")) {
+    EXPECT_NE(e.kind, "hang") << "the learner was blamed: " << e.summary;
+    EXPECT_NE(e.kind, "role_crash") << e.summary;
+    if (e.kind != "role_hang") continue;
+    ++role_hangs;
+    EXPECT_NE(e.summary.find("role reward[0] is stopped (SIGSTOP); the learner has waited"), std::string::npos)
+        << e.summary;
+    EXPECT_NE(e.summary.find("in data of step"), std::string::npos) << e.summary;
+    EXPECT_NE(e.action.find("the learner and the other role processes keep running"), std::string::npos) << e.action;
+  }
+  EXPECT_EQ(role_hangs, 1);
+}
+
 TEST_F(RlFaultsTest, ALearnerKilledResumesWithItsBufferAndPolicyVersionAndEndsBitExact) {
   WriteJob();
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
   // Past the checkpoint of step 3 and into step 5 or later: a step is lost.
-  auto st = WaitForStatus(daemon, dir_ / "run", [](const RunStatus& s) { return Trained(s, 5); });
+  auto st = WaitForStatus(daemon, dir_ / "run", "the learner past step 5 with every role running", kDeadlineS,
+                          [](const RunStatus& s) { return Trained(s, 5); });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
   const int64_t learner = st->nodes[0].ranks[0].pid;
   const int64_t worker0 = RolePid(*st, "rollout", 0), worker1 = RolePid(*st, "rollout", 1);
   const int64_t reward = RolePid(*st, "reward", 0);
   ASSERT_EQ(kill(static_cast<pid_t>(learner), SIGKILL), 0);
-  st = WaitForStatus(daemon, dir_ / "run", [&](const RunStatus& s) {
+  st = WaitForStatus(daemon, dir_ / "run", "the learner restarted", kDeadlineS, [&](const RunStatus& s) {
     return Trained(s, 0) && s.nodes[0].ranks[0].pid != learner && s.nodes[0].ranks[0].pid != 0;
   });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
@@ -261,6 +343,9 @@ TEST_F(RlFaultsTest, ALearnerKilledResumesWithItsBufferAndPolicyVersionAndEndsBi
   EXPECT_EQ(RolePid(*st, "reward", 0), reward);
   ExpectBitExact(daemon);
   EXPECT_EQ(LatestRunGenerations(dir_ / "run"), 2u);
+  for (const EventRecord& e : LatestRunEvents(dir_ / "run")) {
+    EXPECT_NE(e.kind, "role_crash") << "a learner restart must not crash a role process: " << e.summary;
+  }
   // The restarted learner said where it resumed from, buffer and version included.
   const std::string log = ReadFile(dir_ / "run/logs/a1-g1-rank0.log");
   EXPECT_NE(log.find("GRPO: resumed at policy version"), std::string::npos) << log;
@@ -274,7 +359,8 @@ TEST_F(RlFaultsTest, ALearnerKilledResumesWithItsBufferAndPolicyVersionAndEndsBi
 TEST_F(RlFaultsTest, AnAsynchronousLearnerKilledResumesItsReplayBufferAndTrainsEveryPromptOnce) {
   WriteJob(/*staleness=*/2);
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
-  auto st = WaitForStatus(daemon, dir_ / "run", [](const RunStatus& s) { return Trained(s, 5); });
+  auto st = WaitForStatus(daemon, dir_ / "run", "the learner past step 5 with every role running", kDeadlineS,
+                          [](const RunStatus& s) { return Trained(s, 5); });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
   const int64_t learner = st->nodes[0].ranks[0].pid;
   ASSERT_EQ(kill(static_cast<pid_t>(learner), SIGKILL), 0);
@@ -340,17 +426,19 @@ TEST_F(RlFaultsTest, ALearnerPreemptedWhileWaitingForGroupsCheckpointsAndResumes
   {
     ChildProcess learner(learner_argv, dir_ / "learner1.log");
     // Metrics lines: one per completed step (eval is off).
-    ASSERT_TRUE(testing::WaitForLines(dir_ / "out/metrics.jsonl", 4, learner)) << ReadFile(dir_ / "learner1.log");
+    ASSERT_TRUE(WaitUntil(learner, "4 metrics lines (steps)", kDeadlineS, [&] {
+      std::istringstream in(ReadFile(dir_ / "out/metrics.jsonl"));
+      std::string line;
+      int n = 0;
+      while (std::getline(in, line)) n += line.empty() ? 0 : 1;
+      return n >= 4;
+    })) << ReadFile(dir_ / "learner1.log");
     reward.Signal(SIGSTOP);
-    // Groups already scored may still complete the step in flight; after
-    // that the learner waits for groups that cannot come. Wait until no step
-    // completes any more, then stop it.
-    std::string seen;
-    for (std::string now = ReadFile(dir_ / "out/metrics.jsonl"); now != seen;
-         now = ReadFile(dir_ / "out/metrics.jsonl")) {
-      seen = now;
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    }
+    // A worker in a group that cannot be scored holds weights of version s
+    // (synchronous: only step s's prompts are made with them), which the
+    // learner publishes when it starts waiting for step s's groups; one of
+    // them cannot come now, so the learner is waiting, and stays so.
+    ASSERT_TRUE(WaitMidGroup(learner)) << ReadFile(dir_ / "learner1.log");
     learner.Signal(SIGTERM);
     EXPECT_EQ(learner.Wait(), 75) << ReadFile(dir_ / "learner1.log");
   }

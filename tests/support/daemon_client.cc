@@ -1,6 +1,11 @@
 #include "tests/support/daemon_client.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -19,12 +24,83 @@ std::optional<RunStatus> DaemonStatus(const std::string& run_dir) {
   return *st;
 }
 
+std::optional<std::string> SendRawControlLine(const std::string& run_dir, const std::string& line) {
+  const std::string path = ControlSocketPath(run_dir);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) return std::nullopt;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  std::optional<std::string> reply;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string out = line + "\n";
+    size_t sent = 0;
+    while (sent < out.size()) {
+      const ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      sent += static_cast<size_t>(n);
+    }
+    std::string in;
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      in.append(buf, static_cast<size_t>(n));
+      if (in.find('\n') != std::string::npos) {
+        reply = in.substr(0, in.find('\n'));
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  return reply;
+}
+
 std::optional<RunStatus> WaitForStatus(ChildProcess& daemon, const std::string& run_dir,
                                        const std::function<bool(const RunStatus&)>& ready) {
   for (;;) {
     if (daemon.Exited()) return std::nullopt;
     auto st = DaemonStatus(run_dir);
     if (st && ready(*st)) return st;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::optional<RunStatus> WaitForStatus(ChildProcess& daemon, const std::string& run_dir, const std::string& what,
+                                       double deadline_s, const std::function<bool(const RunStatus&)>& ready) {
+  std::optional<RunStatus> last;
+  std::optional<RunStatus> got;
+  const bool ok = WaitUntil(daemon, what, deadline_s, [&] {
+    auto st = DaemonStatus(run_dir);
+    if (!st) return false;
+    if (ready(*st)) {
+      got = std::move(st);
+      return true;
+    }
+    last = std::move(st);
+    return false;
+  });
+  if (!ok && last) {
+    ADD_FAILURE() << "the last status while waiting for " << what << ": state " << last->state << ", generation "
+                  << last->generation << ", step " << last->step;
+  }
+  return ok ? got : std::nullopt;
+}
+
+bool WaitUntil(ChildProcess& daemon, const std::string& what, double deadline_s, const std::function<bool()>& check) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::duration<double>(deadline_s);
+  for (;;) {
+    if (check()) return true;
+    if (daemon.Exited()) {
+      ADD_FAILURE() << "the daemon exited (code " << daemon.Wait() << ") while waiting for " << what;
+      return false;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ADD_FAILURE() << "waited " << deadline_s << " s for " << what << " in vain";
+      return false;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }

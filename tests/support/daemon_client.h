@@ -27,10 +27,28 @@ namespace holdfast::testing {
 // answer (not started yet, gone, or an answer that does not parse).
 std::optional<RunStatus> DaemonStatus(const std::string& run_dir);
 
+// Sends `line` (a '\n' is added) to the daemon's control socket as it is —
+// hostile requests included — and returns the reply line; nullopt when the
+// socket cannot be reached or closes without a reply.
+std::optional<std::string> SendRawControlLine(const std::string& run_dir, const std::string& line);
+
 // Polls DaemonStatus every 20 ms until `ready` holds and returns that status;
 // nullopt when `daemon` exits first.
 std::optional<RunStatus> WaitForStatus(ChildProcess& daemon, const std::string& run_dir,
                                        const std::function<bool(const RunStatus&)>& ready);
+
+// The same with a deadline, for suites whose waits must each say what they
+// waited for: nullopt (and a failed EXPECT naming `what`, the seconds waited
+// and the daemon's exit or last status) when `daemon` exits first or
+// `deadline_s` passes. The deadline is a backstop far beyond the expected
+// time, so that a wait that can never end fails with its reason instead of at
+// the ctest timeout — not a timing assertion.
+std::optional<RunStatus> WaitForStatus(ChildProcess& daemon, const std::string& run_dir, const std::string& what,
+                                       double deadline_s, const std::function<bool(const RunStatus&)>& ready);
+
+// Polls `check` every 20 ms until it returns true; false (and a failed EXPECT
+// naming `what`) when `daemon` exits first or `deadline_s` passes.
+bool WaitUntil(ChildProcess& daemon, const std::string& what, double deadline_s, const std::function<bool()>& check);
 
 // RUN_DIR/lineage.db opened read-only; nullptr (and a failed EXPECT naming the
 // error) when it cannot be opened.
