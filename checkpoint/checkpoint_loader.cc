@@ -149,12 +149,52 @@ Status CheckpointLoader::ReadAndCheck(const std::string& path, const ManifestSha
   return Status::Ok();
 }
 
-Result<Manifest> CheckpointLoader::Verify(int64_t step, const LoadOptions& options) const {
+const char* InspectDepthName(InspectDepth depth) {
+  switch (depth) {
+    case InspectDepth::kManifest: return "manifest";
+    case InspectDepth::kSizes: return "sizes";
+    case InspectDepth::kChecksums: return "checksums";
+  }
+  return "?";
+}
+
+Result<Manifest> CheckpointLoader::Inspect(int64_t step, InspectDepth depth, const LoadOptions& options) const {
+  const std::string dir = StepDir(step);
+  {
+    // A trainer that found the step corrupt marked it: it never loads again.
+    auto marker = storage_->OpenReadable(dir + "/" + kCorruptMarkerFileName);
+    if (marker.ok()) {
+      std::string why(static_cast<size_t>(std::min<uint64_t>((*marker)->size(), 4096)), '\0');
+      if (!why.empty() && !(*marker)->ReadAt(0, why.size(), why.data()).ok()) why.clear();
+      while (!why.empty() && (why.back() == '\n' || why.back() == '\r')) why.pop_back();
+      return CorruptionError(dir + " is marked corrupt by a trainer" + (why.empty() ? "" : ": " + why));
+    }
+  }
   HF_ASSIGN_OR_RETURN(Manifest m, ReadManifest(step));
+  if (depth == InspectDepth::kManifest) return m;
   for (const ManifestShard& shard : m.shards) {
-    HF_RETURN_IF_ERROR(ReadAndCheck(StepDir(step) + "/" + shard.file, shard, options, nullptr));
+    const std::string path = dir + "/" + shard.file;
+    if (depth == InspectDepth::kChecksums) {
+      HF_RETURN_IF_ERROR(ReadAndCheck(path, shard, options, nullptr));
+      continue;
+    }
+    auto file = storage_->OpenReadable(path);
+    if (!file.ok()) {
+      if (file.status().code() == StatusCode::kNotFound) {
+        return NotFoundError(dir + ": shard " + shard.file + " is missing (pruned, or the save was damaged)");
+      }
+      return file.status().WithContext(path);
+    }
+    if ((*file)->size() != shard.size) {
+      return CorruptionError(dir + ": shard " + shard.file + " is " + std::to_string((*file)->size()) +
+                             " bytes, the manifest says " + std::to_string(shard.size) + " (truncated or damaged)");
+    }
   }
   return m;
+}
+
+Result<Manifest> CheckpointLoader::Verify(int64_t step, const LoadOptions& options) const {
+  return Inspect(step, InspectDepth::kChecksums, options);
 }
 
 Result<Manifest> CheckpointLoader::ReadManifestFor(int64_t step, const LoadOptions& options) const {

@@ -66,6 +66,18 @@ struct LoadOptions {
   bool drop_cache = false;
 };
 
+// How far Inspect looks before it says a step can be loaded. Every answer to
+// "can this checkpoint be loaded?" in the project is one of these three:
+//   kManifest   not marked corrupt (kCorruptMarkerFileName), the manifest
+//               parses, its own checksum holds and it names this step
+//   kSizes      ... and every shard it names is on disk with its size: a
+//               manifest beside a missing, truncated or half-pruned shard
+//               fails (holdfastd's tracker, runctl resume --from-step)
+//   kChecksums  ... and every shard's bytes have the manifest's XXH3 (the
+//               trainer's loader; reads the whole checkpoint)
+enum class InspectDepth { kManifest, kSizes, kChecksums };
+const char* InspectDepthName(InspectDepth depth);  // "manifest", "sizes", "checksums"
+
 struct SkippedCheckpoint {
   int64_t step = -1;
   std::string dir;
@@ -145,7 +157,11 @@ class CheckpointLoader {
   // Step folders under root (committed or not), newest first. kNotFound when
   // root does not exist.
   Result<std::vector<int64_t>> ListSteps() const;
-  // Reads the manifest of step and checks its own checksum only.
+  // Whether step can be loaded, looked at to `depth` (InspectDepth); the
+  // manifest when it can, else why not (kNotFound: no manifest or a shard
+  // missing; kCorruption: marked, damaged, truncated or a checksum mismatch).
+  Result<Manifest> Inspect(int64_t step, InspectDepth depth, const LoadOptions& options = {}) const;
+  // Reads the manifest of step and checks its own checksum only (no marker).
   Result<Manifest> ReadManifest(int64_t step) const;
   // Reads the manifest and checksums every shard (nothing kept).
   Result<Manifest> Verify(int64_t step, const LoadOptions& options = {}) const;

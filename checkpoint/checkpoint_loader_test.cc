@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -148,6 +149,49 @@ TEST(CheckpointLoaderAllTest, LoadAllReturnsEveryRankReadingEachFileOnce) {
   for (const ManifestShard& s : got->manifest.shards) {
     EXPECT_EQ(storage.bytes_read()[got->dir + "/" + s.file], s.size) << s.file;
   }
+}
+
+// Inspect is the one answer to "can this step be loaded", at three depths:
+// each damage is found at the shallowest depth that can see it, never above.
+TEST(CheckpointInspectTest, EachDepthSeesWhatItLooksAtAndNothingMore) {
+  TempDir tmp;
+  for (int64_t step : {1, 2, 3, 4}) SaveAllRanks(tmp.path(), step, 2);
+  CheckpointLoader loader(tmp.path());
+  const std::string shard1 = [&] { return loader.StepDir(2) + "/" + ShardFileName(1, 2); }();
+  // Step 2: shard 1 truncated by one byte.
+  std::filesystem::resize_file(shard1, std::filesystem::file_size(shard1) - 1);
+  // Step 3: one byte of shard 0 flipped, size kept.
+  {
+    const std::string p = loader.StepDir(3) + "/" + ShardFileName(0, 2);
+    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(p) - 5));
+    f.put('\x5a');
+  }
+  // Step 4: marked corrupt by a trainer.
+  std::ofstream(loader.StepDir(4) + "/" + kCorruptMarkerFileName) << "shard 1: xxh3 mismatch\n";
+  for (InspectDepth d : {InspectDepth::kManifest, InspectDepth::kSizes, InspectDepth::kChecksums}) {
+    EXPECT_TRUE(loader.Inspect(1, d).ok()) << InspectDepthName(d);
+    Result<Manifest> marked = loader.Inspect(4, d);
+    ASSERT_FALSE(marked.ok()) << InspectDepthName(d);
+    EXPECT_EQ(marked.status().code(), StatusCode::kCorruption);
+    EXPECT_NE(marked.status().message().find("marked corrupt by a trainer: shard 1: xxh3 mismatch"), std::string::npos)
+        << marked.status().message();
+  }
+  EXPECT_TRUE(loader.Inspect(2, InspectDepth::kManifest).ok());
+  Result<Manifest> truncated = loader.Inspect(2, InspectDepth::kSizes);
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_NE(truncated.status().message().find("truncated or damaged"), std::string::npos)
+      << truncated.status().message();
+  EXPECT_FALSE(loader.Inspect(2, InspectDepth::kChecksums).ok());
+  EXPECT_TRUE(loader.Inspect(3, InspectDepth::kSizes).ok()) << "a flipped byte keeps the size";
+  Result<Manifest> flipped = loader.Inspect(3, InspectDepth::kChecksums);
+  ASSERT_FALSE(flipped.ok());
+  EXPECT_NE(flipped.status().message().find("checksum mismatch"), std::string::npos) << flipped.status().message();
+  // A missing shard is kNotFound at kSizes.
+  std::filesystem::remove(loader.StepDir(1) + "/" + ShardFileName(0, 2));
+  Result<Manifest> missing = loader.Inspect(1, InspectDepth::kSizes);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().ToString();
 }
 
 TEST(CheckpointLoaderAllTest, ARejectedCheckpointIsSkippedForTheNewestThatPasses) {

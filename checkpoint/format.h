@@ -56,6 +56,10 @@ inline constexpr char kCorruptMarkerFileName[] = "CORRUPT";
 inline constexpr char kCorruptDirSuffix[] = ".corrupt";
 // The step of a folder moved aside as corrupt ("step-N.corrupt[.K]"), else -1.
 int64_t ParseCorruptStepDirName(const std::string& name);
+// A later step of a timeline that a resume to an earlier step abandoned,
+// moved aside by holdfastd ("step-N.fenced[.K]"): kept as evidence, invisible
+// to every loader and to retention (its name is no step folder's).
+inline constexpr char kFencedDirSuffix[] = ".fenced";
 
 // XXH3-64 of a byte range (libxxhash).
 uint64_t Xxh3(const void* data, size_t n);

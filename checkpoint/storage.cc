@@ -166,4 +166,15 @@ Result<bool> PosixStorage::Exists(const std::string& path) {
   return ErrnoError("stat " + path, errno);
 }
 
+Result<std::string> MoveStepDirAside(const std::string& dir, const std::string& suffix) {
+  for (int k = 1; k < 1000; ++k) {
+    const std::string to = dir + suffix + (k == 1 ? "" : "." + std::to_string(k));
+    struct stat st {};
+    if (::lstat(to.c_str(), &st) == 0) continue;
+    if (::rename(dir.c_str(), to.c_str()) != 0) return ErrnoError("rename " + dir + " to " + to, errno);
+    return to;
+  }
+  return ResourceExhaustedError(dir + suffix + ": 999 folders of that name already set aside; remove some");
+}
+
 }  // namespace holdfast

@@ -95,4 +95,9 @@ class PosixStorage final : public Storage {
   Result<bool> Exists(const std::string& path) override;
 };
 
+// Renames step folder `dir` to "<dir><suffix>", or "<dir><suffix>.K" for the
+// first free K (2, 3, ...) when that exists: a folder set aside (corrupt,
+// fenced) is kept, never overwritten. Returns the new path.
+Result<std::string> MoveStepDirAside(const std::string& dir, const std::string& suffix);
+
 }  // namespace holdfast

@@ -22,10 +22,11 @@
 #include <sstream>
 #include <thread>
 
-#include "checkpoint/format.h"  // kManifestFileName only: runctl reads no checkpoint bytes
+#include "checkpoint/format.h"
 #include "common/toml_reader.h"
 #include "cli/report.h"
 #include "daemon/control_protocol.h"
+#include "daemon/resume_point.h"
 #include "daemon/run_lock.h"
 #include "lineage/incident.h"
 #include "lineage/lineage_db.h"
@@ -1321,28 +1322,6 @@ std::string FindTool(const std::string& name, const char* env, const std::string
   return "";
 }
 
-// Why the daemon could not resume from checkpoint `k`, or "" when it can:
-// lineage must still call it committed, and its folder must still hold the
-// manifest. Retention deletes folders without always telling lineage, so the
-// disk is the judge of the second half.
-std::string WhyNotResumable(const CliContext& c, const CheckpointRecord& k) {
-  if (k.state != CheckpointState::kCommitted) {
-    return std::string("it is marked ") + CheckpointStateName(k.state) +
-           (k.reason.empty() ? "" : " (" + k.reason + ")");
-  }
-  if (k.path.empty()) return "lineage.db records no folder for it";
-  const std::string dir = k.path[0] == '/' ? k.path : c.run_dir + "/" + k.path;
-  struct stat st {};
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return "its folder " + dir + " is gone (pruned or moved)";
-  }
-  const std::string manifest = dir + "/" + kManifestFileName;
-  if (stat(manifest.c_str(), &st) != 0) {
-    return dir + " has no " + std::string(kManifestFileName) + " (an incomplete or damaged save)";
-  }
-  return "";
-}
-
 std::vector<char*> Argv(std::vector<std::string>& args) {
   std::vector<char*> v;
   for (std::string& a : args) v.push_back(a.data());
@@ -1367,23 +1346,9 @@ int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_
   if (from_step) {
     Result<std::vector<CheckpointRecord>> ckpts = l.db->Checkpoints(run.run_id);
     if (!ckpts.ok()) return Fail(c, kRunctlFailure, ckpts.status().message());
-    // The newest row of each step (a step can be recorded again after being
-    // marked corrupt), then which of them the daemon could really load.
-    std::map<int64_t, const CheckpointRecord*> by_step;
-    for (const CheckpointRecord& k : *ckpts) by_step[k.step] = &k;
-    std::vector<std::string> good;
-    for (const auto& [step, k] : by_step) {
-      if (WhyNotResumable(c, *k).empty()) good.push_back(std::to_string(step));
-    }
-    auto it = by_step.find(*from_step);
-    const std::string why = it == by_step.end() ? "no checkpoint of that step is recorded"
-                                                : WhyNotResumable(c, *it->second);
-    if (!why.empty()) {
-      return Fail(c, kRunctlNotFound,
-                  "run " + run.run_id + " cannot resume from step " + std::to_string(*from_step) +
-                      ": " + why + "; steps it can resume from: " +
-                      (good.empty() ? "none (no checkpoint is both committed and on disk)"
-                                    : Join(good, ", ")));
+    // What holdfastd --from-step checks too (daemon/resume_point.h).
+    if (Status ok = CheckResumeStep(run.run_id, *ckpts, *from_step, c.run_dir); !ok.ok()) {
+      return Fail(c, kRunctlNotFound, ok.message());
     }
   }
   // One daemon per run directory: refuse while one holds the run's lock —

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -20,6 +21,9 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/format.h"
+#include "common/memory_store.h"
 #include "daemon/control_protocol.h"
 #include "lineage/lineage_db.h"
 
@@ -111,13 +115,33 @@ class RunctlTest : public ::testing::Test {
 
   std::string db_path() const { return dir_ + "/lineage.db"; }
 
-  // The folder BuildLineage records for a checkpoint of `step`, on disk.
+  // The folder BuildLineage records for a checkpoint of `step`.
+  std::string CheckpointPath(int64_t step) const { return dir_ + "/checkpoints/" + StepDirName(step); }
+  // That folder on disk: a real one-rank checkpoint (CheckpointWriter), or,
+  // without `manifest`, a save that never finished (a folder, no manifest).
   std::string MakeCheckpointDir(int64_t step, bool manifest) {
-    std::string d = dir_ + "/checkpoints";
-    mkdir(d.c_str(), 0755);
-    d += "/step-" + std::to_string(step);
-    EXPECT_EQ(mkdir(d.c_str(), 0755), 0) << d;
-    if (manifest) std::ofstream(d + "/MANIFEST.json") << "{}\n";
+    const std::string root = dir_ + "/checkpoints";
+    const std::string d = CheckpointPath(step);
+    if (!manifest) {
+      std::filesystem::create_directories(d);
+      return d;
+    }
+    CheckpointWriterOptions o;
+    o.root = root;
+    o.rank = 0;
+    o.world_size = 1;
+    o.layout = "dp=1";
+    o.config_hash = "cfg";
+    o.store = std::make_shared<InMemoryStore>();
+    o.retention.keep_last = 100;
+    auto w = CheckpointWriter::Create(o);
+    HF_CHECK_MSG(w.ok(), w.status().ToString());
+    const std::string meta = "{}";
+    std::vector<float> params(256, 0.5f);
+    std::vector<BufferView> views = {{"meta", meta.data(), meta.size()},
+                                     {"params", params.data(), params.size() * sizeof(float), true}};
+    HF_CHECK((*w)->Save(step, views).ok());
+    HF_CHECK((*w)->Flush().ok());
     return d;
   }
 
@@ -153,7 +177,7 @@ class RunctlTest : public ::testing::Test {
     CheckpointRecord ck;
     ck.run_id = kRunA;
     ck.step = 100;
-    ck.path = dir_ + "/checkpoints/step-100";
+    ck.path = CheckpointPath(100);
     ck.bytes = 3 * 1024 * 1024;
     ck.world_size = 2;
     ck.attempt = 1;
@@ -743,7 +767,7 @@ TEST_F(RunctlTest, StopWaitPrintsHowTheRunEnded) {
     CheckpointRecord ck;
     ck.run_id = kRunB;
     ck.step = 300;
-    ck.path = dir_ + "/checkpoints/step-300";
+    ck.path = CheckpointPath(300);
     ASSERT_TRUE(db->RecordCheckpoint(ck).ok());
   }
   // The stand-in records the stop in lineage.db before it answers, as the
@@ -843,11 +867,11 @@ TEST_F(RunctlTest, ResumeFromAStepNeedsACommittedCheckpointThatIsStillOnDisk) {
   BuildLineage();  // step 100 of run A, committed
   {
     auto db = OpenWriter();
-    for (int64_t step : {200, 300, 400, 500}) {
+    for (int64_t step : {200, 300, 400, 500, 600}) {
       CheckpointRecord ck;
       ck.run_id = kRunA;
       ck.step = step;
-      ck.path = dir_ + "/checkpoints/step-" + std::to_string(step);
+      ck.path = CheckpointPath(step);
       ck.world_size = 2;
       ASSERT_TRUE(db->RecordCheckpoint(ck).ok());
     }
@@ -856,9 +880,16 @@ TEST_F(RunctlTest, ResumeFromAStepNeedsACommittedCheckpointThatIsStillOnDisk) {
   }
   MakeCheckpointDir(100, /*manifest=*/true);
   // 200: pruned from disk, still "committed" in lineage.
-  MakeCheckpointDir(300, /*manifest=*/false);  // the save never finished
   MakeCheckpointDir(400, /*manifest=*/true);
   MakeCheckpointDir(500, /*manifest=*/true);
+  // 600: committed, its manifest fine, its shard truncated (a copy that ran
+  // out of space): the trainer's checksum would fail and go to another step.
+  {
+    const std::string shard = MakeCheckpointDir(600, /*manifest=*/true) + "/" + ShardFileName(0, 1);
+    std::filesystem::resize_file(shard, std::filesystem::file_size(shard) / 2);
+  }
+  // Last: a writer clears unfinished saves when it starts.
+  MakeCheckpointDir(300, /*manifest=*/false);  // the save never finished
   FakeHoldfastd fake = MakeFakeHoldfastd(dir_);
   const std::vector<std::string> env = {"RUNCTL_HOLDFASTD=" + fake.path};
 
@@ -867,8 +898,9 @@ TEST_F(RunctlTest, ResumeFromAStepNeedsACommittedCheckpointThatIsStillOnDisk) {
     std::string why;
   };
   for (const Case& k :
-       {Case{"200", "its folder " + dir_ + "/checkpoints/step-200 is gone (pruned or moved)"},
-        Case{"300", dir_ + "/checkpoints/step-300 has no MANIFEST.json"},
+       {Case{"200", "its folder " + CheckpointPath(200) + " is gone (pruned or moved)"},
+        Case{"300", CheckpointPath(300) + " has no MANIFEST.json"},
+        Case{"600", CheckpointPath(600) + ": shard " + ShardFileName(0, 1) + " is "},
         Case{"400", "it is marked corrupt (shard 1: xxh3 mismatch)"},
         Case{"7", "no checkpoint of that step is recorded"}}) {
     Outcome o = Run({"resume", kRunA, "--from-step", k.step}, env);
@@ -915,7 +947,7 @@ TEST_F(RunctlTest, LineageKeepsTheOrderThingsHappenedInWhenTheClockStepsBack) {
     CheckpointRecord ck;
     ck.run_id = kRunA;
     ck.step = 25;
-    ck.path = dir_ + "/checkpoints/step-25";
+    ck.path = CheckpointPath(25);
     ASSERT_TRUE(d.RecordCheckpoint(ck).ok());
     EventRecord hang = crash;
     hang.kind = event_kind::kHang;

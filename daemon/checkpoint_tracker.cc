@@ -57,21 +57,7 @@ std::vector<CheckpointTracker::CorruptFolder> CheckpointTracker::CorruptFolders(
 }
 
 Status CheckpointTracker::Verify(int64_t step) const {
-  if (std::string mark = CorruptMark(step); !mark.empty()) {
-    return CorruptionError("checkpoint step " + std::to_string(step) + ": " + mark);
-  }
-  HF_ASSIGN_OR_RETURN(Manifest m, CheckpointLoader(root_).ReadManifest(step));
-  for (const ManifestShard& shard : m.shards) {
-    const std::filesystem::path path = std::filesystem::path(StepDir(step)) / shard.file;
-    std::error_code ec;
-    const uintmax_t size = std::filesystem::file_size(path, ec);
-    if (ec) return NotFoundError("checkpoint step " + std::to_string(step) + ": shard " + path.string() + ": " + ec.message());
-    if (size != shard.size) {
-      return CorruptionError("checkpoint step " + std::to_string(step) + ": shard " + path.string() + " is " +
-                             std::to_string(size) + " bytes, the manifest says " + std::to_string(shard.size));
-    }
-  }
-  return Status::Ok();
+  return CheckpointLoader(root_).Inspect(step, InspectDepth::kSizes).status();
 }
 
 int64_t CheckpointTracker::NewestVerified() const {

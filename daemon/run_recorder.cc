@@ -8,11 +8,15 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "checkpoint/format.h"
+#include "checkpoint/storage.h"
+#include "daemon/resume_point.h"
 #include "health/report.h"
 #include "lineage/incident.h"
 
@@ -98,6 +102,13 @@ Status RunRecorder::OpenRun() {
     run.slurm_job_id = opts_.allocation.job_id;
     HF_ASSIGN_OR_RETURN(run_id_, db_->CreateRun(run));
   }
+  if (existing.has_value() && opts_.from_step >= 0) {
+    // The same check as `runctl resume --from-step`, before anything changes:
+    // a step that cannot be resumed from must not cost an attempt and a
+    // restart, nor silently train from another step.
+    HF_ASSIGN_OR_RETURN(std::vector<CheckpointRecord> rows, db_->Checkpoints(run_id_));
+    HF_RETURN_IF_ERROR(CheckResumeStep(run_id_, rows, opts_.from_step, opts_.run_dir));
+  }
   auto recorded = db_->Checkpoints(run_id_);
   int64_t newest_step = -1;
   int newest_world = 0;  // who saved the checkpoint a resumed attempt starts from
@@ -111,7 +122,6 @@ Status RunRecorder::OpenRun() {
       if (c.state == CheckpointState::kCorrupt) corrupt_seen_.insert(std::to_string(c.step) + "\n" + c.reason);
     }
   }
-  last_committed_step_ = existing.has_value() ? NewestCommittedStep() : -1;
   AttemptStart as;
   as.nodes = hosts;
   as.slurm_job_id = opts_.allocation.job_id;
@@ -119,10 +129,15 @@ Status RunRecorder::OpenRun() {
   if (opts_.from_step >= 0) {
     as.resumed_from_step = opts_.from_step;
     requested_start_step_ = opts_.from_step;
-  } else if (last_committed_step_ >= 0) {
-    as.resumed_from_step = last_committed_step_;
+  } else if (existing.has_value()) {
+    if (const int64_t newest = NewestCommittedStep(); newest >= 0) as.resumed_from_step = newest;
   }
   HF_ASSIGN_OR_RETURN(attempt_, db_->StartAttempt(run_id_, as));
+  std::vector<int64_t> fenced;
+  if (existing.has_value() && opts_.from_step >= 0) {
+    HF_ASSIGN_OR_RETURN(fenced, FenceLaterThan(opts_.from_step));
+  }
+  last_committed_step_ = existing.has_value() ? NewestCommittedStep() : -1;
   // From here on a write never holds up supervision for long (see Write).
   db_->SetBusyTimeout(kBusyWaitMs);
   if (existing.has_value()) {
@@ -136,6 +151,12 @@ Status RunRecorder::OpenRun() {
                     std::to_string(opts_.allocation.restart_count) + ", previous attempt " + RunStateName(existing->state) + ")";
     }
     ev.action = "attempt " + std::to_string(attempt_) + " from " + from;
+    if (!fenced.empty()) {
+      std::string steps;
+      for (int64_t s : fenced) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
+      ev.action += "; later checkpoints " + steps + " of the abandoned timeline fenced off (kept on disk as step-N" +
+                   kFencedDirSuffix + ", never resumed from)";
+    }
     ev.runbook = RunbookFor(kind);
     RecordEvent(ev);
     if (opts_.from_step < 0 && newest_step >= 0 && newest_world > 0 && newest_world != opts_.world_size) {
@@ -288,6 +309,37 @@ void RunRecorder::RecordCommitted(int64_t step, int world_size) {
   c.committed_ms = clock_->UnixMs();
   Write("checkpoint step " + std::to_string(step) + " committed", [c](LineageDb& db) { return db.RecordCheckpoint(c); });
   recorded_steps_.insert(step);
+}
+
+Result<std::vector<int64_t>> RunRecorder::FenceLaterThan(int64_t step) {
+  std::set<int64_t> later;
+  for (int64_t s : tracker_.StepsOnDisk()) {
+    if (s > step) later.insert(s);
+  }
+  HF_ASSIGN_OR_RETURN(std::vector<CheckpointRecord> rows, db_->Checkpoints(run_id_));
+  std::set<int64_t> committed_rows;
+  for (const CheckpointRecord& c : rows) {
+    if (c.step > step && c.state == CheckpointState::kCommitted) committed_rows.insert(c.step);
+  }
+  later.insert(committed_rows.begin(), committed_rows.end());
+  std::vector<int64_t> out;
+  for (int64_t s : later) {
+    std::string where = "no longer on disk";
+    if (tracker_.enabled() && std::filesystem::exists(tracker_.StepDir(s))) {
+      HF_ASSIGN_OR_RETURN(where, MoveStepDirAside(tracker_.StepDir(s), kFencedDirSuffix));
+      spdlog::warn("checkpoint step {} is later than the resume's step {}: moved to {} (the abandoned timeline; "
+                   "kept as evidence, never resumed from)", s, step, where);
+    }
+    if (committed_rows.count(s) != 0) {
+      HF_RETURN_IF_ERROR(db_->MarkCheckpoint(
+          run_id_, s, CheckpointState::kFenced,
+          "a later step of the timeline that attempt " + std::to_string(attempt_) + " abandoned by resuming from step " +
+              std::to_string(step) + " (" + where + ")"));
+    }
+    recorded_steps_.erase(s);
+    out.push_back(s);
+  }
+  return out;
 }
 
 void RunRecorder::RecordPruned() {

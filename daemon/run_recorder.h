@@ -117,6 +117,11 @@ class RunRecorder {
   Result<std::optional<RunRecord>> RunOfSlurmJob(const std::string& job_id);
   void RecordCommitted(int64_t step, int world_size);
   void RecordPruned();
+  // A resume from `step` of a run with later checkpoints: each later step
+  // folder on disk is moved aside ("step-N.fenced", checkpoint/format.h) and
+  // its lineage row marked fenced, so that no restart of the resumed
+  // timeline goes back onto the abandoned one. Returns the fenced steps.
+  Result<std::vector<int64_t>> FenceLaterThan(int64_t step);
   void RecordCheckpointFailures(const std::vector<RankView>& views);
   // Checkpoints a trainer found corrupt while resuming (CheckpointTracker::CorruptMark).
   void RecordCorrupt();

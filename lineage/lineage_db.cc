@@ -187,13 +187,45 @@ constexpr const char kSchemaV4[] = R"sql(
 ALTER TABLE checkpoint ADD COLUMN metrics TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metrics));
 )sql";
 
+// Version 5: a checkpoint can be "fenced": a later step of a timeline that a
+// resume to an earlier step abandoned (kept on disk as evidence, never
+// resumed from). SQLite cannot change a CHECK in place: the table is rebuilt
+// with its columns in the same order.
+constexpr const char kSchemaV5[] = R"sql(
+CREATE TABLE checkpoint_v5 (
+  id           INTEGER PRIMARY KEY,
+  run_id       TEXT NOT NULL REFERENCES run(run_id),
+  step         INTEGER NOT NULL,
+  path         TEXT NOT NULL,
+  bytes        INTEGER NOT NULL,
+  world_size   INTEGER NOT NULL,
+  attempt      INTEGER,
+  generation   INTEGER,
+  committed_ms INTEGER NOT NULL,
+  state        TEXT NOT NULL CHECK (state IN ('committed', 'corrupt', 'pruned', 'fenced')),
+  reason       TEXT NOT NULL DEFAULT '',
+  state_ms     INTEGER,
+  seq          INTEGER,
+  state_seq    INTEGER,
+  metrics      TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metrics))
+);
+INSERT INTO checkpoint_v5 (id, run_id, step, path, bytes, world_size, attempt, generation, committed_ms, state,
+                           reason, state_ms, seq, state_seq, metrics)
+  SELECT id, run_id, step, path, bytes, world_size, attempt, generation, committed_ms, state, reason, state_ms, seq,
+         state_seq, metrics FROM checkpoint;
+DROP TABLE checkpoint;
+ALTER TABLE checkpoint_v5 RENAME TO checkpoint;
+CREATE INDEX checkpoint_by_run ON checkpoint(run_id, step);
+)sql";
+
 // The migration that takes a file from version `from` to `from + 1`.
 std::string Migration(int from) {
   switch (from) {
     case 0: return kSchemaV1;
     case 1: return SchemaV2();
     case 2: return kSchemaV3;
-    default: return kSchemaV4;
+    case 3: return kSchemaV4;
+    default: return kSchemaV5;
   }
 }
 
@@ -225,7 +257,7 @@ std::optional<E> ParseName(const char* const (&names)[N], const std::string& s) 
 
 constexpr const char* kRunStateNames[] = {"running", "succeeded", "failed", "stopped", "preempted"};
 constexpr const char* kSchedulerNames[] = {"local", "slurm"};
-constexpr const char* kCheckpointStateNames[] = {"committed", "corrupt", "pruned"};
+constexpr const char* kCheckpointStateNames[] = {"committed", "corrupt", "pruned", "fenced"};
 constexpr const char* kHealthStatusNames[] = {"pass", "warn", "fail", "skipped"};
 constexpr const char* kJournalModeNames[] = {"wal", "delete", "truncate"};
 

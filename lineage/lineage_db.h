@@ -40,7 +40,9 @@ namespace holdfast {
 // State of a run, an attempt or a generation.
 enum class RunState { kRunning, kSucceeded, kFailed, kStopped, kPreempted };
 enum class SchedulerKind { kLocal, kSlurm };
-enum class CheckpointState { kCommitted, kCorrupt, kPruned };
+// kFenced: a later step of a timeline a resume to an earlier step abandoned
+// (RunRecorder: moved aside on disk as evidence, never resumed from).
+enum class CheckpointState { kCommitted, kCorrupt, kPruned, kFenced };
 enum class HealthStatus { kPass, kWarn, kFail, kSkipped };
 
 // Lower-case names as stored in the database ("running", "slurm", ...).
@@ -227,7 +229,7 @@ struct LineageOptions {
 class LineageDb {
  public:
   // Newest schema this build reads and writes.
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
 
   static Result<std::unique_ptr<LineageDb>> Open(const std::string& path,
                                                  const LineageOptions& options = {});

@@ -128,15 +128,9 @@ void SetAsideCorrupt(const std::string& dir, const Status& reason) {
     spdlog::warn("cannot mark checkpoint {} corrupt: {}", dir, w.ToString());
     return;
   }
-  for (int k = 1; k < 1000; ++k) {
-    const std::string to = dir + kCorruptDirSuffix + (k == 1 ? "" : "." + std::to_string(k));
-    std::error_code ec;
-    if (std::filesystem::exists(to, ec)) continue;
-    std::filesystem::rename(dir, to, ec);
-    if (ec) spdlog::warn("cannot move corrupt checkpoint {} aside: {}", dir, ec.message());
-    else spdlog::warn("moved corrupt checkpoint {} to {} (evidence; remove it once looked at)", dir, to);
-    return;
-  }
+  Result<std::string> to = MoveStepDirAside(dir, kCorruptDirSuffix);
+  if (!to.ok()) spdlog::warn("cannot move corrupt checkpoint {} aside: {}", dir, to.status().ToString());
+  else spdlog::warn("moved corrupt checkpoint {} to {} (evidence; remove it once looked at)", dir, *to);
 }
 
 // Finds and restores the checkpoint to resume from. Returns the step restored,

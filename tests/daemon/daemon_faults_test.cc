@@ -2,6 +2,7 @@
 // each tried as a new user would, against a real holdfastd and real
 // holdfast-train ranks, asserting what an operator sees: exit codes, lineage,
 // runctl's words, files left behind.
+#include <map>
 #include <set>
 
 #include "tests/daemon/supervised_run.h"
@@ -188,6 +189,79 @@ TEST_F(DaemonFaultTest, PrunedCheckpointsAreMarkedAndCannotBeResumedFrom) {
   EXPECT_NE(resume.output.find("pruned"), std::string::npos) << resume.output;
   EXPECT_NE(resume.output.find("20, 25, 30"), std::string::npos) << "names the steps it can resume from: "
                                                                   << resume.output;
+  // holdfastd asked directly refuses the same way, exit 2, before anything
+  // starts: no attempt is added (it used to spend a restart and train from
+  // the newest checkpoint with exit 0).
+  auto attempts_before = db->Attempts(run->run_id);
+  ASSERT_TRUE(attempts_before.ok());
+  for (const char* step : {"10", "12"}) {  // pruned; never saved
+    ProcessResult direct = RunProcess({BuildPath("daemon/holdfastd"), "--run-dir", dir_ / "run", "--config",
+                                       dir_ / "job.toml", "--resume", run->run_id, "--from-step", step});
+    EXPECT_EQ(direct.exit_code, 2) << direct.output;
+    EXPECT_NE(direct.output.find("cannot resume from step " + std::string(step)), std::string::npos) << direct.output;
+    EXPECT_NE(direct.output.find("steps it can resume from: 20, 25, 30"), std::string::npos) << direct.output;
+  }
+  auto again = Lineage();
+  ASSERT_NE(again, nullptr);
+  auto attempts_after = again->Attempts(run->run_id);
+  ASSERT_TRUE(attempts_after.ok());
+  EXPECT_EQ(attempts_after->size(), attempts_before->size()) << "a refused resume must record no attempt";
+}
+
+// A resume to an earlier step abandons the later timeline: its checkpoints
+// are fenced off (moved aside on disk, marked fenced in lineage), so that a
+// crash after the resume restarts from the resumed timeline's newest step —
+// it used to restart from the abandoned timeline's newest (step 30), and the
+// re-save of an abandoned step was recorded as checkpoint_failed.
+TEST_F(DaemonFaultTest, AResumeToAnEarlierStepFencesTheLaterCheckpointsOffAndACrashStaysOnItsTimeline) {
+  WriteJob();
+  {
+    ChildProcess first(Daemon(), dir_ / "daemon.log");
+    ExpectFinishedBitExact(first);
+  }
+  std::string run_id;
+  {
+    auto rec = LatestRun();
+    ASSERT_TRUE(rec.has_value());
+    run_id = rec->run.run_id;
+  }
+  WriteJob("crash@1:22");  // fires once, in the resumed attempt: before step 25 is saved again
+  std::vector<std::string> argv = Daemon();
+  argv.insert(argv.end(), {"--resume", run_id, "--from-step", "20"});
+  ChildProcess resumed(argv, dir_ / "daemon2.log");
+  ASSERT_EQ(resumed.Wait(), 0) << ReadFile(dir_ / "daemon2.log");
+  EXPECT_TRUE(ReadFile(dir_ / "final/params.bin") == reference_) << "the resumed timeline ends as the reference";
+  auto db = Lineage();
+  ASSERT_NE(db, nullptr);
+  auto gens = db->Generations(run_id);
+  ASSERT_TRUE(gens.ok());
+  std::vector<GenerationRecord> second;
+  for (const GenerationRecord& g : *gens) {
+    if (g.attempt == 2) second.push_back(g);
+  }
+  ASSERT_EQ(second.size(), 2u) << "attempt 2: the resume, and the restart after the crash";
+  EXPECT_EQ(second[0].start_step, 20);
+  EXPECT_EQ(second[1].start_step, 20) << "the restart went back onto the abandoned timeline";
+  auto ckpts = db->Checkpoints(run_id);
+  ASSERT_TRUE(ckpts.ok());
+  std::set<int64_t> fenced;
+  std::map<int64_t, int> rows;
+  for (const CheckpointRecord& c : *ckpts) {
+    ++rows[c.step];
+    if (c.state == CheckpointState::kFenced) {
+      fenced.insert(c.step);
+      EXPECT_NE(c.reason.find("resuming from step 20"), std::string::npos) << c.reason;
+    }
+  }
+  EXPECT_EQ(fenced, (std::set<int64_t>{25, 30}));
+  EXPECT_EQ(rows[25], 2) << "step 25 was saved again on the resumed timeline, as a new row";
+  for (const char* step : {"step-000000000025", "step-000000000030"}) {
+    EXPECT_TRUE(std::filesystem::exists(std::string(dir_ / "ck") + "/" + step + ".fenced"))
+        << step << " kept on disk as evidence";
+  }
+  for (const EventRecord& e : testing::LatestRunEvents(dir_ / "run")) {
+    EXPECT_NE(e.kind, "checkpoint_failed") << e.summary;
+  }
 }
 
 // 5. The daemon's listening sockets and lock do not leak into the ranks.
