@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -362,6 +364,104 @@ class GatedStorage final : public Storage {
   std::promise<void> gate_;
   std::shared_future<void> released_;
 };
+
+// A Store that stops answering while Close()d, as a TcpStore does while the
+// holdfastd hosting it is SIGSTOPped: every call blocks until Open().
+class FrozenStore final : public Store {
+ public:
+  void Close() {
+    std::lock_guard<std::mutex> l(mu_);
+    open_ = false;
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  Status Set(const std::string& key, const std::vector<uint8_t>& value) override {
+    Gate();
+    return base_.Set(key, value);
+  }
+  Result<std::vector<uint8_t>> Get(const std::string& key, std::chrono::milliseconds timeout) override {
+    Gate();
+    return base_.Get(key, timeout);
+  }
+  Result<int64_t> Add(const std::string& key, int64_t delta) override {
+    Gate();
+    return base_.Add(key, delta);
+  }
+  Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    Gate();
+    return base_.Wait(keys, timeout);
+  }
+  Result<bool> Check(const std::string& key) override {
+    Gate();
+    return base_.Check(key);
+  }
+  Status Delete(const std::string& key) override {
+    Gate();
+    return base_.Delete(key);
+  }
+
+ private:
+  void Gate() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [this] { return open_; });
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+  InMemoryStore base_;
+};
+
+// The training loop's saves must not wait on the Store: a frozen Store (its
+// holdfastd SIGSTOPped) holds up the commits, not the next saves, and every
+// step written meanwhile commits, in order, once the Store answers again.
+TEST(CheckpointTest, AStoreThatStopsAnsweringHoldsUpCommitsNotSaves) {
+  TempDir tmp;
+  auto store = std::make_shared<FrozenStore>();
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  for (int r = 0; r < 2; ++r) {
+    CheckpointWriterOptions o;
+    o.root = tmp.path();
+    o.rank = r;
+    o.world_size = 2;
+    o.store = store;
+    o.commit_timeout = std::chrono::seconds(60);
+    writers.push_back(std::move(CheckpointWriter::Create(o)).value());
+  }
+  store->Close();
+  std::vector<State> states;
+  for (int64_t step : {1, 2, 3}) {
+    for (int r = 0; r < 2; ++r) states.emplace_back(step, r);
+  }
+  // Each Save returns (kWait would block here if it waited for the commit
+  // before it; the test would never get past this loop).
+  for (int64_t step : {1, 2, 3}) {
+    for (int r = 0; r < 2; ++r) {
+      Result<SaveDecision> d = writers[r]->Save(step, states[(step - 1) * 2 + r].Views());
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+      EXPECT_EQ(*d, SaveDecision::kQueued) << "step " << step << " rank " << r;
+    }
+  }
+  EXPECT_EQ(writers[0]->newest_committed_step(), -1) << "nothing commits while the store is frozen";
+  EXPECT_TRUE(CheckpointLoader(tmp.path()).ListSteps()->size() == 3u) << "every shard is written meanwhile";
+  store->Open();
+  for (auto& w : writers) EXPECT_TRUE(w->Flush().ok());
+  EXPECT_EQ(writers[0]->newest_committed_step(), 3);
+  EXPECT_EQ(writers[1]->newest_committed_step(), 3);
+  CheckpointLoader loader(tmp.path());
+  for (int64_t step : {1, 2, 3}) {
+    Result<Manifest> m = loader.Inspect(step, InspectDepth::kChecksums);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    if (step > 1) {
+      ASSERT_TRUE(m->parent_step.has_value());
+      EXPECT_EQ(*m->parent_step, step - 1) << "commits ran in step order";
+    }
+  }
+}
 
 TEST(CheckpointTest, SkipPolicyDropsASaveRequestedWhileOneIsInFlight) {
   TempDir tmp;

@@ -76,6 +76,7 @@ Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Create(CheckpointWri
     return steps.status();
   }
   w->thread_ = std::thread([p = w.get()] { p->ThreadMain(); });
+  w->commit_thread_ = std::thread([p = w.get()] { p->CommitMain(); });
   return w;
 }
 
@@ -88,7 +89,16 @@ CheckpointWriter::~CheckpointWriter() {
     stop_ = true;
   }
   work_cv_.notify_all();
+  commit_cv_.notify_all();
+  // The writer finishes the shard in flight and queues its commit; the
+  // committer then publishes every queued shard and abandons what waits on a peer.
   if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    writer_done_ = true;
+  }
+  commit_cv_.notify_all();
+  if (commit_thread_.joinable()) commit_thread_.join();
 }
 
 size_t CheckpointWriter::staging_capacity() const {
@@ -98,6 +108,10 @@ size_t CheckpointWriter::staging_capacity() const {
 
 void CheckpointWriter::WaitIdle(std::unique_lock<std::mutex>* lock) {
   idle_cv_.wait(*lock, [this] { return !job_.has_value(); });
+}
+
+void CheckpointWriter::WaitCommitted(std::unique_lock<std::mutex>* lock) {
+  idle_cv_.wait(*lock, [this] { return !job_.has_value() && commits_.empty() && !committing_; });
 }
 
 void CheckpointWriter::EnsureStaging(size_t bytes) {
@@ -138,17 +152,23 @@ Result<SaveDecision> CheckpointWriter::Save(int64_t step, const std::vector<Buff
 
   {
     std::unique_lock<std::mutex> l(mu_);
-    if (job_.has_value()) {
-      const int64_t in_flight = job_->step;
+    const bool commits_full = commits_.size() + (committing_ ? 1 : 0) >= kMaxPendingCommits;
+    if (job_.has_value() || commits_full) {
+      const std::string in_flight = job_.has_value()
+                                        ? "step " + std::to_string(job_->step) + " is still being written"
+                                        : std::to_string(kMaxPendingCommits) + " written steps still wait to commit "
+                                          "(the store does not answer)";
       if (options_.policy == InFlightPolicy::kSkip) {
         ++skipped_;
-        spdlog::warn("checkpoint: save of step {} skipped: step {} is still being written (policy=skip, {} skipped so far)",
-                     step, in_flight, skipped_.load());
+        spdlog::warn("checkpoint: save of step {} skipped: {} (policy=skip, {} skipped so far)", step, in_flight,
+                     skipped_.load());
         return SaveDecision::kSkipped;
       }
-      WaitIdle(&l);
-      spdlog::warn("checkpoint: save of step {} waited {:.1f} ms for step {} to finish writing (policy=wait)", step,
-                   SecondsSince(t0) * 1e3, in_flight);
+      idle_cv_.wait(l, [this] {
+        return !job_.has_value() && commits_.size() + (committing_ ? 1 : 0) < kMaxPendingCommits;
+      });
+      spdlog::warn("checkpoint: save of step {} waited {:.1f} ms: {} (policy=wait)", step, SecondsSince(t0) * 1e3,
+                   in_flight);
     }
   }
   // The background thread is idle: the staging buffer is ours until handover.
@@ -194,7 +214,7 @@ void CheckpointWriter::WaitStaged() {
 Status CheckpointWriter::Flush() {
   std::lock_guard<std::mutex> save_lock(save_mu_);
   std::unique_lock<std::mutex> l(mu_);
-  WaitIdle(&l);
+  WaitCommitted(&l);
   return last_status_;
 }
 
@@ -214,7 +234,29 @@ void CheckpointWriter::ThreadMain() {
       if (!job_.has_value()) return;  // stopping and idle
       job = *job_;
     }
-    SaveOutcome outcome = Run(job);
+    PendingCommit c = Write(job);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      commits_.push_back(std::move(c));
+      job_.reset();  // the staging buffer is free: the next Save may stage
+    }
+    commit_cv_.notify_one();
+    idle_cv_.notify_all();
+  }
+}
+
+void CheckpointWriter::CommitMain() {
+  for (;;) {
+    PendingCommit c;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      commit_cv_.wait(l, [this] { return writer_done_ || !commits_.empty(); });
+      if (commits_.empty()) return;  // the writer is gone and nothing is left
+      c = std::move(commits_.front());
+      commits_.pop_front();
+      committing_ = true;
+    }
+    SaveOutcome outcome = Finish(c);
     if (outcome.committed()) {
       spdlog::info("checkpoint: rank {} step {} committed: {:.1f} MB staged in {:.3f} s, written in {:.3f} s "
                    "({:.0f} MB/s), stall {:.1f} ms (fence {:.1f} ms)",
@@ -236,14 +278,19 @@ void CheckpointWriter::ThreadMain() {
       last_status_ = outcome.status;
       outcomes_.push_back(outcome);
       if (outcomes_.size() > 64) outcomes_.erase(outcomes_.begin());
-      job_.reset();
+      committing_ = false;
     }
     idle_cv_.notify_all();
   }
 }
 
-SaveOutcome CheckpointWriter::Run(const Job& job) {
-  SaveOutcome out;
+CheckpointWriter::PendingCommit CheckpointWriter::Write(const Job& job) {
+  PendingCommit c;
+  c.job_step = job.step;
+  c.shard_bytes = job.header.file_size;
+  c.metrics = job.metrics;
+  c.handed_over = job.handed_over;
+  SaveOutcome& out = c.outcome;
   out.step = job.step;
   out.shard_bytes = job.header.file_size;
   // Staging first, before any storage call, so the fence opens quickly
@@ -252,39 +299,50 @@ SaveOutcome CheckpointWriter::Run(const Job& job) {
   Result<uint64_t> sum = Stage(job, &out.fence_seconds);
   out.stage_seconds = SecondsSince(t0);
   out.stall_seconds = job.stall_seconds + out.fence_seconds;
-  const std::string dir = JoinPath(options_.root, StepDirName(job.step));
   if (sum.ok()) {
     t0 = Clock::now();
-    Status written = WriteShard(job, dir);
+    Status written = WriteShard(job, JoinPath(options_.root, StepDirName(job.step)));
     out.write_seconds = SecondsSince(t0);
     if (!written.ok()) sum = written;
   }
+  if (sum.ok()) {
+    c.xxh3 = *sum;
+  } else {
+    c.written = sum.status();
+  }
+  return c;
+}
+
+SaveOutcome CheckpointWriter::Finish(const PendingCommit& c) {
+  SaveOutcome out = c.outcome;
+  Status written = c.written;
+  const std::string dir = JoinPath(options_.root, StepDirName(c.job_step));
   if (options_.world_size > 1) {
     // Tell rank 0 either way, so a failed rank does not cost it the whole timeout.
-    std::string value = sum.ok() ? "ok " + std::to_string(job.header.file_size) + " " + HexU64(*sum)
-                                 : "error " + sum.status().ToString();
-    Status published = options_.store->Set(ShardKey(job.step, options_.rank), Bytes(value));
-    if (!published.ok() && sum.ok()) sum = published.WithContext("publishing shard to the store");
+    std::string value = written.ok() ? "ok " + std::to_string(c.shard_bytes) + " " + HexU64(c.xxh3)
+                                     : "error " + written.ToString();
+    Status published = options_.store->Set(ShardKey(c.job_step, options_.rank), Bytes(value));
+    if (!published.ok() && written.ok()) written = published.WithContext("publishing shard to the store");
   }
-  if (!sum.ok()) {
-    out.status = sum.status().WithContext("checkpoint step " + std::to_string(job.step) + " rank " +
-                                          std::to_string(options_.rank));
+  if (!written.ok()) {
+    out.status = written.WithContext("checkpoint step " + std::to_string(c.job_step) + " rank " +
+                                     std::to_string(options_.rank));
     if (options_.rank == 0 && options_.world_size > 1) {
       // Rank 0 commits, so it also says it will not: otherwise every other rank
       // waits out commit_timeout for the outcome, its next save blocked behind
       // this one (found by bench/soak, with rank 0's disk full).
-      Status told = options_.store->Set(OutcomeKey(job.step),
-                                        Bytes("rank 0 failed to write its shard: " + sum.status().ToString()));
-      if (!told.ok()) spdlog::warn("checkpoint: could not publish the outcome of step {}: {}", job.step, told.ToString());
+      Status told = options_.store->Set(OutcomeKey(c.job_step),
+                                        Bytes("rank 0 failed to write its shard: " + written.ToString()));
+      if (!told.ok()) spdlog::warn("checkpoint: could not publish the outcome of step {}: {}", c.job_step, told.ToString());
     }
   } else {
-    out.status = Commit(job, dir, *sum);
+    out.status = Commit(c, dir);
   }
-  out.total_seconds = std::chrono::duration<double>(Clock::now() - job.handed_over).count();
+  out.total_seconds = std::chrono::duration<double>(Clock::now() - c.handed_over).count();
   if (out.status.ok()) {
-    parent_step_ = job.step;
-    newest_committed_ = std::max(newest_committed_.load(), job.step);
-    if (options_.rank == 0) Prune(job.step);
+    parent_step_ = c.job_step;
+    newest_committed_ = std::max(newest_committed_.load(), c.job_step);
+    if (options_.rank == 0) Prune(c.job_step);
   }
   return out;
 }
@@ -360,10 +418,10 @@ Status CheckpointWriter::WriteShard(const Job& job, const std::string& dir) {
   return storage_->SyncDir(dir);
 }
 
-Status CheckpointWriter::Commit(const Job& job, const std::string& dir, uint64_t shard_xxh3) {
-  const std::string where = "checkpoint step " + std::to_string(job.step);
+Status CheckpointWriter::Commit(const PendingCommit& job, const std::string& dir) {
+  const std::string where = "checkpoint step " + std::to_string(job.job_step);
   if (options_.rank != 0) {
-    Result<std::vector<uint8_t>> outcome = AwaitPeerKey(OutcomeKey(job.step));
+    Result<std::vector<uint8_t>> outcome = AwaitPeerKey(OutcomeKey(job.job_step));
     if (!outcome.ok()) return outcome.status().WithContext(where + ": waiting for rank 0 to commit");
     std::string text = Text(*outcome);
     if (text == "committed") return Status::Ok();
@@ -371,7 +429,7 @@ Status CheckpointWriter::Commit(const Job& job, const std::string& dir, uint64_t
   }
 
   Manifest m;
-  m.step = job.step;
+  m.step = job.job_step;
   m.world_size = options_.world_size;
   m.layout = options_.layout;
   m.config_hash = options_.config_hash;
@@ -387,11 +445,11 @@ Status CheckpointWriter::Commit(const Job& job, const std::string& dir, uint64_t
     shard.rank = r;
     shard.file = ShardFileName(r, options_.world_size);
     if (r == 0) {
-      shard.size = job.header.file_size;
-      shard.xxh3 = shard_xxh3;
+      shard.size = job.shard_bytes;
+      shard.xxh3 = job.xxh3;
       continue;
     }
-    Result<std::vector<uint8_t>> got = AwaitPeerKey(ShardKey(job.step, r));
+    Result<std::vector<uint8_t>> got = AwaitPeerKey(ShardKey(job.job_step, r));
     if (!got.ok()) {
       s = got.status().WithContext(where + ": waiting for rank " + std::to_string(r) + "'s shard");
       break;
@@ -409,8 +467,8 @@ Status CheckpointWriter::Commit(const Job& job, const std::string& dir, uint64_t
   }
   if (s.ok()) s = WriteManifest(dir, m).WithContext(where);
   if (options_.world_size > 1) {
-    Status told = options_.store->Set(OutcomeKey(job.step), Bytes(s.ok() ? "committed" : s.ToString()));
-    if (!told.ok()) spdlog::warn("checkpoint: could not publish the outcome of step {}: {}", job.step, told.ToString());
+    Status told = options_.store->Set(OutcomeKey(job.job_step), Bytes(s.ok() ? "committed" : s.ToString()));
+    if (!told.ok()) spdlog::warn("checkpoint: could not publish the outcome of step {}: {}", job.job_step, told.ToString());
   }
   return s;
 }

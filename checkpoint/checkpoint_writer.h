@@ -8,12 +8,17 @@
 // staging buffer and computes the shard's XXH3-64 in the same pass, while the
 // training loop goes on with the next step's forward and backward. Then it
 // writes the shard file through Storage in large chunks (starting writeback as
-// it goes), fsyncs it, renames it into place and publishes "<size> <xxh3>"
-// under "ckpt/<step>/shard/<rank>" in the Store. Rank 0's thread waits for
-// every rank's key, writes MANIFEST.json last (temporary name, fsync file,
-// rename, fsync folder) and then publishes "ckpt/<step>/outcome"; other ranks
-// wait for that outcome, so every rank reports the same commit. Rank 0 then
-// prunes old checkpoints (RetentionPolicy).
+// it goes), fsyncs it, renames it into place and hands it to a second thread,
+// the committer, which publishes "<size> <xxh3>" under
+// "ckpt/<step>/shard/<rank>" in the Store. Rank 0's committer waits for every
+// rank's key, writes MANIFEST.json last (temporary name, fsync file, rename,
+// fsync folder) and then publishes "ckpt/<step>/outcome"; other ranks wait for
+// that outcome, so every rank reports the same commit. Rank 0 then prunes old
+// checkpoints (RetentionPolicy). Commits run in step order, one at a time. The
+// staging buffer is free again as soon as the shard is written, so a Store
+// that does not answer (the holdfastd hosting it SIGSTOPped) holds up commits —
+// up to kMaxPendingCommits written steps — and never the next save's staging
+// or the training loop.
 //
 // The staging fence: a deferred buffer must not change until its bytes are
 // staged. The caller calls WaitStaged() before it next mutates such a buffer
@@ -41,7 +46,7 @@
 //
 // Thread-safety: Save, Reserve and Flush serialise on an internal mutex and may
 // be called from any thread (normally the training loop's); so may
-// WaitStaged(). The callback runs on the writer's background thread and must
+// WaitStaged(). The callback runs on the commit thread and must
 // not call Save, Flush or WaitStaged. newest_committed_step(), TakeOutcomes()
 // and skipped_saves() are safe from any thread. The destructor lets the save
 // in flight finish this rank's part (stage, write and publish its shard) but
@@ -54,6 +59,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -170,8 +176,9 @@ class CheckpointWriter {
   // pending (one atomic load). Staging never fails (storage errors come later).
   void WaitStaged();
 
-  // Waits until no save is in flight; returns the status of the last save that
-  // finished (OK if none did). For a final checkpoint before exit.
+  // Waits until no save is in flight, its commit included; returns the status
+  // of the last save that finished (OK if none did). For a final checkpoint
+  // before exit.
   Status Flush();
 
   // Newest step this writer saw committed (or found at Create); -1 if none.
@@ -198,9 +205,26 @@ class CheckpointWriter {
     std::chrono::steady_clock::time_point handed_over;
   };
 
+  // A written shard (or the error that stopped it) waiting for its commit.
+  struct PendingCommit {
+    int64_t job_step = 0;
+    uint64_t shard_bytes = 0;
+    Status written;     // OK: the shard is durable, with checksum xxh3
+    uint64_t xxh3 = 0;
+    std::map<std::string, double> metrics;
+    SaveOutcome outcome;  // timings of staging and writing
+    std::chrono::steady_clock::time_point handed_over;
+  };
+
   CheckpointWriter(CheckpointWriterOptions options, Callback callback);
+  // The writer thread: stages and writes each job's shard, then queues its commit.
   void ThreadMain();
-  SaveOutcome Run(const Job& job);
+  PendingCommit Write(const Job& job);
+  // The commit thread: publishes each written shard and agrees on the commit
+  // through the Store, in step order, so that a Store that does not answer
+  // (its holdfastd SIGSTOPped) holds up commits, never the next save's staging.
+  void CommitMain();
+  SaveOutcome Finish(const PendingCommit& commit);
   // Copies the deferred buffers into staging and hashes the whole shard; then
   // opens the fence. Returns the shard's XXH3-64 and the seconds the fence
   // blocked the caller; an error when a deferred buffer's ready() failed (the
@@ -208,7 +232,7 @@ class CheckpointWriter {
   Result<uint64_t> Stage(const Job& job, double* fence_seconds);
   // Writes this rank's staged shard.
   Status WriteShard(const Job& job, const std::string& dir);
-  Status Commit(const Job& job, const std::string& dir, uint64_t shard_xxh3);
+  Status Commit(const PendingCommit& job, const std::string& dir);
   // Store Get of another rank's key for up to commit_timeout; fails at once
   // when the destructor has begun (see the thread-safety note above).
   Result<std::vector<uint8_t>> AwaitPeerKey(const std::string& key);
@@ -216,7 +240,8 @@ class CheckpointWriter {
   void Prune(int64_t newest);
   Status RemoveCheckpointDir(const std::string& dir);
   void EnsureStaging(size_t bytes);  // caller holds save_mu_, writer idle
-  void WaitIdle(std::unique_lock<std::mutex>* lock);
+  void WaitIdle(std::unique_lock<std::mutex>* lock);       // no shard being staged or written
+  void WaitCommitted(std::unique_lock<std::mutex>* lock);  // ... and no commit queued or running
 
   const CheckpointWriterOptions options_;
   Storage* const storage_;  // not owned
@@ -232,7 +257,14 @@ class CheckpointWriter {
   std::condition_variable work_cv_;           // a job arrived or stopping
   std::condition_variable idle_cv_;           // a job finished
   std::condition_variable staged_cv_;         // staging_pending_ became false
-  std::optional<Job> job_;                    // guarded by mu_; set = in flight
+  std::optional<Job> job_;                    // guarded by mu_; set = being staged or written
+  std::condition_variable commit_cv_;         // a commit was queued, or the writer is gone
+  std::deque<PendingCommit> commits_;         // guarded by mu_; written, not yet committing; oldest first
+  bool committing_ = false;                   // guarded by mu_; the commit thread works on one
+  bool writer_done_ = false;                  // guarded by mu_; the writer thread was joined
+  // Written steps that may wait for their commit at once; a save beyond this
+  // waits (kWait) or is skipped (kSkip) like one behind a shard being written.
+  static constexpr size_t kMaxPendingCommits = 8;
   // Set by Save when the job has deferred copies, cleared by the background
   // thread once staged (under mu_; atomic so that WaitStaged's fast path is a load).
   std::atomic<bool> staging_pending_{false};
@@ -241,10 +273,11 @@ class CheckpointWriter {
   bool stop_ = false;                         // guarded by mu_
   Status last_status_;                        // guarded by mu_
   std::vector<SaveOutcome> outcomes_;         // guarded by mu_
-  std::optional<int64_t> parent_step_;        // background thread only (after Create)
+  std::optional<int64_t> parent_step_;        // commit thread only (after Create)
   std::atomic<int64_t> newest_committed_{-1};
   std::atomic<int64_t> skipped_{0};
-  std::thread thread_;
+  std::thread thread_;         // the writer
+  std::thread commit_thread_;  // the committer
 };
 
 }  // namespace holdfast

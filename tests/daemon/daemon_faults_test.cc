@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "common/progress_record.h"
 #include "tests/daemon/supervised_run.h"
 
 namespace holdfast {
@@ -428,6 +429,57 @@ TEST_F(DaemonFaultTest, MalformedControlRequestsAreRefusedAndTheRunGoesOnUntouch
   auto rec = LatestRun();
   ASSERT_TRUE(rec.has_value());
   EXPECT_EQ(rec->run.state, RunState::kSucceeded);
+}
+
+
+// 12. The ranks' watcher frozen is no reason to stop training: with holdfastd
+// SIGSTOPped (the store it hosts answers nothing), the ranks go on through
+// several checkpoint saves — their commits wait, their step loop does not —
+// and once it continues every save made meanwhile commits and the run ends
+// bit-exact. (A save used to wait for the previous commit, which waited on
+// the store: 14.5 s of a 20 s stop without a step.)
+TEST_F(DaemonFaultTest, ASigstoppedHoldfastdDoesNotStallTheRanksStepLoop) {
+  WriteJob();  // 30 steps, a checkpoint every 5
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  auto st = WaitForStep(3, daemon);
+  ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
+  ASSERT_LT(st->nodes[0].ranks[0].step, 10) << "the run went too far before the stop to show anything";
+  daemon.Signal(SIGSTOP);
+  // The ranks' own progress records (shared memory the daemon only reads):
+  // every rank past step 20, i.e. three saves (10, 15, 20) made while the
+  // store did not answer.
+  auto slowest = [&]() -> int64_t {
+    int64_t least = -1;
+    int seen = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir_ / "shm", ec)) {
+      if (e.path().extension() != ".rec") continue;
+      auto r = ProgressReader::Open(e.path().string());
+      if (!r.ok()) continue;
+      const ProgressSnapshot p = (*r)->Read();
+      if (!p.valid) continue;
+      least = seen++ == 0 ? p.record.step : std::min(least, p.record.step);
+    }
+    return seen == 2 ? least : -1;
+  };
+  const bool trained = testing::WaitUntil(daemon, "both ranks past step 20 while holdfastd is stopped", 300,
+                                          [&] { return slowest() >= 21; });
+  daemon.Signal(SIGCONT);
+  ASSERT_TRUE(trained) << ReadFile(dir_ / "daemon.log");
+  ExpectFinishedBitExact(daemon);
+  auto rec = LatestRun();
+  ASSERT_TRUE(rec.has_value());
+  auto ckpts = rec->db->Checkpoints(rec->run.run_id);
+  ASSERT_TRUE(ckpts.ok());
+  std::set<int64_t> committed;
+  for (const CheckpointRecord& c : *ckpts) {
+    if (c.state == CheckpointState::kCommitted) committed.insert(c.step);
+  }
+  EXPECT_EQ(committed, (std::set<int64_t>{20, 25, 30})) << "the saves made during the stop committed";
+  for (const EventRecord& e : testing::LatestRunEvents(dir_ / "run")) {
+    EXPECT_NE(e.kind, "checkpoint_failed") << e.summary;
+    EXPECT_NE(e.kind, "hang") << e.summary;
+  }
 }
 
 }  // namespace
