@@ -193,7 +193,8 @@ void RoleSupervisor::OnTick() {
   }
 }
 
-int RoleSupervisor::BlameLearnerStall(double learner_stalled_s, const std::string& learner_doing) {
+int RoleSupervisor::BlameLearnerStall(double learner_stalled_s, double learner_timeout_s,
+                                      const std::string& learner_doing) {
   if (stopping_) return 0;
   std::vector<RoleStallObservation> seen;
   for (const Slot& s : slots_) {
@@ -215,6 +216,7 @@ int RoleSupervisor::BlameLearnerStall(double learner_stalled_s, const std::strin
     Slot& s = slots_[i];
     RoleHangWatch::Verdict v = s.hang ? s.hang->last() : RoleHangWatch::Verdict{};
     v.hung = true;
+    v.timeout_s = learner_timeout_s;  // the allowance that ran out was the learner's
     Failed(&s, /*hung=*/true, 0, &v, &stall);
   }
   return static_cast<int>(culprits.size());

@@ -95,7 +95,8 @@ class RoleSupervisor {
   // (SIGKILL, then restarted per their restart scope, recorded as role_hang);
   // `learner_doing` ("in data of step 4") goes into the summary. Returns how
   // many were named: 0 means the learner itself hangs.
-  int BlameLearnerStall(double learner_stalled_s, const std::string& learner_doing);
+  // `learner_timeout_s` is the learner's allowance that ran out (evidence).
+  int BlameLearnerStall(double learner_stalled_s, double learner_timeout_s, const std::string& learner_doing);
 
   // A reaped child: true when it was one of the role processes.
   bool OnExit(pid_t pid, int wstatus);

@@ -108,7 +108,7 @@ void RunController::OnTick(const std::vector<RankView>& views) {
     // Every rank waits for input: in a run with roles, for what they produce.
     const RankView& first = live.front();
     const std::string doing = "in data of step " + std::to_string(first.progress.record.step + 1);
-    if (const int named = actions_->BlameRolesForStall(verdict.stalled_s, doing); named > 0) {
+    if (const int named = actions_->BlameRolesForStall(verdict.stalled_s, verdict.timeout_s, doing); named > 0) {
       spdlog::warn("the learner waited {:.1f} s {}: {} role process(es) named as the cause; the learner keeps "
                    "running", verdict.stalled_s, doing, named);
       hang_.Excuse(now);

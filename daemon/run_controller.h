@@ -81,8 +81,9 @@ class RunActions {
   // the role processes the learner waits on may be what is stuck
   // (RoleSupervisor::BlameLearnerStall). Returns how many role processes were
   // named and are being handled; 0 = the learner's own hang.
-  virtual int BlameRolesForStall(double stalled_s, const std::string& learner_doing) {
+  virtual int BlameRolesForStall(double stalled_s, double timeout_s, const std::string& learner_doing) {
     (void)stalled_s;
+    (void)timeout_s;
     (void)learner_doing;
     return 0;
   }

@@ -42,7 +42,7 @@ class RecordingActions : public RunActions {
     return Status::Ok();
   }
   void Finish(int code) override { finished = code; }
-  int BlameRolesForStall(double stalled_s, const std::string& doing) override {
+  int BlameRolesForStall(double stalled_s, double, const std::string& doing) override {
     stalls.push_back({stalled_s, doing});
     return roles_to_blame;
   }

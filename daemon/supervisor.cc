@@ -92,8 +92,8 @@ class Supervisor::Impl : public RunActions, public std::enable_shared_from_this<
   std::vector<std::string> ActiveHosts() const override { return HostsOf(active_); }
   std::vector<std::string> SpareHosts() const override { return HostsOf(spares_); }
   Result<int> Reshape(const std::vector<std::string>& leaving, const std::vector<std::string>& joining) override;
-  int BlameRolesForStall(double stalled_s, const std::string& learner_doing) override {
-    return roles_->BlameLearnerStall(stalled_s, learner_doing);
+  int BlameRolesForStall(double stalled_s, double timeout_s, const std::string& learner_doing) override {
+    return roles_->BlameLearnerStall(stalled_s, timeout_s, learner_doing);
   }
   void Finish(int code) override;
 
