@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "checkpoint/format.h"
+#include "common/proc_state.h"
 #include "common/toml_reader.h"
 #include "cli/report.h"
 #include "daemon/control_protocol.h"
@@ -667,9 +668,9 @@ std::string DescribeRankEvidence(const RankEvidence& r) {
     s += ", last step " + std::string(buf);
   }
   if (!r.alive) s += ", exited";
-  if (r.proc_state == "T" || r.proc_state == "t") s += ", process stopped";
-  if (r.proc_state == "D") s += ", process in uninterruptible I/O";
-  if (r.proc_state == "Z") s += ", zombie";
+  if (r.proc_state.size() == 1) {
+    if (const char* words = ProcStateWords(ProcStateFromLetter(r.proc_state[0]))) s += ", " + std::string(words);
+  }
   if (r.record_torn) s += ", record torn mid-update";
   return s;
 }

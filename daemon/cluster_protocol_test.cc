@@ -34,7 +34,7 @@ RankView MakeView(int rank, uint64_t ring_head) {
   v.host = "gpu-a17";
   v.pid = 4000 + rank;
   v.alive = true;
-  v.proc_state = 'D';
+  v.proc_state = ProcState::kDiskWait;
   v.progress.valid = true;
   v.progress.torn = false;
   ProgressRecordLayout& p = v.progress.record;
@@ -528,11 +528,11 @@ TEST(ClusterProtocolTest, LongTextIsCutAtACharacterBoundary) {
 TEST(ClusterProtocolTest, RecordOddities) {
   RankView future = MakeView(0, 2);
   future.progress.record.heartbeat_ns = kSenderNow + kSecond;  // written after now was read
-  future.proc_state = '\0';
+  future.proc_state = ProcState::kUnknown;
   ProgressMsg got = RoundTrip(ProgressMsg{0, {future}});
   ASSERT_EQ(got.ranks.size(), 1u);
   EXPECT_EQ(got.ranks[0].progress.record.heartbeat_ns, kReceiverNow);  // age 0
-  EXPECT_EQ(got.ranks[0].proc_state, '?');
+  EXPECT_EQ(got.ranks[0].proc_state, ProcState::kUnknown);
 
   // A phase this build does not know: the record is not one it can read.
   RankView odd = MakeView(1, 2);

@@ -55,7 +55,6 @@ ojson ViewToJson(const RankView& v, int64_t now) {
   CheckRange(v.pid, 0, kPidMax, "RankView::pid");
   const bool known = KnownRecord(v.progress.record);
   const ProgressRecordLayout p = known ? v.progress.record : ProgressRecordLayout{};
-  const unsigned char state = static_cast<unsigned char>(v.proc_state);
   ojson ring = ojson::array();
   const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
   for (uint64_t i = 0; i < n; ++i) {
@@ -69,7 +68,7 @@ ojson ViewToJson(const RankView& v, int64_t now) {
   j["host"] = Text(v.host, kMaxClusterHostBytes);
   j["pid"] = static_cast<int64_t>(v.pid);
   j["alive"] = v.alive;
-  j["state"] = std::string(1, state > 0x20 && state < 0x7f ? v.proc_state : '?');
+  j["state"] = std::string(1, ProcStateLetter(v.proc_state));
   j["valid"] = known && v.progress.valid;
   j["writer"] = p.pid != 0;  // the rank attached a progress writer (WriterAttached)
   j["torn"] = v.progress.torn;
@@ -109,7 +108,7 @@ Result<RankView> ParseView(const json& j, const std::string& where, int64_t now)
   if (state.size() != 1 || static_cast<unsigned char>(state[0]) <= 0x20 || static_cast<unsigned char>(state[0]) >= 0x7f) {
     return f.Error("\"state\" must be one printable ASCII character (R, S, D, T, Z, ?...), got " + Shown(state));
   }
-  v.proc_state = state[0];
+  v.proc_state = ProcStateFromLetter(state[0]);  // a letter this build does not know: kUnknown
   HF_RETURN_IF_ERROR(f.Bool("valid", &v.progress.valid));
   HF_RETURN_IF_ERROR(f.Bool("torn", &v.progress.torn));
   bool writer = true;  // absent (a daemon from before the field): a writer, as it then assumed

@@ -155,7 +155,7 @@ std::vector<RankView> RankGroup::Views(int node, const std::string& host) const 
     v.host = host;
     v.pid = r->pid();
     v.alive = r->alive();
-    v.proc_state = r->ProcState();
+    v.proc_state = r->State();
     v.progress = r->Progress();
     views.push_back(v);
   }

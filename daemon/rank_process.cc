@@ -262,14 +262,7 @@ void RankProcess::Signal(int sig) const {
   if (!exited_ && pid_ > 0) ::kill(pid_, sig);
 }
 
-char RankProcess::ProcState() const {
-  if (exited_) return '?';
-  std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t close = text.rfind(')');
-  if (close == std::string::npos || close + 2 >= text.size()) return '?';
-  return text[close + 2];
-}
+ProcState RankProcess::State() const { return exited_ ? ProcState::kUnknown : ReadProcState(pid_); }
 
 ProgressSnapshot RankProcess::Progress() const {
   if (progress_ == nullptr) return ProgressSnapshot{};

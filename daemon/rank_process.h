@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/proc_state.h"
 #include "common/progress_record.h"
 #include "common/status.h"
 
@@ -67,7 +68,8 @@ class RankProcess {
   }
   void Signal(int sig) const;
   // State letter from /proc/<pid>/stat ('?' when gone).
-  char ProcState() const;
+  // /proc state now (kUnknown once exited).
+  ProcState State() const;
   ProgressSnapshot Progress() const;
   // Last `lines` lines of the log file.
   std::vector<std::string> LogTail(size_t lines) const;

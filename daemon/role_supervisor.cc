@@ -201,8 +201,7 @@ int RoleSupervisor::BlameLearnerStall(double learner_stalled_s, double learner_t
     RoleStallObservation o;
     o.running = s.state == State::kRunning && s.proc && s.proc->alive() && !s.expected_exit;
     if (o.running) {
-      const char st = s.proc->ProcState();
-      o.stopped = st == 'T' || st == 't';
+      o.stopped = IsStopped(s.proc->State());
       if (s.hang) {
         o.attached = s.hang->last().attached;
         o.silent_s = s.hang->last().silent_s;
@@ -230,7 +229,7 @@ RankView RoleSupervisor::ViewOf(const Slot& s) const {
   if (s.proc) {
     v.pid = s.proc->pid();
     v.alive = s.proc->alive();
-    v.proc_state = s.proc->ProcState();
+    v.proc_state = s.proc->State();
     v.progress = s.proc->Progress();
   } else {
     v.alive = false;
@@ -384,7 +383,9 @@ std::vector<RoleStatus> RoleSupervisor::Statuses(int64_t now_ns) const {
     r.state = StateName(s.state);
     if (s.proc) {
       r.pid = s.proc->pid();
-      if (s.state == State::kRunning && s.proc->alive() && s.proc->ProcState() == 'T') r.state = "stopped (SIGSTOP)";
+      if (s.state == State::kRunning && s.proc->alive() && s.proc->State() == ProcState::kStopped) {
+        r.state = "stopped (SIGSTOP)";
+      }
       const ProgressSnapshot p = s.proc->Progress();
       if (WriterAttached(p)) {
         r.step = p.record.step;

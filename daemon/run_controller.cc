@@ -72,7 +72,7 @@ bool RunController::WaitingForInput(const std::vector<RankView>& live) {
   for (const RankView& v : live) {
     if (!WriterAttached(v.progress) || v.progress.torn) return false;
     if (static_cast<Phase>(v.progress.record.phase) != Phase::kData) return false;
-    if (v.proc_state == 'T' || v.proc_state == 't') return false;  // a stopped rank is its own culprit
+    if (IsStopped(v.proc_state)) return false;  // a stopped rank is its own culprit
   }
   return true;
 }

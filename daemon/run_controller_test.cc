@@ -116,7 +116,7 @@ class RunControllerTest : public ::testing::Test {
       v[r].node = r / 2;
       v[r].host = r < 2 ? "host-a" : "host-b";
       v[r].pid = 100 + r;
-      v[r].proc_state = 'R';
+      v[r].proc_state = ProcState::kRunning;
       v[r].progress.valid = true;
       v[r].progress.record.rank = r;
       v[r].progress.record.pid = 100 + r;  // the rank attached its progress writer

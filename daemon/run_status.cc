@@ -32,7 +32,7 @@ RunStatus BuildRunStatus(const RunController& controller, const RunRecorder& rec
     rs.rank = v.rank;
     rs.pid = v.pid;
     auto ex = controller.exits().find(v.rank);
-    rs.state = v.alive ? (v.proc_state == 'T' ? "stopped" : "running")
+    rs.state = v.alive ? (IsStopped(v.proc_state) ? "stopped" : "running")
                        : (ex != controller.exits().end() ? DescribeWaitStatus(ex->second) : "exited");
     const ProgressSnapshot& p = v.progress;
     if (p.valid) {

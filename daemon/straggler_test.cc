@@ -119,7 +119,7 @@ class DdpSim {
       v.rank = r;
       v.host = "node0";
       v.pid = 1000 + r;
-      v.proc_state = 'R';
+      v.proc_state = ProcState::kRunning;
       v.progress.valid = true;
       v.progress.record = replay_[r].record();
       views.push_back(v);

@@ -33,16 +33,6 @@ std::string StepAfter(int64_t completed) {
   return std::to_string(completed + 1);
 }
 
-const char* ProcStateWords(char s) {
-  switch (s) {
-    case 'T': return "process stopped (SIGSTOP?)";
-    case 't': return "process stopped by a tracer";
-    case 'D': return "process in uninterruptible I/O";
-    case 'Z': return "process is a zombie";
-    default: return nullptr;
-  }
-}
-
 // What the supervisor saw of one rank, as lineage keeps it.
 RankEvidence RankEvidenceOf(int64_t now_ns, const RankView& r) {
   const ProgressRecordLayout& p = r.progress.record;
@@ -52,7 +42,7 @@ RankEvidence RankEvidenceOf(int64_t now_ns, const RankView& r) {
   e.host = r.host;
   e.pid = r.pid;
   e.alive = r.alive;
-  e.proc_state = std::string(1, r.proc_state);
+  e.proc_state = std::string(1, ProcStateLetter(r.proc_state));
   e.record_valid = r.progress.valid;
   e.record_torn = r.progress.torn;
   if (r.progress.valid) {
@@ -127,7 +117,7 @@ HangDetector::Verdict HangDetector::Observe(int64_t now_ns, const std::vector<Ra
       }
       const Phase ph = static_cast<Phase>(p.phase);
       // A stopped process gets no allowance for what it claims to be doing.
-      const bool stopped = r.proc_state == 'T' || r.proc_state == 't';
+      const bool stopped = IsStopped(r.proc_state);
       any_checkpoint = any_checkpoint || (!stopped && (ph == Phase::kCheckpoint || ph == Phase::kStarting));
       any_eval = any_eval || (!stopped && ph == Phase::kEval);
     }
@@ -345,12 +335,11 @@ Incident TriageRole(int64_t now_ns, const RankView& process, const RoleTrouble& 
   IncidentEvidence ev;
   ev.role = t.role;
   ev.role_index = t.index;
-  const bool stopped = process.proc_state == 'T' || process.proc_state == 't';
+  const bool stopped = IsStopped(process.proc_state);
   if (t.hung && t.learner_waited_s > 0) {
     // Named for the learner's stall: what it is, then what it held up.
-    inc.summary = who + (stopped ? std::string(" is ") + (process.proc_state == 'T' ? "stopped (SIGSTOP)"
-                                                                                     : "stopped by a tracer")
-                                 : " has not moved for " + Fixed1(t.silent_s) + " s") +
+    const std::string what = process.proc_state == ProcState::kStopped ? "stopped (SIGSTOP)" : "stopped by a tracer";
+    inc.summary = who + (stopped ? " is " + what : " has not moved for " + Fixed1(t.silent_s) + " s") +
                   "; the learner has waited " + Fixed1(t.learner_waited_s) + " s" +
                   (t.learner_doing.empty() ? "" : " " + t.learner_doing) + " for what it produces";
     ev.stalled_s = t.learner_waited_s;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/proc_state.h"
 #include "common/progress_record.h"
 #include "daemon/job_config.h"
 
@@ -29,7 +30,7 @@ struct RankView {
   std::string host;   // its node's host name (scheduler/scheduler.h NodeInfo::host)
   pid_t pid = 0;
   bool alive = true;
-  char proc_state = '?';  // /proc/<pid>/stat state: R, S, D, T (stopped), t, Z
+  ProcState proc_state = ProcState::kUnknown;  // /proc/<pid>/stat (common/proc_state.h)
   ProgressSnapshot progress;
   // A follower's rank: seconds since its node's last report reached the
   // leader (followers report every poll); 0 for the leader's own ranks. A

@@ -13,11 +13,11 @@ namespace {
 constexpr int64_t kSec = 1000000000LL;
 
 RankView Rank(int rank, int64_t step, Phase phase, int64_t phase_started_ns, uint64_t issued, uint64_t waiting_on = 0,
-              char state = 'S') {
+              char state = 'S') {  // the /proc letter, as tests read best
   RankView v;
   v.rank = rank;
   v.pid = 1000 + rank;
-  v.proc_state = state;
+  v.proc_state = ProcStateFromLetter(state);
   v.progress.valid = true;
   v.progress.record.pid = 1000 + rank;  // a writer is attached
   v.progress.record.step = step;

@@ -230,7 +230,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       v.node = 0;
       v.host = "node-0";
       v.pid = 1000 + r;
-      v.proc_state = kProcStates[slot[0] & 7];
+      v.proc_state = ProcStateFromLetter(kProcStates[slot[0] & 7]);
       v.alive = (slot[0] & 8) == 0;
       v.progress = ReadThrough(slots[r], record);
       HF_CHECK(v.progress.valid == (record.magic == kProgressMagic && record.version == kProgressVersion));

@@ -360,7 +360,7 @@ void ClusterSeeds(const std::vector<ProgressSnapshot>& records, const fs::path& 
     v.node = 1;
     v.host = "gpu-b02";
     v.pid = 4242 + static_cast<int>(i);
-    v.proc_state = i == 0 ? 'S' : 'T';
+    v.proc_state = i == 0 ? ProcState::kSleeping : ProcState::kStopped;
     v.progress = records[i];
     views.push_back(v);
   }
