@@ -24,6 +24,7 @@
 
 #include "checkpoint/format.h"
 #include "common/proc_state.h"
+#include "common/run_spec.h"
 #include "common/toml_reader.h"
 #include "cli/report.h"
 #include "daemon/control_protocol.h"
@@ -179,10 +180,7 @@ Result<std::unique_ptr<LineageDb>> OpenDb(const CliContext& c) {
   return LineageDb::Open(DbPath(c), options);
 }
 
-Result<RunRecord> ResolveRun(LineageDb* db, const std::string& spec) {
-  if (spec.empty() || spec == "latest") return db->LatestRun();
-  return db->GetRun(spec);
-}
+Result<RunRecord> ResolveRun(LineageDb* db, const std::string& spec) { return db->FindRun(spec); }
 
 // An unknown or ambiguous RUN is "not found" (3); anything else (a broken
 // file) is 1.
@@ -431,9 +429,7 @@ int PrintRecordedStatus(const CliContext& c, const std::string& spec, const std:
   return kRunctlOk;
 }
 
-bool MatchesRun(const std::string& spec, const std::string& run_id) {
-  return spec.empty() || spec == "latest" || run_id.compare(0, spec.size(), spec) == 0;
-}
+bool MatchesRun(const std::string& spec, const std::string& run_id) { return RunSpecNames(spec, run_id); }
 
 }  // namespace
 
@@ -999,7 +995,7 @@ int RunIdForDaemon(const CliContext& c, const std::string& spec, std::string* ru
     *run_id = run->run_id;
   } else if (db.status().code() != StatusCode::kNotFound) {
     return Fail(c, kRunctlFailure, db.status().message());
-  } else if (!spec.empty() && spec != "latest") {
+  } else if (!IsLatestRunSpec(spec)) {
     *run_id = spec;
   }
   return kRunctlOk;

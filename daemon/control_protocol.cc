@@ -1,5 +1,7 @@
 // Control protocol framing: requests, responses, their error codes, and peer credentials.
 #include "daemon/control_protocol.h"
+
+#include "common/run_spec.h"
 #include "daemon/json_line.h"
 
 #include <sys/socket.h>
@@ -167,10 +169,7 @@ Result<ControlRequest> ParseControlRequest(std::string_view line) {
 }
 
 bool RequestNamesRun(const ControlRequest& request, const std::string& run_id) {
-  if (!request.run_id) return true;
-  const std::string& want = *request.run_id;
-  if (want == "latest") return true;
-  return !want.empty() && run_id.compare(0, want.size(), want) == 0;
+  return !request.run_id || RunSpecNames(*request.run_id, run_id);  // parsing refused an empty one
 }
 
 std::string EncodeRequest(const ControlRequest& request) {

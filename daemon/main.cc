@@ -146,8 +146,7 @@ int main(int argc, char** argv) {
     LineageOptions lo;
     lo.read_only = true;
     auto db = LineageDb::Open(run_dir + "/lineage.db", lo);
-    auto run = db.ok() ? (resume == "latest" ? (*db)->LatestRun() : (*db)->GetRun(resume))
-                       : Result<RunRecord>(db.status());
+    auto run = db.ok() ? (*db)->FindRun(resume) : Result<RunRecord>(db.status());
     if (!run.ok()) return Usage("cannot resume " + resume + ": " + run.status().message());
     config_path = run->config_path;
     if (!std::filesystem::exists(config_path)) {

@@ -59,7 +59,7 @@ Status RunRecorder::OpenRun() {
   std::optional<RunRecord> existing;
   std::string kind;
   if (!opts_.resume_run.empty()) {
-    auto r = opts_.resume_run == "latest" ? db_->LatestRun() : db_->GetRun(opts_.resume_run);
+    auto r = db_->FindRun(opts_.resume_run);
     if (!r.ok()) return r.status().WithContext("resume " + opts_.resume_run);
     existing = *r;
     kind = event_kind::kResume;

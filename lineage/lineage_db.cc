@@ -1,5 +1,7 @@
 #include "lineage/lineage_db.h"
 
+#include "common/run_spec.h"
+
 #include <sqlite3.h>
 #include <sys/stat.h>
 
@@ -1138,6 +1140,10 @@ Result<RunRecord> LineageDb::GetRun(const std::string& id) {
   }
   return NotFoundError("no run '" + id + "' in " + path_ +
                        "; `runctl runs` lists the runs it holds");
+}
+
+Result<RunRecord> LineageDb::FindRun(const std::string& spec) {
+  return IsLatestRunSpec(spec) ? LatestRun() : GetRun(spec);
 }
 
 Result<RunRecord> LineageDb::LatestRun() {

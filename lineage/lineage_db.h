@@ -282,6 +282,9 @@ class LineageDb {
   // By full id or by a prefix that matches exactly one run.
   Result<RunRecord> GetRun(const std::string& run_id_or_prefix);
   Result<RunRecord> LatestRun();  // kNotFound when there is none
+  // A RUN argument (common/run_spec.h): "" or "latest" = LatestRun, else
+  // GetRun. kNotFound / kInvalidArgument (ambiguous) say what to give instead.
+  Result<RunRecord> FindRun(const std::string& spec);
   Result<std::vector<AttemptRecord>> Attempts(const std::string& run_id);
   Result<std::vector<GenerationRecord>> Generations(const std::string& run_id);
   Result<std::vector<CheckpointRecord>> Checkpoints(const std::string& run_id);  // by step

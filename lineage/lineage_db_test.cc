@@ -1,6 +1,8 @@
 // LineageDb against real SQLite files in a temporary folder.
 #include "lineage/lineage_db.h"
 
+#include "common/run_spec.h"
+
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -247,6 +249,24 @@ TEST_F(LineageDbTest, ReadOnlyOpenOfMissingFileIsNotFoundAndCreatesNothing) {
   EXPECT_FALSE(Exists(db_path()));
   EXPECT_FALSE(Exists(db_path() + "-wal"));
   EXPECT_FALSE(Exists(db_path() + "-journal"));
+}
+
+// A RUN argument means one thing everywhere (common/run_spec.h).
+TEST_F(LineageDbTest, FindRunTakesLatestAnIdOrAUniquePrefix) {
+  auto db = OpenWriter();
+  ASSERT_TRUE(db->CreateRun(SampleRun("r-20270115-aaaa")).ok());
+  ASSERT_TRUE(db->CreateRun(SampleRun("r-20270115-aabb")).ok());
+  const std::string newest = db->LatestRun()->run_id;
+  EXPECT_EQ(db->FindRun("")->run_id, newest);
+  EXPECT_EQ(db->FindRun("latest")->run_id, newest);
+  EXPECT_EQ(db->FindRun("r-20270115-aab")->run_id, "r-20270115-aabb");
+  EXPECT_EQ(db->FindRun("r-20270115-aaaa")->run_id, "r-20270115-aaaa");
+  EXPECT_EQ(db->FindRun("r-20270115-aa").status().code(), StatusCode::kInvalidArgument) << "ambiguous";
+  EXPECT_EQ(db->FindRun("r-1999").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(RunSpecNames("r-2027", "r-20270115-aaaa"));
+  EXPECT_TRUE(RunSpecNames("latest", "r-20270115-aaaa"));
+  EXPECT_FALSE(RunSpecNames("r-20270115-aaaa-longer", "r-20270115-aaaa"));
+  EXPECT_FALSE(RunSpecNames("r-2026", "r-20270115-aaaa"));
 }
 
 TEST_F(LineageDbTest, ReaderSeesCommittedRowsWhileWriterHoldsTheFile) {
