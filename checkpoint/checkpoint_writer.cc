@@ -152,7 +152,7 @@ Result<SaveDecision> CheckpointWriter::Save(int64_t step, const std::vector<Buff
 
   {
     std::unique_lock<std::mutex> l(mu_);
-    const bool commits_full = commits_.size() + (committing_ ? 1 : 0) >= kMaxPendingCommits;
+    const bool commits_full = PendingCommits() >= kMaxPendingCommits;
     if (job_.has_value() || commits_full) {
       const std::string in_flight = job_.has_value()
                                         ? "step " + std::to_string(job_->step) + " is still being written"
@@ -165,7 +165,7 @@ Result<SaveDecision> CheckpointWriter::Save(int64_t step, const std::vector<Buff
         return SaveDecision::kSkipped;
       }
       idle_cv_.wait(l, [this] {
-        return !job_.has_value() && commits_.size() + (committing_ ? 1 : 0) < kMaxPendingCommits;
+        return !job_.has_value() && PendingCommits() < kMaxPendingCommits;
       });
       spdlog::warn("checkpoint: save of step {} waited {:.1f} ms: {} (policy=wait)", step, SecondsSince(t0) * 1e3,
                    in_flight);
@@ -286,8 +286,6 @@ void CheckpointWriter::CommitMain() {
 
 CheckpointWriter::PendingCommit CheckpointWriter::Write(const Job& job) {
   PendingCommit c;
-  c.job_step = job.step;
-  c.shard_bytes = job.header.file_size;
   c.metrics = job.metrics;
   c.handed_over = job.handed_over;
   SaveOutcome& out = c.outcome;
@@ -316,33 +314,33 @@ CheckpointWriter::PendingCommit CheckpointWriter::Write(const Job& job) {
 SaveOutcome CheckpointWriter::Finish(const PendingCommit& c) {
   SaveOutcome out = c.outcome;
   Status written = c.written;
-  const std::string dir = JoinPath(options_.root, StepDirName(c.job_step));
+  const std::string dir = JoinPath(options_.root, StepDirName(c.outcome.step));
   if (options_.world_size > 1) {
     // Tell rank 0 either way, so a failed rank does not cost it the whole timeout.
-    std::string value = written.ok() ? "ok " + std::to_string(c.shard_bytes) + " " + HexU64(c.xxh3)
+    std::string value = written.ok() ? "ok " + std::to_string(c.outcome.shard_bytes) + " " + HexU64(c.xxh3)
                                      : "error " + written.ToString();
-    Status published = options_.store->Set(ShardKey(c.job_step, options_.rank), Bytes(value));
+    Status published = options_.store->Set(ShardKey(c.outcome.step, options_.rank), Bytes(value));
     if (!published.ok() && written.ok()) written = published.WithContext("publishing shard to the store");
   }
   if (!written.ok()) {
-    out.status = written.WithContext("checkpoint step " + std::to_string(c.job_step) + " rank " +
+    out.status = written.WithContext("checkpoint step " + std::to_string(c.outcome.step) + " rank " +
                                      std::to_string(options_.rank));
     if (options_.rank == 0 && options_.world_size > 1) {
       // Rank 0 commits, so it also says it will not: otherwise every other rank
       // waits out commit_timeout for the outcome, its next save blocked behind
       // this one (found by bench/soak, with rank 0's disk full).
-      Status told = options_.store->Set(OutcomeKey(c.job_step),
+      Status told = options_.store->Set(OutcomeKey(c.outcome.step),
                                         Bytes("rank 0 failed to write its shard: " + written.ToString()));
-      if (!told.ok()) spdlog::warn("checkpoint: could not publish the outcome of step {}: {}", c.job_step, told.ToString());
+      if (!told.ok()) spdlog::warn("checkpoint: could not publish the outcome of step {}: {}", c.outcome.step, told.ToString());
     }
   } else {
     out.status = Commit(c, dir);
   }
   out.total_seconds = std::chrono::duration<double>(Clock::now() - c.handed_over).count();
   if (out.status.ok()) {
-    parent_step_ = c.job_step;
-    newest_committed_ = std::max(newest_committed_.load(), c.job_step);
-    if (options_.rank == 0) Prune(c.job_step);
+    parent_step_ = c.outcome.step;
+    newest_committed_ = std::max(newest_committed_.load(), c.outcome.step);
+    if (options_.rank == 0) Prune(c.outcome.step);
   }
   return out;
 }
@@ -418,10 +416,10 @@ Status CheckpointWriter::WriteShard(const Job& job, const std::string& dir) {
   return storage_->SyncDir(dir);
 }
 
-Status CheckpointWriter::Commit(const PendingCommit& job, const std::string& dir) {
-  const std::string where = "checkpoint step " + std::to_string(job.job_step);
+Status CheckpointWriter::Commit(const PendingCommit& commit, const std::string& dir) {
+  const std::string where = "checkpoint step " + std::to_string(commit.outcome.step);
   if (options_.rank != 0) {
-    Result<std::vector<uint8_t>> outcome = AwaitPeerKey(OutcomeKey(job.job_step));
+    Result<std::vector<uint8_t>> outcome = AwaitPeerKey(OutcomeKey(commit.outcome.step));
     if (!outcome.ok()) return outcome.status().WithContext(where + ": waiting for rank 0 to commit");
     std::string text = Text(*outcome);
     if (text == "committed") return Status::Ok();
@@ -429,12 +427,12 @@ Status CheckpointWriter::Commit(const PendingCommit& job, const std::string& dir
   }
 
   Manifest m;
-  m.step = job.job_step;
+  m.step = commit.outcome.step;
   m.world_size = options_.world_size;
   m.layout = options_.layout;
   m.config_hash = options_.config_hash;
   m.parent_step = parent_step_;
-  m.metrics = job.metrics;
+  m.metrics = commit.metrics;
   m.created_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
@@ -445,11 +443,11 @@ Status CheckpointWriter::Commit(const PendingCommit& job, const std::string& dir
     shard.rank = r;
     shard.file = ShardFileName(r, options_.world_size);
     if (r == 0) {
-      shard.size = job.shard_bytes;
-      shard.xxh3 = job.xxh3;
+      shard.size = commit.outcome.shard_bytes;
+      shard.xxh3 = commit.xxh3;
       continue;
     }
-    Result<std::vector<uint8_t>> got = AwaitPeerKey(ShardKey(job.job_step, r));
+    Result<std::vector<uint8_t>> got = AwaitPeerKey(ShardKey(commit.outcome.step, r));
     if (!got.ok()) {
       s = got.status().WithContext(where + ": waiting for rank " + std::to_string(r) + "'s shard");
       break;
@@ -467,8 +465,8 @@ Status CheckpointWriter::Commit(const PendingCommit& job, const std::string& dir
   }
   if (s.ok()) s = WriteManifest(dir, m).WithContext(where);
   if (options_.world_size > 1) {
-    Status told = options_.store->Set(OutcomeKey(job.job_step), Bytes(s.ok() ? "committed" : s.ToString()));
-    if (!told.ok()) spdlog::warn("checkpoint: could not publish the outcome of step {}: {}", job.job_step, told.ToString());
+    Status told = options_.store->Set(OutcomeKey(commit.outcome.step), Bytes(s.ok() ? "committed" : s.ToString()));
+    if (!told.ok()) spdlog::warn("checkpoint: could not publish the outcome of step {}: {}", commit.outcome.step, told.ToString());
   }
   return s;
 }

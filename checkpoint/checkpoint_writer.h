@@ -207,12 +207,10 @@ class CheckpointWriter {
 
   // A written shard (or the error that stopped it) waiting for its commit.
   struct PendingCommit {
-    int64_t job_step = 0;
-    uint64_t shard_bytes = 0;
     Status written;     // OK: the shard is durable, with checksum xxh3
     uint64_t xxh3 = 0;
     std::map<std::string, double> metrics;
-    SaveOutcome outcome;  // timings of staging and writing
+    SaveOutcome outcome;  // step, shard size, timings of staging and writing
     std::chrono::steady_clock::time_point handed_over;
   };
 
@@ -232,7 +230,7 @@ class CheckpointWriter {
   Result<uint64_t> Stage(const Job& job, double* fence_seconds);
   // Writes this rank's staged shard.
   Status WriteShard(const Job& job, const std::string& dir);
-  Status Commit(const PendingCommit& job, const std::string& dir);
+  Status Commit(const PendingCommit& commit, const std::string& dir);
   // Store Get of another rank's key for up to commit_timeout; fails at once
   // when the destructor has begun (see the thread-safety note above).
   Result<std::vector<uint8_t>> AwaitPeerKey(const std::string& key);
@@ -242,6 +240,7 @@ class CheckpointWriter {
   void EnsureStaging(size_t bytes);  // caller holds save_mu_, writer idle
   void WaitIdle(std::unique_lock<std::mutex>* lock);       // no shard being staged or written
   void WaitCommitted(std::unique_lock<std::mutex>* lock);  // ... and no commit queued or running
+  size_t PendingCommits() const { return commits_.size() + (committing_ ? 1 : 0); }  // caller holds mu_
 
   const CheckpointWriterOptions options_;
   Storage* const storage_;  // not owned

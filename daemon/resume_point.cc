@@ -39,11 +39,12 @@ Status CheckResumeStep(const std::string& run_id, const std::vector<CheckpointRe
     if (!fresh && k.seq >= it->second->seq) it->second = &k;
   }
   std::string good;
+  std::string why = "no checkpoint of that step is recorded";
   for (const auto& [s, k] : by_step) {
-    if (WhyNotResumable(*k, run_dir).empty()) good += (good.empty() ? "" : ", ") + std::to_string(s);
+    std::string not_resumable = WhyNotResumable(*k, run_dir);  // one look at the disk per step
+    if (not_resumable.empty()) good += (good.empty() ? "" : ", ") + std::to_string(s);
+    if (s == step) why = std::move(not_resumable);
   }
-  auto it = by_step.find(step);
-  const std::string why = it == by_step.end() ? "no checkpoint of that step is recorded" : WhyNotResumable(*it->second, run_dir);
   if (why.empty()) return Status::Ok();
   return NotFoundError("run " + run_id + " cannot resume from step " + std::to_string(step) + ": " + why +
                        "; steps it can resume from: " +

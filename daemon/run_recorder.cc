@@ -102,14 +102,14 @@ Status RunRecorder::OpenRun() {
     run.slurm_job_id = opts_.allocation.job_id;
     HF_ASSIGN_OR_RETURN(run_id_, db_->CreateRun(run));
   }
+  auto recorded = db_->Checkpoints(run_id_);
   if (existing.has_value() && opts_.from_step >= 0) {
     // The same check as `runctl resume --from-step`, before anything changes:
     // a step that cannot be resumed from must not cost an attempt and a
     // restart, nor silently train from another step.
-    HF_ASSIGN_OR_RETURN(std::vector<CheckpointRecord> rows, db_->Checkpoints(run_id_));
-    HF_RETURN_IF_ERROR(CheckResumeStep(run_id_, rows, opts_.from_step, opts_.run_dir));
+    if (!recorded.ok()) return recorded.status();
+    HF_RETURN_IF_ERROR(CheckResumeStep(run_id_, *recorded, opts_.from_step, opts_.run_dir));
   }
-  auto recorded = db_->Checkpoints(run_id_);
   int64_t newest_step = -1;
   int newest_world = 0;  // who saved the checkpoint a resumed attempt starts from
   if (recorded.ok()) {
@@ -312,16 +312,13 @@ void RunRecorder::RecordCommitted(int64_t step, int world_size) {
 }
 
 Result<std::vector<int64_t>> RunRecorder::FenceLaterThan(int64_t step) {
-  std::set<int64_t> later;
+  // Later steps on disk (one may be committed but not yet recorded) and
+  // later steps lineage calls committed (recorded_steps_, read at open).
+  std::set<int64_t> later(recorded_steps_.upper_bound(step), recorded_steps_.end());
+  const std::set<int64_t> committed_rows = later;
   for (int64_t s : tracker_.StepsOnDisk()) {
     if (s > step) later.insert(s);
   }
-  HF_ASSIGN_OR_RETURN(std::vector<CheckpointRecord> rows, db_->Checkpoints(run_id_));
-  std::set<int64_t> committed_rows;
-  for (const CheckpointRecord& c : rows) {
-    if (c.step > step && c.state == CheckpointState::kCommitted) committed_rows.insert(c.step);
-  }
-  later.insert(committed_rows.begin(), committed_rows.end());
   std::vector<int64_t> out;
   for (int64_t s : later) {
     std::string where = "no longer on disk";
