@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "daemon/triage.h"  // RankView
+#include "common/rank_progress.h"  // RankView
 #include "scheduler/launch_plan.h"  // RankPlacement
 
 namespace holdfast {

@@ -17,7 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "daemon/triage.h"  // RankView
+#include "common/rank_progress.h"  // RankView
+#include "common/utf8.h"
 
 namespace holdfast {
 namespace cluster_internal {
@@ -37,8 +38,7 @@ std::string Dump(const J& j) {
 
 // ---- text (cluster_wire.cc) ----
 
-// `s` with every byte that does not start a well-formed UTF-8 sequence replaced by U+FFFD.
-std::string ValidUtf8(std::string_view s);
+// (ValidUtf8: common/utf8.h.)
 // Valid UTF-8 of at most max_bytes: cut at a character boundary.
 std::string Text(std::string_view raw, size_t max_bytes);
 

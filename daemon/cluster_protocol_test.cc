@@ -37,12 +37,11 @@ RankView MakeView(int rank, uint64_t ring_head) {
   v.proc_state = ProcState::kDiskWait;
   v.progress.valid = true;
   v.progress.torn = false;
-  ProgressRecordLayout& p = v.progress.record;
-  p.rank = rank;
-  p.pid = v.pid;
+  RankProgress& p = v.progress;
+  p.writer_pid = v.pid;
   p.step = 1234;
-  p.phase = static_cast<uint32_t>(Phase::kCollective);
-  p.collective_kind = static_cast<uint32_t>(CollectiveKind::kAllreduce);
+  p.phase = Phase::kCollective;
+  p.collective_kind = CollectiveKind::kAllreduce;
   p.collectives_issued = 90;
   p.collectives_done = 89;
   p.waiting_on = 90;
@@ -53,15 +52,16 @@ RankView MakeView(int rank, uint64_t ring_head) {
   p.checkpoint_step = 1200;
   p.checkpoint_failures = 2;
   p.checkpoint_failed_step = 1210;
-  std::strcpy(p.checkpoint_error, "write /ckpt/step-1210: No space left on device");
+  p.checkpoint_error = "write /ckpt/step-1210: No space left on device";
   p.ring_head = ring_head;
   for (uint64_t s = ring_head > kProgressRingSize ? ring_head - kProgressRingSize : 0; s < ring_head; ++s) {
-    CollectiveEntry& e = p.ring[s % kProgressRingSize];
+    CollectiveRecord e;
     e.seq = s + 1;
-    e.kind = static_cast<uint32_t>(s % 2 == 0 ? CollectiveKind::kAllreduce : CollectiveKind::kBroadcast);
+    e.kind = s % 2 == 0 ? CollectiveKind::kAllreduce : CollectiveKind::kBroadcast;
     e.bytes = 1 << 20;
     e.issued_ns = kSenderNow - static_cast<int64_t>(ring_head - s) * kSecond;
     e.completed_ns = s + 1 == ring_head ? 0 : e.issued_ns + 1000;
+    p.ring.push_back(e);
   }
   return v;
 }
@@ -78,10 +78,9 @@ void ExpectViewArrived(const RankView& sent, const RankView& got) {
   EXPECT_EQ(got.proc_state, sent.proc_state);
   EXPECT_EQ(got.progress.valid, sent.progress.valid);
   EXPECT_EQ(got.progress.torn, sent.progress.torn);
-  const ProgressRecordLayout& a = sent.progress.record;
-  const ProgressRecordLayout& b = got.progress.record;
-  EXPECT_EQ(b.rank, sent.rank);
-  EXPECT_EQ(b.pid, sent.pid);
+  const RankProgress& a = sent.progress;
+  const RankProgress& b = got.progress;
+  EXPECT_EQ(b.writer_pid, sent.pid);
   EXPECT_EQ(b.step, a.step);
   EXPECT_EQ(b.phase, a.phase);
   EXPECT_EQ(b.collective_kind, a.collective_kind);
@@ -95,16 +94,15 @@ void ExpectViewArrived(const RankView& sent, const RankView& got) {
   EXPECT_EQ(b.checkpoint_step, a.checkpoint_step);
   EXPECT_EQ(b.checkpoint_failures, a.checkpoint_failures);
   EXPECT_EQ(b.checkpoint_failed_step, a.checkpoint_failed_step);
-  EXPECT_STREQ(b.checkpoint_error, a.checkpoint_error);
+  EXPECT_EQ(b.checkpoint_error, a.checkpoint_error);
   EXPECT_EQ(b.ring_head, a.ring_head);
-  const uint64_t n = std::min<uint64_t>(a.ring_head, kProgressRingSize);
-  for (uint64_t i = 0; i < n; ++i) {
-    const size_t slot = (a.ring_head - n + i) % kProgressRingSize;
-    EXPECT_EQ(b.ring[slot].seq, a.ring[slot].seq) << slot;
-    EXPECT_EQ(b.ring[slot].kind, a.ring[slot].kind) << slot;
-    EXPECT_EQ(b.ring[slot].bytes, a.ring[slot].bytes) << slot;
-    EXPECT_EQ(b.ring[slot].issued_ns, Moved(a.ring[slot].issued_ns)) << slot;
-    EXPECT_EQ(b.ring[slot].completed_ns, Moved(a.ring[slot].completed_ns)) << slot;
+  ASSERT_EQ(b.ring.size(), a.ring.size());
+  for (size_t i = 0; i < a.ring.size(); ++i) {
+    EXPECT_EQ(b.ring[i].seq, a.ring[i].seq) << i;
+    EXPECT_EQ(b.ring[i].kind, a.ring[i].kind) << i;
+    EXPECT_EQ(b.ring[i].bytes, a.ring[i].bytes) << i;
+    EXPECT_EQ(b.ring[i].issued_ns, Moved(a.ring[i].issued_ns)) << i;
+    EXPECT_EQ(b.ring[i].completed_ns, Moved(a.ring[i].completed_ns)) << i;
   }
 }
 
@@ -191,18 +189,20 @@ TEST(ClusterProtocolTest, ProgressRoundTripMovesClocks) {
   ASSERT_EQ(got.ranks.size(), 3u);
   for (size_t i = 0; i < 3; ++i) ExpectViewArrived(sent.ranks[i], got.ranks[i]);
   // The heartbeat was 2 s old on the sender; it is 2 s old on the receiver.
-  EXPECT_EQ(kReceiverNow - got.ranks[1].progress.record.heartbeat_ns, 2 * kSecond);
-  // A wrapped ring keeps its newest 16 entries in their slots.
-  EXPECT_EQ(got.ranks[2].progress.record.ring_head, 1000u);
-  EXPECT_EQ(got.ranks[2].progress.record.ring[999 % kProgressRingSize].seq, 1000u);
+  EXPECT_EQ(kReceiverNow - got.ranks[1].progress.heartbeat_ns, 2 * kSecond);
+  // A wrapped ring keeps its newest 16 entries, oldest first.
+  EXPECT_EQ(got.ranks[2].progress.ring_head, 1000u);
+  ASSERT_EQ(got.ranks[2].progress.ring.size(), static_cast<size_t>(kProgressRingSize));
+  EXPECT_EQ(got.ranks[2].progress.ring.front().seq, 1000u - kProgressRingSize + 1);
+  EXPECT_EQ(got.ranks[2].progress.ring.back().seq, 1000u);
 }
 
 TEST(ClusterProtocolTest, WhetherAWriterIsAttachedCrossesNodes) {
   ProgressMsg sent = std::get<ProgressMsg>(OneOfEach()[1]);
-  sent.ranks[0].progress.record.pid = 0;  // a job without the progress module
+  sent.ranks[0].progress.writer_pid = 0;  // a job without the progress module
   ProgressMsg got = RoundTrip(sent);
-  EXPECT_FALSE(WriterAttached(got.ranks[0].progress));
-  EXPECT_TRUE(WriterAttached(got.ranks[1].progress));
+  EXPECT_FALSE(got.ranks[0].progress.attached());
+  EXPECT_TRUE(got.ranks[1].progress.attached());
   // A daemon from before the field sent no "writer": read as attached, as it judged.
   std::string line = EncodeClusterMessage(sent, kSenderNow);
   for (std::string key = "\"writer\":false,"; line.find(key) != std::string::npos;) line.erase(line.find(key), key.size());
@@ -210,7 +210,7 @@ TEST(ClusterProtocolTest, WhetherAWriterIsAttachedCrossesNodes) {
   ASSERT_EQ(line.find("writer"), std::string::npos) << line;
   auto old = ParseClusterMessage(line, kReceiverNow);
   ASSERT_TRUE(old.ok()) << old.status().ToString();
-  EXPECT_TRUE(WriterAttached(std::get<ProgressMsg>(*old).ranks[0].progress));
+  EXPECT_TRUE(std::get<ProgressMsg>(*old).ranks[0].progress.attached());
 }
 
 TEST(ClusterProtocolTest, RankExitRoundTrip) {
@@ -494,12 +494,11 @@ TEST(ClusterProtocolTest, InvalidUtf8IsRepairedWhenSent) {
   RankView v = MakeView(0, 1);
   // The job wrote a record error that is not UTF-8 and fills the field: repaired
   // and cut at a character boundary to fit the record again.
-  std::memset(v.progress.record.checkpoint_error, '\xff', kProgressErrorSize - 1);
-  v.progress.record.checkpoint_error[kProgressErrorSize - 1] = '\0';
+  v.progress.checkpoint_error = std::string(kProgressErrorSize - 1, '\xff');
   v.host = "node\x80";
   ProgressMsg got = RoundTrip(ProgressMsg{1, {v}});
   ASSERT_EQ(got.ranks.size(), 1u);
-  const std::string error = got.ranks[0].progress.record.checkpoint_error;
+  const std::string error = got.ranks[0].progress.checkpoint_error;
   EXPECT_EQ(error.size(), 53u * 3);  // 53 whole U+FFFD in 159 bytes
   EXPECT_EQ(error.substr(0, 3), "\xEF\xBF\xBD");
   EXPECT_EQ(got.ranks[0].host, "node\xEF\xBF\xBD");
@@ -527,20 +526,27 @@ TEST(ClusterProtocolTest, LongTextIsCutAtACharacterBoundary) {
 
 TEST(ClusterProtocolTest, RecordOddities) {
   RankView future = MakeView(0, 2);
-  future.progress.record.heartbeat_ns = kSenderNow + kSecond;  // written after now was read
+  future.progress.heartbeat_ns = kSenderNow + kSecond;  // written after now was read
   future.proc_state = ProcState::kUnknown;
   ProgressMsg got = RoundTrip(ProgressMsg{0, {future}});
   ASSERT_EQ(got.ranks.size(), 1u);
-  EXPECT_EQ(got.ranks[0].progress.record.heartbeat_ns, kReceiverNow);  // age 0
+  EXPECT_EQ(got.ranks[0].progress.heartbeat_ns, kReceiverNow);  // age 0
   EXPECT_EQ(got.ranks[0].proc_state, ProcState::kUnknown);
 
-  // A phase this build does not know: the record is not one it can read.
+  // A phase this build does not know: the record is not one it can read, on
+  // the follower (DecodeProgress) and so on the leader.
   RankView odd = MakeView(1, 2);
-  odd.progress.record.phase = 42;
+  ProgressSnapshot snapshot;
+  snapshot.valid = true;
+  snapshot.record.pid = odd.pid;
+  snapshot.record.step = 77;
+  snapshot.record.phase = 42;
+  odd.progress = DecodeProgress(snapshot);
+  EXPECT_FALSE(odd.progress.valid);
   got = RoundTrip(ProgressMsg{0, {odd}});
   ASSERT_EQ(got.ranks.size(), 1u);
   EXPECT_FALSE(got.ranks[0].progress.valid);
-  EXPECT_EQ(got.ranks[0].progress.record.step, 0);
+  EXPECT_EQ(got.ranks[0].progress.step, 0);
   EXPECT_EQ(got.ranks[0].rank, 1);
   EXPECT_EQ(got.ranks[0].pid, odd.pid);
 
@@ -549,7 +555,7 @@ TEST(ClusterProtocolTest, RecordOddities) {
   j["ranks"][0]["heartbeat_age"] = kReceiverNow + kSecond;
   Result<ClusterMessage> r = ParseClusterMessage(j.dump(), kReceiverNow);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(std::get<ProgressMsg>(*r).ranks[0].progress.record.heartbeat_ns, 1);
+  EXPECT_EQ(std::get<ProgressMsg>(*r).ranks[0].progress.heartbeat_ns, 1);
 }
 
 TEST(ClusterProtocolTest, WorstCaseMessagesFitTheLimit) {
@@ -557,11 +563,12 @@ TEST(ClusterProtocolTest, WorstCaseMessagesFitTheLimit) {
   auto worst = [](size_t n) { return std::string(n, '\x01'); };
   RankView v = MakeView(kMaxClusterWorldSize - 1, UINT64_MAX);
   v.host = worst(kMaxClusterHostBytes);
-  std::memset(v.progress.record.checkpoint_error, '\x01', kProgressErrorSize - 1);
-  ProgressRecordLayout& p = v.progress.record;
+  v.progress.checkpoint_error = std::string(kProgressErrorSize - 1, '\x01');
+  RankProgress& p = v.progress;
   p.step = p.last_step_ns = p.checkpoint_step = p.checkpoint_failed_step = INT64_MIN;
   p.collectives_issued = p.collectives_done = p.waiting_on = p.checkpoint_failures = UINT64_MAX;
-  for (CollectiveEntry& e : p.ring) {
+  p.ring.resize(kProgressRingSize);
+  for (CollectiveRecord& e : p.ring) {
     e.seq = e.bytes = UINT64_MAX;
     e.issued_ns = e.completed_ns = 1;
   }

@@ -1,6 +1,5 @@
-// Cluster protocol: a RankView (process state + progress record) as JSON, its clock readings as ages.
+// Cluster protocol: a RankView (process state + RankProgress) as JSON, its clock readings as ages.
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
@@ -39,29 +38,18 @@ int64_t Back(int64_t age, int64_t now) {
 
 // ---- encoding ----
 
-// A record the receiver can interpret: every enumerated value known to this build.
-bool KnownRecord(const ProgressRecordLayout& p) {
-  if (p.phase > kMaxPhase || p.collective_kind > kMaxCollectiveKind) return false;
-  const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
-  for (uint64_t i = 0; i < n; ++i) {
-    if (p.ring[(p.ring_head - n + i) % kProgressRingSize].kind > kMaxCollectiveKind) return false;
-  }
-  return true;
-}
-
 ojson ViewToJson(const RankView& v, int64_t now) {
   CheckRange(v.rank, 0, kMaxClusterWorldSize - 1, "RankView::rank");
   CheckRange(v.node, 0, kMaxClusterNodes - 1, "RankView::node");
   CheckRange(v.pid, 0, kPidMax, "RankView::pid");
-  const bool known = KnownRecord(v.progress.record);
-  const ProgressRecordLayout p = known ? v.progress.record : ProgressRecordLayout{};
+  CheckCount(v.progress.ring.size(), kProgressRingSize, "ring entries");
+  // Nothing of a record that is not valid is interpreted, so none of it is sent.
+  const RankProgress p = v.progress.valid ? v.progress : RankProgress{};
   ojson ring = ojson::array();
-  const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
-  for (uint64_t i = 0; i < n; ++i) {
-    const CollectiveEntry& e = p.ring[(p.ring_head - n + i) % kProgressRingSize];
-    ring.push_back(ojson::array({e.seq, e.kind, e.bytes, Age(e.issued_ns, now), Age(e.completed_ns, now)}));
+  for (const CollectiveRecord& e : p.ring) {
+    ring.push_back(ojson::array({e.seq, static_cast<uint32_t>(e.kind), e.bytes, Age(e.issued_ns, now),
+                                 Age(e.completed_ns, now)}));
   }
-  const std::string error(p.checkpoint_error, strnlen(p.checkpoint_error, sizeof(p.checkpoint_error)));
   ojson j;
   j["rank"] = v.rank;
   j["node"] = v.node;
@@ -69,12 +57,12 @@ ojson ViewToJson(const RankView& v, int64_t now) {
   j["pid"] = static_cast<int64_t>(v.pid);
   j["alive"] = v.alive;
   j["state"] = std::string(1, ProcStateLetter(v.proc_state));
-  j["valid"] = known && v.progress.valid;
-  j["writer"] = p.pid != 0;  // the rank attached a progress writer (WriterAttached)
+  j["valid"] = p.valid;
+  j["writer"] = p.writer_pid != 0;  // the rank attached a progress writer (RankProgress::attached)
   j["torn"] = v.progress.torn;
   j["step"] = p.step;
-  j["phase"] = p.phase;
-  j["kind"] = p.collective_kind;
+  j["phase"] = static_cast<uint32_t>(p.phase);
+  j["kind"] = static_cast<uint32_t>(p.collective_kind);
   j["issued"] = p.collectives_issued;
   j["done"] = p.collectives_done;
   j["waiting_on"] = p.waiting_on;
@@ -85,19 +73,41 @@ ojson ViewToJson(const RankView& v, int64_t now) {
   j["checkpoint_step"] = p.checkpoint_step;
   j["checkpoint_failures"] = p.checkpoint_failures;
   j["checkpoint_failed_step"] = p.checkpoint_failed_step;
-  j["checkpoint_error"] = Text(error, kMaxCheckpointErrorBytes);
-  j["ring_head"] = p.ring_head;
+  j["checkpoint_error"] = Text(p.checkpoint_error, kMaxCheckpointErrorBytes);
+  // ring_head says how many collectives ever entered the ring: the ring holds the newest min(ring_head, 16).
+  j["ring_head"] = std::max<uint64_t>(p.ring_head, p.ring.size());
   j["ring"] = std::move(ring);
   return j;
 }
 
 // ---- parsing ----
 
+Status ParseRing(const json& ring, const std::string& where, int64_t now, RankProgress* p) {
+  for (size_t i = 0; i < ring.size(); ++i) {
+    const json& e = ring[i];
+    const std::string at = where + ": ring[" + std::to_string(i) + "]";
+    if (!e.is_array() || e.size() != 5) {
+      return InvalidArgumentError(at + " must be [seq, kind, bytes, issued_age, completed_age], got " + Shown(e));
+    }
+    int64_t kind = 0;
+    int64_t issued = 0;
+    int64_t completed = 0;
+    if (!e[0].is_number_unsigned() || !IntIn(e[1], 0, kMaxCollectiveKind, &kind) || !e[2].is_number_unsigned() ||
+        !IntIn(e[3], -1, kInt64Max, &issued) || !IntIn(e[4], -1, kInt64Max, &completed)) {
+      return InvalidArgumentError(at + " must be [seq >= 0, kind in [0, " + std::to_string(kMaxCollectiveKind) +
+                                  "], bytes >= 0, issued_age >= -1, completed_age >= -1], got " + Shown(e));
+    }
+    p->ring.push_back(CollectiveRecord{e[0].get<uint64_t>(), static_cast<CollectiveKind>(kind), e[2].get<uint64_t>(),
+                                       Back(issued, now), Back(completed, now)});
+  }
+  return Status::Ok();
+}
+
 Result<RankView> ParseView(const json& j, const std::string& where, int64_t now) {
   if (!j.is_object()) return InvalidArgumentError(where + " must be an object, got " + Shown(j));
   Fields f(j, where);
   RankView v;
-  ProgressRecordLayout& p = v.progress.record;
+  RankProgress& p = v.progress;
   HF_RETURN_IF_ERROR(f.Int("rank", 0, kMaxClusterWorldSize - 1, &v.rank));
   HF_RETURN_IF_ERROR(f.Int("node", 0, kMaxClusterNodes - 1, &v.node));
   HF_RETURN_IF_ERROR(f.Text("host", kMaxClusterHostBytes, &v.host));
@@ -109,14 +119,19 @@ Result<RankView> ParseView(const json& j, const std::string& where, int64_t now)
     return f.Error("\"state\" must be one printable ASCII character (R, S, D, T, Z, ?...), got " + Shown(state));
   }
   v.proc_state = ProcStateFromLetter(state[0]);  // a letter this build does not know: kUnknown
-  HF_RETURN_IF_ERROR(f.Bool("valid", &v.progress.valid));
-  HF_RETURN_IF_ERROR(f.Bool("torn", &v.progress.torn));
+  HF_RETURN_IF_ERROR(f.Bool("valid", &p.valid));
+  HF_RETURN_IF_ERROR(f.Bool("torn", &p.torn));
   bool writer = true;  // absent (a daemon from before the field): a writer, as it then assumed
   if (j.contains("writer")) HF_RETURN_IF_ERROR(f.Bool("writer", &writer));
-  p.pid = writer ? std::max<int32_t>(1, static_cast<int32_t>(v.pid)) : 0;  // the record's pid is the writer's
+  // The writer's own pid does not travel: the rank's pid stands for it (a new process in the slot is a new pid).
+  p.writer_pid = writer ? std::max<int32_t>(1, static_cast<int32_t>(v.pid)) : 0;
   HF_RETURN_IF_ERROR(f.Int("step", kInt64Min, kInt64Max, &p.step));
-  HF_RETURN_IF_ERROR(f.Int("phase", 0, kMaxPhase, &p.phase));
-  HF_RETURN_IF_ERROR(f.Int("kind", 0, kMaxCollectiveKind, &p.collective_kind));
+  uint32_t phase = 0;
+  uint32_t kind = 0;
+  HF_RETURN_IF_ERROR(f.Int("phase", 0, kMaxPhase, &phase));
+  HF_RETURN_IF_ERROR(f.Int("kind", 0, kMaxCollectiveKind, &kind));
+  p.phase = static_cast<Phase>(phase);
+  p.collective_kind = static_cast<CollectiveKind>(kind);
   HF_RETURN_IF_ERROR(f.Unsigned("issued", &p.collectives_issued));
   HF_RETURN_IF_ERROR(f.Unsigned("done", &p.collectives_done));
   HF_RETURN_IF_ERROR(f.Unsigned("waiting_on", &p.waiting_on));
@@ -131,10 +146,8 @@ Result<RankView> ParseView(const json& j, const std::string& where, int64_t now)
   HF_RETURN_IF_ERROR(f.Int("checkpoint_step", kInt64Min, kInt64Max, &p.checkpoint_step));
   HF_RETURN_IF_ERROR(f.Unsigned("checkpoint_failures", &p.checkpoint_failures));
   HF_RETURN_IF_ERROR(f.Int("checkpoint_failed_step", kInt64Min, kInt64Max, &p.checkpoint_failed_step));
-  std::string error;
-  HF_RETURN_IF_ERROR(f.Text("checkpoint_error", kMaxCheckpointErrorBytes, &error));
-  if (error.find('\0') != std::string::npos) return f.Error("\"checkpoint_error\" must not contain NUL");
-  std::memcpy(p.checkpoint_error, error.data(), error.size());  // the rest stays zero
+  HF_RETURN_IF_ERROR(f.Text("checkpoint_error", kMaxCheckpointErrorBytes, &p.checkpoint_error));
+  if (p.checkpoint_error.find('\0') != std::string::npos) return f.Error("\"checkpoint_error\" must not contain NUL");
   HF_RETURN_IF_ERROR(f.Unsigned("ring_head", &p.ring_head));
   HF_ASSIGN_OR_RETURN(const json* ring, f.Array("ring", kProgressRingSize));
   const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
@@ -142,28 +155,7 @@ Result<RankView> ParseView(const json& j, const std::string& where, int64_t now)
     return f.Error("\"ring\" has " + std::to_string(ring->size()) + " entries; ring_head " +
                    std::to_string(p.ring_head) + " means " + std::to_string(n));
   }
-  for (uint64_t i = 0; i < n; ++i) {
-    const json& e = (*ring)[i];
-    const std::string at = where + ": ring[" + std::to_string(i) + "]";
-    if (!e.is_array() || e.size() != 5) {
-      return InvalidArgumentError(at + " must be [seq, kind, bytes, issued_age, completed_age], got " + Shown(e));
-    }
-    CollectiveEntry& c = p.ring[(p.ring_head - n + i) % kProgressRingSize];
-    int64_t kind = 0;
-    int64_t issued = 0;
-    int64_t completed = 0;
-    if (!e[0].is_number_unsigned() || !IntIn(e[1], 0, kMaxCollectiveKind, &kind) || !e[2].is_number_unsigned() ||
-        !IntIn(e[3], -1, kInt64Max, &issued) || !IntIn(e[4], -1, kInt64Max, &completed)) {
-      return InvalidArgumentError(at + " must be [seq >= 0, kind in [0, " + std::to_string(kMaxCollectiveKind) +
-                                  "], bytes >= 0, issued_age >= -1, completed_age >= -1], got " + Shown(e));
-    }
-    c.seq = e[0].get<uint64_t>();
-    c.kind = static_cast<uint32_t>(kind);
-    c.bytes = e[2].get<uint64_t>();
-    c.issued_ns = Back(issued, now);
-    c.completed_ns = Back(completed, now);
-  }
-  p.rank = v.rank;  // (p.pid: set from "writer" above)
+  HF_RETURN_IF_ERROR(ParseRing(*ring, where, now, &p));
   return v;
 }
 

@@ -264,9 +264,9 @@ void RankProcess::Signal(int sig) const {
 
 ProcState RankProcess::State() const { return exited_ ? ProcState::kUnknown : ReadProcState(pid_); }
 
-ProgressSnapshot RankProcess::Progress() const {
-  if (progress_ == nullptr) return ProgressSnapshot{};
-  return progress_->Read();
+RankProgress RankProcess::Progress() const {
+  if (progress_ == nullptr) return RankProgress{};
+  return DecodeProgress(progress_->Read());
 }
 
 std::vector<std::string> RankProcess::LogTail(size_t lines) const {

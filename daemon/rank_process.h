@@ -28,6 +28,7 @@
 
 #include "common/proc_state.h"
 #include "common/progress_record.h"
+#include "common/rank_progress.h"
 #include "common/status.h"
 
 namespace holdfast {
@@ -70,7 +71,7 @@ class RankProcess {
   // State letter from /proc/<pid>/stat ('?' when gone).
   // /proc state now (kUnknown once exited).
   ProcState State() const;
-  ProgressSnapshot Progress() const;
+  RankProgress Progress() const;
   // Last `lines` lines of the log file.
   std::vector<std::string> LogTail(size_t lines) const;
 

@@ -81,11 +81,11 @@ std::vector<size_t> BlameRolesForLearnerStall(const std::vector<RoleStallObserva
   return stopped.empty() ? silent : stopped;
 }
 
-RoleHangWatch::Verdict RoleHangWatch::Observe(int64_t now_ns, const ProgressSnapshot& p) {
+RoleHangWatch::Verdict RoleHangWatch::Observe(int64_t now_ns, const RankProgress& p) {
   Verdict v;
-  v.attached = WriterAttached(p);
+  v.attached = p.attached();
   if (v.attached && !p.torn) {
-    const auto& r = p.record;
+    const RankProgress& r = p;
     if (!seen_ || r.heartbeat_ns != heartbeat_ || r.step != step_ || r.phase != phase_) {
       last_activity_ns_ = now_ns;  // attaching counts too: the startup allowance ends here
       seen_ = true;

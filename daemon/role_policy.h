@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "common/progress_record.h"
+#include "common/rank_progress.h"
 #include "daemon/job_config.h"
 
 namespace holdfast {
@@ -101,7 +101,7 @@ class RoleHangWatch {
     double timeout_s = 0;  // the allowance that applied
     bool attached = false;  // the process has attached a progress writer
   };
-  Verdict Observe(int64_t now_ns, const ProgressSnapshot& progress);
+  Verdict Observe(int64_t now_ns, const RankProgress& progress);
   // The last verdict Observe returned (silent 0 before the first).
   const Verdict& last() const { return last_; }
 
@@ -112,7 +112,7 @@ class RoleHangWatch {
   bool seen_ = false;
   int64_t heartbeat_ = 0;
   int64_t step_ = 0;
-  uint32_t phase_ = 0;
+  Phase phase_ = Phase::kStarting;
   Verdict last_;
 };
 

@@ -81,13 +81,13 @@ TEST(RolePolicyTest, ALearnerScopedRoleRestartsTheLearner) {
   EXPECT_EQ(DecideRoleFailure(in).action, RoleAction::kRestartLearner);
 }
 
-ProgressSnapshot Record(int64_t heartbeat, int64_t step, Phase phase = Phase::kForward) {
-  ProgressSnapshot p;
+RankProgress Record(int64_t heartbeat, int64_t step, Phase phase = Phase::kForward) {
+  RankProgress p;
   p.valid = true;
-  p.record.pid = 42;
-  p.record.heartbeat_ns = heartbeat;
-  p.record.step = step;
-  p.record.phase = static_cast<uint32_t>(phase);
+  p.writer_pid = 42;
+  p.heartbeat_ns = heartbeat;
+  p.step = step;
+  p.phase = phase;
   return p;
 }
 
@@ -110,7 +110,7 @@ TEST(RoleHangWatchTest, AHeartbeatWithoutAStepIsActivity) {
 
 TEST(RoleHangWatchTest, BeforeItsRecordIsWrittenTheStartupAllowanceApplies) {
   RoleHangWatch w(2, 10, 0);
-  ProgressSnapshot none;  // never attached
+  RankProgress none;  // never attached
   none.valid = true;
   EXPECT_FALSE(w.Observe(9 * kSec, none).hung);
   const RoleHangWatch::Verdict v = w.Observe(10 * kSec, none);
@@ -127,7 +127,7 @@ TEST(RoleHangWatchTest, BeforeItsRecordIsWrittenTheStartupAllowanceApplies) {
 TEST(RoleHangWatchTest, HangSZeroNeverJudges) {
   RoleHangWatch w(0, 10, 0);
   EXPECT_FALSE(w.Observe(1000 * kSec, Record(1, 0)).hung);
-  EXPECT_FALSE(w.Observe(2000 * kSec, ProgressSnapshot{}).hung);
+  EXPECT_FALSE(w.Observe(2000 * kSec, RankProgress{}).hung);
 }
 
 

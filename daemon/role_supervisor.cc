@@ -242,8 +242,8 @@ void RoleSupervisor::Failed(Slot* s, bool hung, int wstatus, const RoleHangWatch
   const RoleConfig& role = *s->role;
   const int64_t now = clock_->MonotonicNs();
   // Progress: the process completed a step before it failed (then no backoff).
-  const ProgressSnapshot p = s->proc ? s->proc->Progress() : ProgressSnapshot{};
-  const bool progressed = WriterAttached(p) && p.record.step > 0;
+  const RankProgress p = s->proc ? s->proc->Progress() : RankProgress{};
+  const bool progressed = p.attached() && p.step > 0;
   s->failures_without_progress = progressed ? 0 : s->failures_without_progress + 1;
 
   RoleTrouble t;
@@ -386,10 +386,10 @@ std::vector<RoleStatus> RoleSupervisor::Statuses(int64_t now_ns) const {
       if (s.state == State::kRunning && s.proc->alive() && s.proc->State() == ProcState::kStopped) {
         r.state = "stopped (SIGSTOP)";
       }
-      const ProgressSnapshot p = s.proc->Progress();
-      if (WriterAttached(p)) {
-        r.step = p.record.step;
-        if (p.record.heartbeat_ns > 0) r.heartbeat_age_s = static_cast<double>(now_ns - p.record.heartbeat_ns) / 1e9;
+      const RankProgress p = s.proc->Progress();
+      if (p.attached()) {
+        r.step = p.step;
+        if (p.heartbeat_ns > 0) r.heartbeat_age_s = static_cast<double>(now_ns - p.heartbeat_ns) / 1e9;
       }
     }
     out.push_back(std::move(r));

@@ -70,28 +70,21 @@ void RunController::StartGeneration() {
 bool RunController::WaitingForInput(const std::vector<RankView>& live) {
   if (live.empty()) return false;
   for (const RankView& v : live) {
-    if (!WriterAttached(v.progress) || v.progress.torn) return false;
-    if (static_cast<Phase>(v.progress.record.phase) != Phase::kData) return false;
+    if (!v.progress.attached() || v.progress.torn) return false;
+    if (v.progress.phase != Phase::kData) return false;
     if (IsStopped(v.proc_state)) return false;  // a stopped rank is its own culprit
   }
   return true;
 }
 
 bool RunController::Progressed(const std::vector<RankView>& views) const {
-  int64_t best = max_step_seen_;
-  for (const RankView& v : views) {
-    if (v.progress.valid) best = std::max(best, v.progress.record.step);
-  }
-  return best > generation_start_step_;
+  return NewestStep(views, max_step_seen_) > generation_start_step_;
 }
 
 void RunController::OnTick(const std::vector<RankView>& views) {
   if (state_ != State::kRunning && state_ != State::kStopping) return;
   recorder_->ObserveCheckpoints(views, opts_.world_size);
-  int64_t step = -1;
-  for (const RankView& v : views) {
-    if (v.progress.valid) step = std::max(step, v.progress.record.step);
-  }
+  const int64_t step = NewestStep(views, -1);
   max_step_seen_ = std::max(max_step_seen_, step);
   ObserveSaves(clock_->MonotonicNs(), views);
   if (state_ != State::kRunning) return;
@@ -107,7 +100,7 @@ void RunController::OnTick(const std::vector<RankView>& views) {
   if (verdict.hung && WaitingForInput(live)) {
     // Every rank waits for input: in a run with roles, for what they produce.
     const RankView& first = live.front();
-    const std::string doing = "in data of step " + std::to_string(first.progress.record.step + 1);
+    const std::string doing = "in data of step " + std::to_string(first.progress.step + 1);
     if (const int named = actions_->BlameRolesForStall(verdict.stalled_s, verdict.timeout_s, doing); named > 0) {
       spdlog::warn("the learner waited {:.1f} s {}: {} role process(es) named as the cause; the learner keeps "
                    "running", verdict.stalled_s, doing, named);
@@ -158,9 +151,7 @@ void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& v
   if (state_ == State::kRunning || state_ == State::kStopping) {
     // A save that failed (or committed) just before the exit is recorded before what follows it.
     recorder_->ObserveCheckpoints(views, opts_.world_size);
-    for (const RankView& v : views) {
-      if (v.progress.valid) max_step_seen_ = std::max(max_step_seen_, v.progress.record.step);
-    }
+    max_step_seen_ = NewestStep(views, max_step_seen_);
   }
   const bool all_exited = static_cast<int>(exits_.size()) >= opts_.world_size;
   if (state_ == State::kStopping) {
@@ -281,9 +272,9 @@ void RunController::ObserveSaves(int64_t now, const std::vector<RankView>& views
   int64_t committed = -1;
   for (const RankView& v : views) {
     if (!v.progress.valid) continue;
-    const auto& r = v.progress.record;
+    const RankProgress& r = v.progress;
     committed = std::max(committed, r.checkpoint_step);
-    if (static_cast<Phase>(r.phase) == Phase::kCheckpoint && r.step > committed && save_started_ns_.count(r.step) == 0) {
+    if (r.phase == Phase::kCheckpoint && r.step > committed && save_started_ns_.count(r.step) == 0) {
       save_started_ns_[r.step] = now;
     }
   }

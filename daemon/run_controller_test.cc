@@ -118,14 +118,13 @@ class RunControllerTest : public ::testing::Test {
       v[r].pid = 100 + r;
       v[r].proc_state = ProcState::kRunning;
       v[r].progress.valid = true;
-      v[r].progress.record.rank = r;
-      v[r].progress.record.pid = 100 + r;  // the rank attached its progress writer
-      v[r].progress.record.step = step;
-      v[r].progress.record.phase = static_cast<uint32_t>(phase);
-      v[r].progress.record.heartbeat_ns = clock_.MonotonicNs();
-      v[r].progress.record.step_started_ns = clock_.MonotonicNs();
-      v[r].progress.record.phase_started_ns = clock_.MonotonicNs();
-      v[r].progress.record.checkpoint_step = -1;
+      v[r].progress.writer_pid = 100 + r;  // the rank attached its progress writer
+      v[r].progress.step = step;
+      v[r].progress.phase = phase;
+      v[r].progress.heartbeat_ns = clock_.MonotonicNs();
+      v[r].progress.step_started_ns = clock_.MonotonicNs();
+      v[r].progress.phase_started_ns = clock_.MonotonicNs();
+      v[r].progress.checkpoint_step = -1;
     }
     return v;
   }
@@ -266,15 +265,15 @@ TEST_F(RunControllerTest, ASilentRankIsAHangItsCulpritIsKilledAtOnce) {
     clock_.Advance(1.0);
     std::vector<RankView> v = Views(3, Phase::kCollective);
     for (RankView& r : v) {
-      r.progress.record.step_started_ns = clock_.MonotonicNs() - static_cast<int64_t>((i + 1) * 1e9);
-      r.progress.record.collectives_issued = 7;
-      r.progress.record.collectives_done = 6;
-      r.progress.record.waiting_on = 7;
-      r.progress.record.collective_kind = 1;
+      r.progress.step_started_ns = clock_.MonotonicNs() - static_cast<int64_t>((i + 1) * 1e9);
+      r.progress.collectives_issued = 7;
+      r.progress.collectives_done = 6;
+      r.progress.waiting_on = 7;
+      r.progress.collective_kind = CollectiveKind::kAllreduce;
     }
-    v[2].progress.record.phase = static_cast<uint32_t>(Phase::kForward);
-    v[2].progress.record.collectives_issued = 6;
-    v[2].progress.record.waiting_on = 0;
+    v[2].progress.phase = Phase::kForward;
+    v[2].progress.collectives_issued = 6;
+    v[2].progress.waiting_on = 0;
     controller_->OnTick(v);
   }
   ASSERT_EQ(controller_->state(), RunController::State::kStopping);

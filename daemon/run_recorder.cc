@@ -27,12 +27,6 @@ constexpr int64_t kStepUpdateEveryNs = 5'000'000'000;
 
 // The record's checkpoint error text, bounded by its field and made valid
 // UTF-8: any job may write the record, and the text goes into JSON.
-std::string CheckpointErrorText(const ProgressRecordLayout& p) {
-  const std::string raw(p.checkpoint_error, strnlen(p.checkpoint_error, sizeof(p.checkpoint_error)));
-  const std::string quoted = nlohmann::json(raw).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  return nlohmann::json::parse(quoted).get<std::string>();
-}
-
 void Warn(const Status& s) {
   if (!s.ok()) spdlog::warn("lineage: {}", s.ToString());
 }
@@ -269,13 +263,13 @@ void RunRecorder::ObserveCheckpoints(const std::vector<RankView>& views, int wor
     RecordCorrupt();
     bool started = static_cast<int>(views.size()) >= world_size;
     for (const RankView& v : views) {
-      started = started && v.progress.valid && v.progress.record.phase != static_cast<uint32_t>(Phase::kStarting);
+      started = started && v.progress.valid && v.progress.phase != Phase::kStarting;
     }
     if (started) corrupt_scan_due_ = false;
   }
   int64_t committed = INT64_MAX;
   for (const RankView& v : views) {
-    committed = std::min<int64_t>(committed, v.progress.valid ? v.progress.record.checkpoint_step : -1);
+    committed = std::min<int64_t>(committed, v.progress.valid ? v.progress.checkpoint_step : -1);
   }
   if (static_cast<int>(views.size()) < world_size || committed == INT64_MAX || committed <= last_committed_step_) {
     return;
@@ -410,10 +404,10 @@ void RunRecorder::RecordCheckpointFailures(const std::vector<RankView>& views) {
   std::map<int64_t, std::vector<Report>> by_step;
   for (const RankView& v : views) {  // sorted by rank
     if (!v.progress.valid || v.progress.torn) continue;  // read again on the next tick
-    const ProgressRecordLayout& p = v.progress.record;
+    const RankProgress& p = v.progress;
     uint64_t& seen = failures_seen_[v.rank];
     if (p.checkpoint_failures <= seen) continue;
-    by_step[p.checkpoint_failed_step].push_back({v.rank, v.host, p.checkpoint_failures - seen - 1, CheckpointErrorText(p)});
+    by_step[p.checkpoint_failed_step].push_back({v.rank, v.host, p.checkpoint_failures - seen - 1, p.checkpoint_error});
     seen = p.checkpoint_failures;
   }
   for (const auto& [step, reports] : by_step) {

@@ -34,14 +34,14 @@ RunStatus BuildRunStatus(const RunController& controller, const RunRecorder& rec
     auto ex = controller.exits().find(v.rank);
     rs.state = v.alive ? (IsStopped(v.proc_state) ? "stopped" : "running")
                        : (ex != controller.exits().end() ? DescribeWaitStatus(ex->second) : "exited");
-    const ProgressSnapshot& p = v.progress;
+    const RankProgress& p = v.progress;
     if (p.valid) {
-      rs.step = p.record.step;
-      rs.phase = WriterAttached(p) ? PhaseName(p.phase()) : "unknown (no progress record written)";
-      rs.heartbeat_age_s = p.record.heartbeat_ns > 0 ? static_cast<double>(now_ns - p.record.heartbeat_ns) / 1e9 : 0;
-      if (p.record.last_step_ns > 0) rs.last_step_ms = static_cast<double>(p.record.last_step_ns) / 1e6;
-      if (p.record.waiting_on != 0) rs.waiting_on = p.record.waiting_on;
-      rs.collectives_issued = p.record.collectives_issued;
+      rs.step = p.step;
+      rs.phase = p.attached() ? PhaseName(p.phase) : "unknown (no progress record written)";
+      rs.heartbeat_age_s = p.heartbeat_ns > 0 ? static_cast<double>(now_ns - p.heartbeat_ns) / 1e9 : 0;
+      if (p.last_step_ns > 0) rs.last_step_ms = static_cast<double>(p.last_step_ns) / 1e6;
+      if (p.waiting_on != 0) rs.waiting_on = p.waiting_on;
+      rs.collectives_issued = p.collectives_issued;
       if (auto pace = controller.stragglers().Pace(v.rank)) {
         rs.steps_per_s = pace->steps_per_s;
         rs.step_ms_p50 = pace->step_ms_p50;
@@ -49,10 +49,10 @@ RunStatus BuildRunStatus(const RunController& controller, const RunRecorder& rec
         rs.compute_ms_p50 = pace->compute_ms_p50;
         rs.wait_ms_p50 = pace->wait_ms_p50;
       }
-      st.step = std::max(st.step, p.record.step);
     }
     node.ranks.push_back(rs);
   }
+  st.step = NewestStep(views, st.step);
   for (auto& [n, node] : nodes) st.nodes.push_back(node);
   st.last_incident = recorder.last_incident();
   if (const auto& slow = controller.stragglers().Slowest()) {

@@ -41,12 +41,12 @@ void Split(int64_t from, int64_t to, int64_t at, int64_t* before, int64_t* after
 // the last step's duration) that no CLOCK_MONOTONIC clock could give at now_ns,
 // negative or past now, are moved into [0 (unset), now_ns], so that the
 // differences below never overflow.
-ProgressRecordLayout WithReadingsUpToNow(const ProgressRecordLayout& record, int64_t now_ns) {
-  ProgressRecordLayout p = record;
+RankProgress WithReadingsUpToNow(const RankProgress& progress, int64_t now_ns) {
+  RankProgress p = progress;
   for (int64_t* t : {&p.phase_started_ns, &p.step_started_ns, &p.heartbeat_ns, &p.last_step_ns}) {
     *t = std::clamp<int64_t>(*t, 0, now_ns);
   }
-  for (CollectiveEntry& e : p.ring) {
+  for (CollectiveRecord& e : p.ring) {
     e.issued_ns = std::clamp<int64_t>(e.issued_ns, 0, now_ns);
     e.completed_ns = std::clamp<int64_t>(e.completed_ns, 0, now_ns);
   }
@@ -85,24 +85,22 @@ StragglerVerdict StragglerDetector::Observe(int64_t now_ns, const std::vector<Ra
 
 void StragglerDetector::ObserveRank(int64_t now_ns, const RankView& view, Track* t) {
   if (!view.alive || !view.progress.valid || view.progress.torn) return;
-  if (view.progress.record.step < 0) return;  // not a count of completed steps
-  const ProgressRecordLayout p = WithReadingsUpToNow(view.progress.record, now_ns);
-  if (t->seen && (p.pid != t->pid || p.step < t->step)) *t = Track{};  // another process in this slot
+  if (view.progress.step < 0) return;  // not a count of completed steps
+  const RankProgress p = WithReadingsUpToNow(view.progress, now_ns);
+  if (t->seen && (p.writer_pid != t->pid || p.step < t->step)) *t = Track{};  // another process in this slot
 
-  // The ring, oldest first.
-  std::vector<CollectiveEntry> ring;
-  const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
-  for (uint64_t i = 0; i < n; ++i) {
-    const CollectiveEntry& e = p.ring[(p.ring_head - n + i) % kProgressRingSize];
+  // The ring by sequence number (the job's to write: it may hold anything).
+  std::vector<CollectiveRecord> ring;
+  for (const CollectiveRecord& e : p.ring) {
     if (e.seq != 0) ring.push_back(e);
   }
-  std::sort(ring.begin(), ring.end(), [](const CollectiveEntry& a, const CollectiveEntry& b) { return a.seq < b.seq; });
-  const bool waiting = p.waiting_on != 0 && static_cast<Phase>(p.phase) == Phase::kCollective;
+  std::sort(ring.begin(), ring.end(), [](const CollectiveRecord& a, const CollectiveRecord& b) { return a.seq < b.seq; });
+  const bool waiting = p.in_collective();
 
   if (!t->seen) {
     // What happened before the first look is not measured.
     t->seen = true;
-    t->pid = p.pid;
+    t->pid = p.writer_pid;
     t->step = p.step;
     t->accounted_until_ns = p.heartbeat_ns;
     t->max_seq = ring.empty() ? p.collectives_issued : ring.back().seq;
@@ -153,7 +151,7 @@ void StragglerDetector::ObserveRank(int64_t now_ns, const RankView& view, Track*
   };
   std::vector<Event> events;
   events.reserve(ring.size() * 2);
-  for (const CollectiveEntry& e : ring) {
+  for (const CollectiveRecord& e : ring) {
     events.push_back({e.issued_ns, false, e.seq});
     if (e.completed_ns != 0) events.push_back({e.completed_ns, true, e.seq});
   }

@@ -43,7 +43,7 @@
 #include <vector>
 
 #include "daemon/job_config.h"
-#include "daemon/triage.h"
+#include "common/rank_progress.h"
 
 namespace holdfast {
 

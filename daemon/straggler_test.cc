@@ -120,8 +120,10 @@ class DdpSim {
       v.host = "node0";
       v.pid = 1000 + r;
       v.proc_state = ProcState::kRunning;
-      v.progress.valid = true;
-      v.progress.record = replay_[r].record();
+      ProgressSnapshot snapshot;  // what the daemon reads from the record
+      snapshot.valid = true;
+      snapshot.record = replay_[r].record();
+      v.progress = DecodeProgress(snapshot);
       views.push_back(v);
     }
     return views;
@@ -401,13 +403,13 @@ TEST(StragglerTest, ImpossibleReadingsInARecordAreNotMeasured) {
   int64_t step = 0;
   for (int64_t t = 200 * kMs; t <= 60 * kSec; t += 200 * kMs) {
     std::vector<RankView> views = sim.ViewsAt(t);
-    ProgressRecordLayout& r = views[3].progress.record;
+    RankProgress& r = views[3].progress;
     r.step = (step += 1000) % 7000 - 1000;
     r.step_started_ns = INT64_MAX - 1;
     r.last_step_ns = INT64_MAX - 1;
     r.heartbeat_ns = INT64_MIN;
     r.phase_started_ns = INT64_MIN;
-    for (CollectiveEntry& e : r.ring) {
+    for (CollectiveRecord& e : r.ring) {
       e.issued_ns = INT64_MIN + 1;
       e.completed_ns = INT64_MAX;
     }

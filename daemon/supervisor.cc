@@ -655,10 +655,7 @@ std::string Supervisor::Impl::HandleControl(const ControlRequest& req, uid_t pee
     if (controller_->state() != RunController::State::kRunning) {
       return EncodeErrorResponse(req.id, ControlErrorCode::kFailedPrecondition, "no ranks are running right now");
     }
-    int64_t step = 0;
-    for (const RankView& v : Views()) {
-      if (v.progress.valid) step = std::max(step, v.progress.record.step);
-    }
+    const int64_t step = NewestStep(Views(), 0);
     ranks_.SignalAll(SIGUSR2);  // the trainer saves after the step all ranks agree on
     Broadcast(SignalMsg{controller_->generation(), SIGUSR2});
     return EncodeOkResponse(req.id, nlohmann::json{{"requested_at_step", step}}.dump());
@@ -724,15 +721,15 @@ MetricsSnapshot Supervisor::Impl::BuildMetricsSnapshot() {
     r.rank = v.rank;
     r.host = v.host;
     r.alive = v.alive;
-    const ProgressSnapshot& p = v.progress;
+    const RankProgress& p = v.progress;
     r.has_progress = p.valid;
     if (p.valid) {
-      r.step = p.record.step;
-      if (p.record.last_step_ns > 0) r.last_step_s = static_cast<double>(p.record.last_step_ns) / 1e9;
+      r.step = p.step;
+      if (p.last_step_ns > 0) r.last_step_s = static_cast<double>(p.last_step_ns) / 1e9;
       if (r.last_step_s && job_.tokens_per_step > 0) {
         r.tokens_per_s = static_cast<double>(job_.tokens_per_step) / *r.last_step_s;
       }
-      r.in_checkpoint = p.phase() == Phase::kCheckpoint;
+      r.in_checkpoint = p.phase == Phase::kCheckpoint;
     }
     s.ranks.push_back(std::move(r));
   }

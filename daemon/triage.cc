@@ -35,7 +35,7 @@ std::string StepAfter(int64_t completed) {
 
 // What the supervisor saw of one rank, as lineage keeps it.
 RankEvidence RankEvidenceOf(int64_t now_ns, const RankView& r) {
-  const ProgressRecordLayout& p = r.progress.record;
+  const RankProgress& p = r.progress;
   RankEvidence e;
   e.rank = r.rank;
   e.node = r.node;
@@ -43,11 +43,11 @@ RankEvidence RankEvidenceOf(int64_t now_ns, const RankView& r) {
   e.pid = r.pid;
   e.alive = r.alive;
   e.proc_state = std::string(1, ProcStateLetter(r.proc_state));
-  e.record_valid = r.progress.valid;
-  e.record_torn = r.progress.torn;
-  if (r.progress.valid) {
+  e.record_valid = p.valid;
+  e.record_torn = p.torn;
+  if (p.valid) {
     e.step = p.step;
-    e.phase = PhaseName(static_cast<Phase>(p.phase));
+    e.phase = PhaseName(p.phase);
     e.phase_age_s = p.phase_started_ns > 0 ? Seconds(now_ns - p.phase_started_ns) : 0.0;
     e.heartbeat_age_s = p.heartbeat_ns > 0 ? Seconds(now_ns - p.heartbeat_ns) : 0.0;
     e.collectives_issued = p.collectives_issued;
@@ -55,11 +55,8 @@ RankEvidence RankEvidenceOf(int64_t now_ns, const RankView& r) {
     e.waiting_on = p.waiting_on;
     e.last_step_ms = static_cast<double>(p.last_step_ns) / 1e6;
     e.checkpoint_step = p.checkpoint_step;
-    const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
-    for (uint64_t i = 0; i < n; ++i) {
-      const CollectiveEntry& c = p.ring[(p.ring_head - n + i) % kProgressRingSize];
-      e.ring.push_back(CollectiveEvidence{c.seq, CollectiveKindName(static_cast<CollectiveKind>(c.kind)), c.bytes,
-                                          c.completed_ns != 0});
+    for (const CollectiveRecord& c : p.ring) {
+      e.ring.push_back(CollectiveEvidence{c.seq, CollectiveKindName(c.kind), c.bytes, c.completed()});
     }
   }
   return e;
@@ -67,16 +64,15 @@ RankEvidence RankEvidenceOf(int64_t now_ns, const RankView& r) {
 
 std::string Doing(int64_t now_ns, const RankView& r) {
   std::string s;
-  if (!r.progress.valid) {
+  const RankProgress& p = r.progress;
+  if (!p.valid) {
     s = "has not reported progress yet";
   } else {
-    const ProgressRecordLayout& p = r.progress.record;
     const double age = p.phase_started_ns > 0 ? Seconds(now_ns - p.phase_started_ns) : 0;
     // Inside a collective, name it as the ring does: "allreduce #15".
-    const std::string where = static_cast<Phase>(p.phase) == Phase::kCollective && p.waiting_on != 0
-                                  ? std::string(CollectiveKindName(static_cast<CollectiveKind>(p.collective_kind))) +
-                                        " #" + std::to_string(p.waiting_on)
-                                  : std::string(PhaseName(static_cast<Phase>(p.phase)));
+    const std::string where = p.in_collective()
+                                  ? std::string(CollectiveKindName(p.collective_kind)) + " #" + std::to_string(p.waiting_on)
+                                  : std::string(PhaseName(p.phase));
     s = "in " + where + " of step " + StepAfter(p.step) + " for " + Fixed1(age) + " s";
   }
   if (const char* w = ProcStateWords(r.proc_state)) s += ", " + std::string(w);
@@ -96,13 +92,13 @@ void HangDetector::Excuse(int64_t now_ns) { std::fill(last_progress_ns_.begin(),
 HangDetector::Verdict HangDetector::Observe(int64_t now_ns, const std::vector<RankView>& ranks) {
   Verdict v;
   bool any_writer = false;
-  for (const RankView& r : ranks) any_writer = any_writer || WriterAttached(r.progress);
+  for (const RankView& r : ranks) any_writer = any_writer || r.progress.attached();
   bool any_checkpoint = false, any_eval = false, all_stepped = true;
   int64_t oldest = now_ns;
   for (const RankView& r : ranks) {
     if (r.rank < 0 || r.rank >= static_cast<int>(last_step_.size())) continue;
     if (r.progress.valid) {
-      const ProgressRecordLayout& p = r.progress.record;
+      const RankProgress& p = r.progress;
       if (last_step_[r.rank] < 0) {
         last_step_[r.rank] = p.step;  // the step this generation starts from
       } else if (p.step > last_step_[r.rank]) {
@@ -115,7 +111,7 @@ HangDetector::Verdict HangDetector::Observe(int64_t now_ns, const std::vector<Ra
         last_progress_ns_[r.rank] = now_ns;
         stepped_[r.rank] = true;
       }
-      const Phase ph = static_cast<Phase>(p.phase);
+      const Phase ph = p.phase;
       // A stopped process gets no allowance for what it claims to be doing.
       const bool stopped = IsStopped(r.proc_state);
       any_checkpoint = any_checkpoint || (!stopped && (ph == Phase::kCheckpoint || ph == Phase::kStarting));
@@ -197,15 +193,15 @@ Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const Ha
   uint64_t w = 0;
   std::vector<int> waiting;
   for (const RankView& r : ranks) {
-    if (r.progress.valid && static_cast<Phase>(r.progress.record.phase) == Phase::kCollective) {
+    if (r.progress.valid && r.progress.phase == Phase::kCollective) {
       waiting.push_back(r.rank);
-      w = std::max(w, r.progress.record.waiting_on);
+      w = std::max(w, r.progress.waiting_on);
     }
   }
   std::string kind = "collective";
   for (const RankView& r : ranks) {
-    if (r.progress.valid && r.progress.record.waiting_on == w && w != 0) {
-      kind = CollectiveKindName(static_cast<CollectiveKind>(r.progress.record.collective_kind));
+    if (r.progress.valid && r.progress.waiting_on == w && w != 0) {
+      kind = CollectiveKindName(r.progress.collective_kind);
     }
   }
   std::vector<std::string> parts;
@@ -246,7 +242,7 @@ Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const Ha
     inc.summary = line;
   } else if (w != 0) {
     for (const RankView& r : ranks) {
-      if (!r.progress.valid || r.progress.record.collectives_issued < w) {
+      if (!r.progress.valid || r.progress.collectives_issued < w) {
         inc.culprits.push_back(r.rank);
         parts.push_back("rank " + std::to_string(r.rank) + " never entered " + kind + " #" + std::to_string(w) + " (" +
                         Doing(now_ns, r) + ")");
@@ -255,9 +251,9 @@ Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const Ha
     double wait_s = 0;
     std::vector<int> in_w;
     for (const RankView& r : ranks) {
-      if (r.progress.valid && r.progress.record.waiting_on == w) {
+      if (r.progress.valid && r.progress.waiting_on == w) {
         in_w.push_back(r.rank);
-        const int64_t since = r.progress.record.phase_started_ns;  // <= 0: unset
+        const int64_t since = r.progress.phase_started_ns;  // <= 0: unset
         if (since > 0) wait_s = std::max(wait_s, Seconds(now_ns - since));
       }
     }
@@ -296,7 +292,7 @@ Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const Ha
     if (inc.culprits.empty()) {
       const RankView* slowest = nullptr;
       for (const RankView& r : ranks) {
-        if (slowest == nullptr || r.progress.record.phase_started_ns < slowest->progress.record.phase_started_ns) {
+        if (slowest == nullptr || r.progress.phase_started_ns < slowest->progress.phase_started_ns) {
           slowest = &r;
         }
       }
@@ -328,9 +324,9 @@ Incident TriageRole(int64_t now_ns, const RankView& process, const RoleTrouble& 
   inc.runbook = RunbookFor(inc.kind);
   const std::string who = "role " + t.role + "[" + std::to_string(t.index) + "]";
   std::string where;
-  if (process.progress.valid && WriterAttached(process.progress)) {
-    const ProgressRecordLayout& p = process.progress.record;
-    where = " in " + std::string(PhaseName(static_cast<Phase>(p.phase))) + " at step " + std::to_string(p.step);
+  if (process.progress.attached()) {
+    const RankProgress& p = process.progress;
+    where = " in " + std::string(PhaseName(p.phase)) + " at step " + std::to_string(p.step);
   }
   IncidentEvidence ev;
   ev.role = t.role;
@@ -379,8 +375,8 @@ Incident TriageExit(int64_t now_ns, const std::vector<RankView>& ranks, int rank
   }
   std::string where;
   if (self != nullptr && self->progress.valid) {
-    const ProgressRecordLayout& p = self->progress.record;
-    where = " in " + std::string(PhaseName(static_cast<Phase>(p.phase))) + " of step " + StepAfter(p.step);
+    const RankProgress& p = self->progress;
+    where = " in " + std::string(PhaseName(p.phase)) + " of step " + StepAfter(p.step);
   }
   inc.summary = "rank " + std::to_string(rank) + " " + DescribeWaitStatus(wstatus) + where;
   IncidentEvidence ev;

@@ -17,26 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "common/proc_state.h"
-#include "common/progress_record.h"
+#include "common/rank_progress.h"
 #include "daemon/job_config.h"
 
 namespace holdfast {
-
-// One rank as the supervisor sees it at one instant.
-struct RankView {
-  int rank = 0;
-  int node = 0;       // index of its node in the allocation
-  std::string host;   // its node's host name (scheduler/scheduler.h NodeInfo::host)
-  pid_t pid = 0;
-  bool alive = true;
-  ProcState proc_state = ProcState::kUnknown;  // /proc/<pid>/stat (common/proc_state.h)
-  ProgressSnapshot progress;
-  // A follower's rank: seconds since its node's last report reached the
-  // leader (followers report every poll); 0 for the leader's own ranks. A
-  // node cut off from the network keeps its last report here, ageing.
-  double report_age_s = 0;
-};
 
 class HangDetector {
  public:

@@ -19,14 +19,14 @@ RankView Rank(int rank, int64_t step, Phase phase, int64_t phase_started_ns, uin
   v.pid = 1000 + rank;
   v.proc_state = ProcStateFromLetter(state);
   v.progress.valid = true;
-  v.progress.record.pid = 1000 + rank;  // a writer is attached
-  v.progress.record.step = step;
-  v.progress.record.phase = static_cast<uint32_t>(phase);
-  v.progress.record.phase_started_ns = phase_started_ns;
-  v.progress.record.collectives_issued = issued;
-  v.progress.record.waiting_on = waiting_on;
-  v.progress.record.collective_kind = static_cast<uint32_t>(CollectiveKind::kAllreduce);
-  v.progress.record.last_step_ns = kSec / 4;
+  v.progress.writer_pid = 1000 + rank;  // a writer is attached
+  v.progress.step = step;
+  v.progress.phase = phase;
+  v.progress.phase_started_ns = phase_started_ns;
+  v.progress.collectives_issued = issued;
+  v.progress.waiting_on = waiting_on;
+  v.progress.collective_kind = CollectiveKind::kAllreduce;
+  v.progress.last_step_ns = kSec / 4;
   return v;
 }
 
@@ -46,7 +46,7 @@ int64_t RunSteps(HangDetector* d, int world, int64_t t, int first, int steps, do
     std::vector<RankView> ranks;
     for (int r = 0; r < world; ++r) {
       RankView v = Rank(r, s, Phase::kForward, t, 0);
-      v.progress.record.last_step_ns = static_cast<int64_t>(step_s * kSec);
+      v.progress.last_step_ns = static_cast<int64_t>(step_s * kSec);
       ranks.push_back(v);
     }
     *any_hang = *any_hang || d->Observe(t, ranks).hung;
@@ -68,13 +68,13 @@ TEST(HangDetectorTest, AJobThatWritesNoProgressIsNeverCalledHung) {
   HangDetector d(Config());
   d.StartGeneration(0, 2);
   std::vector<RankView> silent = {Rank(0, 0, Phase::kStarting, 0, 0), Rank(1, 0, Phase::kStarting, 0, 0)};
-  for (RankView& r : silent) r.progress.record.pid = 0;  // the daemon's fresh record: no writer attached
+  for (RankView& r : silent) r.progress.writer_pid = 0;  // the daemon's fresh record: no writer attached
   auto v = d.Observe(3600 * kSec, silent);
   EXPECT_FALSE(v.hung) << "an hour without a step means nothing when nobody writes progress";
   EXPECT_FALSE(v.progress_known);
   EXPECT_EQ(v.allowance, "none");
   // One rank attaching a writer (the module imported) arms the detector for all.
-  silent[1].progress.record.pid = 4242;
+  silent[1].progress.writer_pid = 4242;
   auto armed = d.Observe(3601 * kSec, silent);
   EXPECT_TRUE(armed.progress_known);
   EXPECT_TRUE(armed.hung);
@@ -274,7 +274,7 @@ TEST(TriageRoleTest, AHungRoleProcessSaysForHowLongAndWhy) {
   EXPECT_DOUBLE_EQ(ev["stalled_s"].get<double>(), 61.04);
   t.attached = false;
   RankView silent = Rank(0, 0, Phase::kStarting, 0, 0);
-  silent.progress.record.pid = 0;  // never attached a writer
+  silent.progress.writer_pid = 0;  // never attached a writer
   const Incident never = TriageRole(10 * kSec, silent, t);
   EXPECT_EQ(never.summary, "role reward[0] hung: no progress record written within 60.0 s of its start (pid 1000)");
   EXPECT_EQ(nlohmann::json::parse(never.evidence_json)["allowance"], "startup");

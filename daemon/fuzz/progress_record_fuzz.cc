@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +40,7 @@
 #include <vector>
 
 #include "common/progress_record.h"
+#include "common/rank_progress.h"
 #include "daemon/cluster_protocol.h"
 #include "daemon/straggler.h"
 #include "daemon/triage.h"
@@ -105,13 +107,31 @@ bool KnownToThisBuild(const ProgressRecordLayout& p) {
 }
 
 // The error text, when it is plain ASCII that travels unchanged.
-bool PlainError(const ProgressRecordLayout& p) {
-  for (size_t i = 0; i < sizeof(p.checkpoint_error); ++i) {
-    const unsigned char c = static_cast<unsigned char>(p.checkpoint_error[i]);
-    if (c == 0) return true;
-    if (c >= 0x80) return false;
+bool PlainError(const std::string& error) {
+  return std::all_of(error.begin(), error.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+}
+
+// The decode (common/rank_progress.h) keeps every field of a record this build
+// can interpret, the ring in order, and nothing of one it cannot.
+void CheckDecoded(const ProgressSnapshot& snap, const RankProgress& p) {
+  const ProgressRecordLayout& r = snap.record;
+  HF_CHECK(p.torn == snap.torn);
+  HF_CHECK(p.valid == (snap.valid && KnownToThisBuild(r)));
+  if (!p.valid) return;
+  HF_CHECK(p.writer_pid == r.pid && p.attached() == (r.pid != 0));
+  HF_CHECK(p.step == r.step && static_cast<uint32_t>(p.phase) == r.phase);
+  HF_CHECK(static_cast<uint32_t>(p.collective_kind) == r.collective_kind && p.waiting_on == r.waiting_on);
+  HF_CHECK(p.collectives_issued == r.collectives_issued && p.collectives_done == r.collectives_done);
+  HF_CHECK(p.heartbeat_ns == r.heartbeat_ns && p.phase_started_ns == r.phase_started_ns);
+  HF_CHECK(p.checkpoint_failures == r.checkpoint_failures && p.checkpoint_failed_step == r.checkpoint_failed_step);
+  const uint64_t n = std::min<uint64_t>(r.ring_head, kProgressRingSize);
+  HF_CHECK(p.ring_head == r.ring_head && p.ring.size() == n);
+  for (uint64_t k = 0; k < n; ++k) {
+    const CollectiveEntry& e = r.ring[(r.ring_head - n + k) % kProgressRingSize];
+    HF_CHECK(p.ring[k].seq == e.seq && static_cast<uint32_t>(p.ring[k].kind) == e.kind && p.ring[k].bytes == e.bytes);
+    HF_CHECK(p.ring[k].issued_ns == e.issued_ns && p.ring[k].completed_ns == e.completed_ns);
   }
-  return false;  // no terminating NUL: cut on the way
+  HF_CHECK(p.checkpoint_error.size() <= 3 * (kProgressErrorSize - 1));
 }
 
 // A follower's views, sent to the leader and parsed there at the same clock.
@@ -131,12 +151,11 @@ void CheckCarried(const std::vector<RankView>& views, int64_t now) {
     HF_CHECK(q.rank == o.rank && q.node == o.node && q.host == o.host && q.pid == o.pid && q.alive == o.alive);
     HF_CHECK(q.proc_state == o.proc_state);
     HF_CHECK(q.progress.torn == o.progress.torn);
-    const ProgressRecordLayout& a = o.progress.record;
-    const ProgressRecordLayout& b = q.progress.record;
-    const bool known = KnownToThisBuild(a);
-    HF_CHECK(q.progress.valid == (o.progress.valid && known));
-    HF_CHECK(WriterAttached(q.progress) == (q.progress.valid && known && a.pid != 0));
-    if (!known) continue;
+    const RankProgress& a = o.progress;
+    const RankProgress& b = q.progress;
+    HF_CHECK(b.valid == a.valid);
+    HF_CHECK(b.attached() == a.attached());
+    if (!a.valid) continue;
     HF_CHECK(b.step == a.step && b.phase == a.phase && b.collective_kind == a.collective_kind);
     HF_CHECK(b.collectives_issued == a.collectives_issued && b.collectives_done == a.collectives_done);
     HF_CHECK(b.waiting_on == a.waiting_on && b.last_step_ns == a.last_step_ns);
@@ -145,12 +164,11 @@ void CheckCarried(const std::vector<RankView>& views, int64_t now) {
     HF_CHECK(b.phase_started_ns == Carried(a.phase_started_ns, now));
     HF_CHECK(b.step_started_ns == Carried(a.step_started_ns, now));
     HF_CHECK(b.heartbeat_ns == Carried(a.heartbeat_ns, now));
-    if (PlainError(a)) HF_CHECK(std::strcmp(b.checkpoint_error, a.checkpoint_error) == 0);
-    const uint64_t n = std::min<uint64_t>(a.ring_head, kProgressRingSize);
-    for (uint64_t k = 0; k < n; ++k) {
-      const size_t at = (a.ring_head - n + k) % kProgressRingSize;
-      const CollectiveEntry& x = a.ring[at];
-      const CollectiveEntry& y = b.ring[at];
+    if (PlainError(a.checkpoint_error)) HF_CHECK(b.checkpoint_error == a.checkpoint_error);
+    HF_CHECK(b.ring.size() == a.ring.size());
+    for (size_t k = 0; k < a.ring.size(); ++k) {
+      const CollectiveRecord& x = a.ring[k];
+      const CollectiveRecord& y = b.ring[k];
       HF_CHECK(y.seq == x.seq && y.kind == x.kind && y.bytes == x.bytes);
       HF_CHECK(y.issued_ns == Carried(x.issued_ns, now) && y.completed_ns == Carried(x.completed_ns, now));
     }
@@ -232,10 +250,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       v.pid = 1000 + r;
       v.proc_state = ProcStateFromLetter(kProcStates[slot[0] & 7]);
       v.alive = (slot[0] & 8) == 0;
-      v.progress = ReadThrough(slots[r], record);
-      HF_CHECK(v.progress.valid == (record.magic == kProgressMagic && record.version == kProgressVersion));
-      HF_CHECK(!v.progress.torn || record.seq % 2 == 1);
-      if (v.progress.valid) HF_CHECK(std::memcmp(&v.progress.record, &record, kRecordSize) == 0);
+      const ProgressSnapshot snap = ReadThrough(slots[r], record);
+      HF_CHECK(snap.valid == (record.magic == kProgressMagic && record.version == kProgressVersion));
+      HF_CHECK(!snap.torn || record.seq % 2 == 1);
+      if (snap.valid) HF_CHECK(std::memcmp(&snap.record, &record, kRecordSize) == 0);
+      v.progress = DecodeProgress(snap);
+      CheckDecoded(snap, v.progress);
       views.push_back(std::move(v));
     }
 

@@ -361,7 +361,7 @@ void ClusterSeeds(const std::vector<ProgressSnapshot>& records, const fs::path& 
     v.host = "gpu-b02";
     v.pid = 4242 + static_cast<int>(i);
     v.proc_state = i == 0 ? ProcState::kSleeping : ProcState::kStopped;
-    v.progress = records[i];
+    v.progress = DecodeProgress(records[i]);
     views.push_back(v);
   }
   auto put = [&](const char* name, const ClusterMessage& m) { WriteFile(dir / name, EncodeClusterMessage(m, now)); };

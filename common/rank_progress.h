@@ -1,0 +1,92 @@
+// RankProgress: one rank's progress record as a value — the one form every
+// part of the daemon (hang detection, triage, stragglers, status, metrics, the
+// recorder, role supervision) and the cluster wire work with. RankView: one
+// rank as the supervisor sees it at one instant (its process and its progress).
+//
+// The shared-memory layout (common/progress_record.h) is decoded only here
+// (DecodeProgress) and, for a follower's ranks, by the cluster wire codec
+// (daemon/cluster_rank_view.cc), which carries a RankProgress field by field.
+// Times are CLOCK_MONOTONIC readings of the reader's machine: a local record
+// is written on the reader's clock; the wire sends ages and the receiver
+// turns them back into its own readings. The ring is a vector, oldest first.
+//
+// A record that is not initialised, is of another version, or holds a phase
+// or collective kind this build does not know is not `valid`: nothing in it
+// is interpreted (locally or from a follower alike).
+//
+// Thread-safety: plain values and pure functions.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/proc_state.h"
+#include "common/progress_record.h"
+
+namespace holdfast {
+
+// One collective of the ring of recent ones.
+struct CollectiveRecord {
+  uint64_t seq = 0;  // 1-based sequence number on its rank
+  CollectiveKind kind = CollectiveKind::kNone;
+  uint64_t bytes = 0;
+  int64_t issued_ns = 0;     // 0 = unset
+  int64_t completed_ns = 0;  // 0 while not known complete
+  bool completed() const { return completed_ns != 0; }
+};
+
+struct RankProgress {
+  bool valid = false;  // an initialised record of this version, every value known to this build
+  bool torn = false;   // the writer stopped mid-update: fields may be mixed
+  // The pid the writer stamped on attaching (holdfast-train, the Python
+  // module); 0 while no writer has attached (a job without the progress module).
+  int32_t writer_pid = 0;
+  int64_t step = 0;  // completed optimiser steps (the job's to write: any value)
+  Phase phase = Phase::kStarting;
+  CollectiveKind collective_kind = CollectiveKind::kNone;  // what it waits on in kCollective
+  uint64_t collectives_issued = 0;
+  uint64_t collectives_done = 0;
+  uint64_t waiting_on = 0;  // seq of the collective waited on; 0 = none
+  int64_t phase_started_ns = 0;  // readings of the reader's clock; 0 = unset
+  int64_t step_started_ns = 0;
+  int64_t heartbeat_ns = 0;
+  int64_t last_step_ns = 0;  // a duration: the last completed step's
+  int64_t checkpoint_step = -1;  // newest checkpoint the rank saw committed; -1 none
+  uint64_t checkpoint_failures = 0;
+  int64_t checkpoint_failed_step = -1;
+  std::string checkpoint_error;  // the newest failure's text, valid UTF-8 ("" none)
+  uint64_t ring_head = 0;                // collectives ever put in the ring (>= ring.size())
+  std::vector<CollectiveRecord> ring;  // the newest kProgressRingSize at most, oldest first
+
+  // A writer attached to a valid record: there is progress to judge by.
+  bool attached() const { return valid && writer_pid != 0; }
+  // Blocked in collective #waiting_on (kind collective_kind).
+  bool in_collective() const { return valid && phase == Phase::kCollective && waiting_on != 0; }
+};
+
+// The one decode of the shared-memory layout.
+RankProgress DecodeProgress(const ProgressSnapshot& snapshot);
+
+// One rank as the supervisor sees it at one instant.
+struct RankView {
+  int rank = 0;
+  int node = 0;      // index of its node in the allocation
+  std::string host;  // its node's host name (scheduler/scheduler.h NodeInfo::host)
+  pid_t pid = 0;
+  bool alive = true;
+  ProcState proc_state = ProcState::kUnknown;  // /proc/<pid>/stat (common/proc_state.h)
+  RankProgress progress;
+  // A follower's rank: seconds since its node's last report reached the
+  // leader (followers report every poll); 0 for the leader's own ranks. A
+  // node cut off from the network keeps its last report here, ageing.
+  double report_age_s = 0;
+};
+
+// The newest completed step a valid record reports, and at least `at_least`
+// (what the caller already knows: the generation's start, the newest seen).
+int64_t NewestStep(const std::vector<RankView>& ranks, int64_t at_least);
+
+}  // namespace holdfast
