@@ -181,11 +181,9 @@ void RoleSupervisor::OnTick() {
       if (!st.ok()) {
         spdlog::error("{}", st.ToString());
         RoleIncident inc;
-        inc.kind = IncidentKind::kRoleFailed;
-        inc.event_kind = event_kind::kRoleCrash;
-        inc.triage.kind = inc.event_kind;
-        inc.triage.summary = st.message() + ": a restart cannot help";
-        inc.triage.runbook = RunbookFor(inc.event_kind);
+        inc.cause = IncidentKind::kRoleFailed;
+        inc.report.event = event_kind::kRoleCrash;
+        inc.report.summary = st.message() + ": a restart cannot help";
         if (hooks_.learner) hooks_.learner(inc);
         return;
       }
@@ -261,7 +259,7 @@ void RoleSupervisor::Failed(Slot* s, bool hung, int wstatus, const RoleHangWatch
     t.learner_doing = stall->doing;
   }
   if (s->proc) t.log_tail = s->proc->LogTail(20);
-  const Incident triage = TriageRole(now, ViewOf(*s), t);
+  const TriageReport triage = TriageRole(now, ViewOf(*s), t);
 
   RoleFailureInput in;
   in.restart = role.restart;
@@ -288,23 +286,18 @@ void RoleSupervisor::Failed(Slot* s, bool hung, int wstatus, const RoleHangWatch
       s->state = State::kRestarting;
       // After a kill, the backoff counts from the exit (OnExit adds the time then).
       s->restart_due_ns = static_cast<int64_t>(d.backoff_s * 1e9) + (s->awaiting_exit ? 0 : now);
-      EventRecord ev = recorder_->NewEvent(triage.kind, ctx_.host);
-      ev.summary = triage.summary;
-      ev.evidence_json = triage.evidence_json;
-      ev.runbook = triage.runbook;
-      ev.action = std::string(hung ? "killed it (SIGKILL); " : "") + d.reason +
-                  "; the learner and the other role processes keep running";
-      recorder_->RecordEvent(ev);
-      spdlog::warn("{}: {} -> {}", ev.kind, ev.summary, ev.action);
+      const std::string action = std::string(hung ? "killed it (SIGKILL); " : "") + d.reason +
+                                 "; the learner and the other role processes keep running";
+      spdlog::warn("{}: {} -> {}", triage.event, triage.summary, action);
+      recorder_->Record(triage.event, triage.summary, action, triage.evidence, AtHost(ctx_.host));
       return;
     }
     case RoleAction::kRestartLearner: {
       s->state = State::kRestarting;
       s->expected_exit = true;  // its exit (after a kill) is part of this incident
       RoleIncident inc;
-      inc.kind = hung ? IncidentKind::kHang : IncidentKind::kCrash;
-      inc.event_kind = triage.kind;
-      inc.triage = triage;
+      inc.cause = hung ? IncidentKind::kHang : IncidentKind::kCrash;
+      inc.report = triage;
       if (hooks_.learner) hooks_.learner(inc);
       return;
     }
@@ -312,18 +305,16 @@ void RoleSupervisor::Failed(Slot* s, bool hung, int wstatus, const RoleHangWatch
       s->state = State::kFailed;
       s->expected_exit = true;
       RoleIncident inc;
-      inc.kind = IncidentKind::kRoleFailed;
-      inc.triage = triage;
+      inc.cause = IncidentKind::kRoleFailed;
+      inc.report = triage;
       if (d.budget_exhausted) {
-        inc.event_kind = event_kind::kBudgetExhausted;
-        inc.triage.summary = "role " + who + " spent its restart budget of " + std::to_string(role.restart_budget) +
+        inc.report.event = event_kind::kBudgetExhausted;
+        inc.report.summary = "role " + who + " spent its restart budget of " + std::to_string(role.restart_budget) +
                              "; last: " + triage.summary;
       } else {
-        inc.event_kind = triage.kind;
-        inc.triage.summary = triage.summary + " (" + d.reason.substr(d.reason.find(": ") + 2) + ")";
+        inc.report.summary = triage.summary + " (" + d.reason.substr(d.reason.find(": ") + 2) + ")";
       }
-      inc.triage.kind = inc.event_kind;
-      inc.triage.runbook = RunbookFor(event_kind::kRoleCrash);
+      inc.runbook_of = event_kind::kRoleCrash;  // a role's budget: the roles guide, not the learner's
       if (hooks_.learner) hooks_.learner(inc);
       return;
     }

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/launch_contract.h"
@@ -56,11 +55,9 @@ void RunController::StartGeneration() {
     spdlog::error("{}", s.ToString());
     for (int r = 0; r < opts_.world_size; ++r) exits_.emplace(r, 127 << 8);
     Facts f;
-    f.kind = s.code() == StatusCode::kInvalidArgument ? IncidentKind::kBadInput : IncidentKind::kCrash;
-    f.event_kind = event_kind::kCrash;
-    f.triage.kind = event_kind::kCrash;
-    f.triage.summary = "generation " + std::to_string(generation_) + " could not start: " + s.message();
-    f.triage.runbook = RunbookFor(event_kind::kCrash);
+    f.cause = s.code() == StatusCode::kInvalidArgument ? IncidentKind::kBadInput : IncidentKind::kCrash;
+    f.report.event = event_kind::kCrash;
+    f.report.summary = "generation " + std::to_string(generation_) + " could not start: " + s.message();
     HandleIncident(std::move(f), {});
     return;
   }
@@ -110,14 +107,13 @@ void RunController::OnTick(const std::vector<RankView>& views) {
   }
   if (verdict.hung) {
     Facts f;
-    f.kind = IncidentKind::kHang;
-    f.triage = TriageHang(now, views, verdict);
-    f.event_kind = event_kind::kHang;
-    for (int c : f.triage.culprits) {
+    f.cause = IncidentKind::kHang;
+    f.report = TriageHang(now, views, verdict);
+    for (int c : f.report.culprits) {
       const std::string h = opts_.host_of_rank(c);
       if (std::find(f.hosts.begin(), f.hosts.end(), h) == f.hosts.end()) f.hosts.push_back(h);
     }
-    spdlog::error("HANG: {}", f.triage.summary);
+    spdlog::error("HANG: {}", f.report.summary);
     HandleIncident(std::move(f), views);
   }
 }
@@ -127,23 +123,22 @@ void RunController::ObserveStragglers(int64_t now, const std::vector<RankView>& 
   if (!v.straggler && !v.recovered) return;
   // Reported, never acted on: a straggler slows every rank but loses nothing,
   // and a restart would not make its node faster.
-  EventRecord ev = recorder_->NewEvent(v.straggler ? event_kind::kStraggler : event_kind::kStragglerRecovered,
-                                       opts_.host_of_rank(v.rank));
+  IncidentEvidence ev;
   ev.rank = v.rank;
-  ev.summary = v.summary;
-  nlohmann::json paces = nlohmann::json::array();
+  ev.ratio = v.ratio;
+  ev.held_s = v.held_s;
   for (const RankView& r : views) {
     if (auto p = straggler_.Pace(r.rank)) {
-      paces.push_back({{"rank", r.rank}, {"steps_per_s", p->steps_per_s}, {"step_ms_p50", p->step_ms_p50},
-                       {"step_ms_p99", p->step_ms_p99}, {"compute_ms_p50", p->compute_ms_p50},
-                       {"wait_ms_p50", p->wait_ms_p50}});
+      RankEvidence re = RankEvidenceOf(now, r);
+      re.pace = PaceEvidence{p->steps_per_s, p->step_ms_p50, p->step_ms_p99, p->compute_ms_p50, p->wait_ms_p50};
+      ev.ranks.push_back(std::move(re));
     }
   }
-  ev.evidence_json = nlohmann::json{{"rank", v.rank}, {"ratio", v.ratio}, {"held_s", v.held_s}, {"ranks", paces}}.dump();
-  ev.action = v.straggler ? "reported; no restart (the run goes on at the straggler's pace)" : "reported";
-  ev.runbook = RunbookFor(ev.kind);
-  spdlog::warn("{}: {}", ev.kind, ev.summary);
-  recorder_->RecordEvent(ev);
+  const char* kind = v.straggler ? event_kind::kStraggler : event_kind::kStragglerRecovered;
+  spdlog::warn("{}: {}", kind, v.summary);
+  recorder_->Record(kind, v.summary,
+                    v.straggler ? "reported; no restart (the run goes on at the straggler's pace)" : "reported", ev,
+                    EventContext{opts_.host_of_rank(v.rank), v.rank, {}, "", ""});
 }
 
 void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& views) {
@@ -171,46 +166,42 @@ void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& v
     }
     // The ranks checkpointed and stopped on their own: someone preempted them.
     Facts f;
-    f.kind = IncidentKind::kPreemption;
-    f.event_kind = event_kind::kPreempt;
-    f.triage.kind = event_kind::kPreempt;
-    f.triage.summary = "ranks checkpointed step " + std::to_string(recorder_->last_committed_step()) +
+    f.cause = IncidentKind::kPreemption;
+    f.report.event = event_kind::kPreempt;
+    f.report.summary = "ranks checkpointed step " + std::to_string(recorder_->last_committed_step()) +
                        " and stopped (preemption)";
-    f.triage.runbook = RunbookFor(event_kind::kPreempt);
     HandleIncident(std::move(f), views);
     return;
   }
   Facts f;
-  f.triage = TriageExit(clock_->MonotonicNs(), views, e.rank, ws, e.log_tail);
-  f.event_kind = event_kind::kCrash;
+  f.report = TriageExit(clock_->MonotonicNs(), views, e.rank, ws, e.log_tail);
   f.hosts = {opts_.host_of_rank(e.rank)};
   const bool usage = ExitedWithCode(ws, kRankExitUsage);
   if (!e.exec_error.empty()) {
-    f.kind = IncidentKind::kBadInput;
-    f.triage.summary = "rank " + std::to_string(e.rank) + " could not be started: " + e.exec_error;
+    f.cause = IncidentKind::kBadInput;
+    f.report.summary = "rank " + std::to_string(e.rank) + " could not be started: " + e.exec_error;
   } else if (usage || IsExecFailureStatus(ws)) {
-    f.kind = IncidentKind::kBadInput;
-    f.triage.summary += usage ? " (bad config, flag or data: a restart cannot help)"
+    f.cause = IncidentKind::kBadInput;
+    f.report.summary += usage ? " (bad config, flag or data: a restart cannot help)"
                               : " (its command could not be executed: a restart cannot help)";
   } else {
-    f.kind = IncidentKind::kCrash;
+    f.cause = IncidentKind::kCrash;
   }
-  spdlog::error("CRASH: {}", f.triage.summary);
+  spdlog::error("CRASH: {}", f.report.summary);
   HandleIncident(std::move(f), views);
 }
 
 void RunController::OnHealth(const health::Decision& decision, const std::string& host, const std::string& when) {
   if (decision.action == health::Action::kNone || state_ == State::kFinished) return;
   Facts f;
-  f.kind = IncidentKind::kHealth;
+  f.cause = IncidentKind::kHealth;
   f.hosts = {host};
   f.health_action = decision.action;
-  f.event_kind = event_kind::kHealth;
-  f.triage.kind = event_kind::kHealth;
-  f.triage.summary = when + " health check failed on " + host + ": " + decision.reason;
-  f.triage.evidence_json = health::ReportToJson(decision.causes, decision);
-  f.triage.runbook = decision.causes.empty() ? RunbookFor(event_kind::kHealth) : decision.causes.front().runbook;
-  spdlog::error("HEALTH: {} (health policy: {})", f.triage.summary, health::ActionName(decision.action));
+  f.report.event = event_kind::kHealth;
+  f.report.summary = when + " health check failed on " + host + ": " + decision.reason;
+  f.context.report_json = health::ReportToJson(decision.causes, decision);
+  if (!decision.causes.empty()) f.context.runbook = decision.causes.front().runbook;  // the failed check's guide
+  spdlog::error("HEALTH: {} (health policy: {})", f.report.summary, health::ActionName(decision.action));
   if (state_ == State::kStopping) return;  // already stopping; the finding is recorded with the results
   if ((state_ == State::kIdle || state_ == State::kBackoff) && decision.action == health::Action::kRestart) {
     return;  // nothing runs to restart: launch as planned (the results are recorded)
@@ -223,13 +214,11 @@ void RunController::OnNodeLost(const std::string& host, const std::vector<int>& 
   if (state_ == State::kFinished) return;
   for (int r : ranks_of_node) exits_.emplace(r, SIGKILL);  // its ranks died with their daemon
   Facts f;
-  f.kind = IncidentKind::kNodeLost;
+  f.cause = IncidentKind::kNodeLost;
   f.hosts = {host};
-  f.event_kind = event_kind::kNodeLost;
-  f.triage.kind = event_kind::kNodeLost;
-  f.triage.summary = host + "'s holdfastd is gone (" + why + ")";
-  f.triage.runbook = RunbookFor(event_kind::kNodeLost);
-  spdlog::error("NODE LOST: {}", f.triage.summary);
+  f.report.event = event_kind::kNodeLost;
+  f.report.summary = host + "'s holdfastd is gone (" + why + ")";
+  spdlog::error("NODE LOST: {}", f.report.summary);
   if (state_ == State::kStopping) {
     // Stopping for another reason: a restart in place is no longer possible as planned.
     if (pending_ && pending_->action == RecoveryAction::kRestartInPlace) {
@@ -250,18 +239,15 @@ void RunController::OnNodeLost(const std::string& host, const std::vector<int>& 
     // answering, with SIGTERM, before the daemons find that node lost): the lost node is still
     // an incident of the run, and a requeue does not come back to it (found by
     // bench/soak_slurm.py: lineage had no node_lost, and the requeue excluded nothing).
-    EventRecord ev = recorder_->NewEvent(f.event_kind, host);
-    ev.summary = f.triage.summary;
-    ev.runbook = f.triage.runbook;
-    ev.action = pending_ ? "already stopping [recovery: " + pending_->reason + "]" : "already stopping";
+    std::string action = pending_ ? "already stopping [recovery: " + pending_->reason + "]" : "already stopping";
     if (pending_ && (pending_->action == RecoveryAction::kRequeueExcluding ||
                      pending_->action == RecoveryAction::kDrainAndRequeue)) {
       std::vector<std::string>& ex = pending_->exclude_hosts;
       if (std::find(ex.begin(), ex.end(), host) == ex.end()) ex.push_back(host);
-      ev.action += "; the requeue excludes " + host;
+      action += "; the requeue excludes " + host;
     }
-    recorder_->RecordEvent(ev);
-    spdlog::warn("action: {}", ev.action);
+    spdlog::warn("action: {}", action);
+    recorder_->Record(f.report.event, f.report.summary, std::move(action), {}, AtHost(host));
     if (static_cast<int>(exits_.size()) >= opts_.world_size) AfterAllStopped();
     return;
   }
@@ -293,22 +279,16 @@ void RunController::NoteLeadTime(double lead_time_s) {
                 "KillWait) or save less state",
                 lead_time_s, measured_save_s_);
   spdlog::warn("{}", text);
-  EventRecord ev = recorder_->NewEvent(event_kind::kPreempt);
-  ev.summary = text;
-  ev.action = "warning";
-  ev.runbook = RunbookFor(ev.kind);
-  recorder_->RecordEvent(ev);
+  recorder_->Record(event_kind::kPreempt, text, "warning");
 }
 
 void RunController::OnStopRequest(IncidentKind kind, const std::string& why) {
   if (state_ == State::kFinished) return;
   if (state_ == State::kStopping && pending_ && pending_->checkpoint_first) return;  // already stopping for it
   Facts f;
-  f.kind = kind;
-  f.event_kind = kind == IncidentKind::kPreemption ? event_kind::kPreempt : event_kind::kStop;
-  f.triage.kind = f.event_kind;
-  f.triage.summary = why;
-  f.triage.runbook = RunbookFor(f.event_kind);
+  f.cause = kind;
+  f.report.event = kind == IncidentKind::kPreemption ? event_kind::kPreempt : event_kind::kStop;
+  f.report.summary = why;
   spdlog::warn("{}: asking the ranks to checkpoint and stop", why);
   if (state_ == State::kStopping) pending_.reset();  // an operator's stop overrides a restart
   HandleIncident(std::move(f), {});
@@ -317,32 +297,29 @@ void RunController::OnStopRequest(IncidentKind kind, const std::string& why) {
 void RunController::OnRoleIncident(const RoleIncident& r, const std::vector<RankView>& views) {
   if (state_ == State::kFinished) return;
   Facts f;
-  f.kind = r.kind;
-  f.event_kind = r.event_kind;
-  f.triage = r.triage;
-  const bool stops_run = r.kind == IncidentKind::kRoleFailed;
+  f.cause = r.cause;
+  f.report = r.report;
+  f.context.runbook_of = r.runbook_of;
+  const bool stops_run = r.cause == IncidentKind::kRoleFailed;
   const bool already_stopping = state_ == State::kStopping && pending_ && pending_->action == RecoveryAction::kStop;
   if ((!stops_run && state_ != State::kRunning) || already_stopping) {
     // The learner group is restarting or stopping already: the role process
     // restarts with it (or the run ends anyway). Recorded, nothing more to do.
-    EventRecord ev = recorder_->NewEvent(f.event_kind);
-    ev.summary = f.triage.summary;
-    ev.evidence_json = f.triage.evidence_json;
-    ev.runbook = f.triage.runbook;
-    ev.action = already_stopping ? "none: the run is stopping already"
-                                 : "none: the learner group is restarting already; the process restarts with it";
-    recorder_->RecordEvent(ev);
-    spdlog::warn("{}: {} -> {}", ev.kind, ev.summary, ev.action);
+    const std::string action = already_stopping
+                                   ? "none: the run is stopping already"
+                                   : "none: the learner group is restarting already; the process restarts with it";
+    spdlog::warn("{}: {} -> {}", f.report.event, f.report.summary, action);
+    recorder_->Record(f.report.event, f.report.summary, action, f.report.evidence, f.context);
     return;
   }
-  spdlog::error("ROLE: {}", f.triage.summary);
+  spdlog::error("ROLE: {}", f.report.summary);
   if (state_ == State::kStopping) pending_.reset();  // a failed role overrides a restart
   HandleIncident(std::move(f), views);
 }
 
 void RunController::HandleIncident(Facts facts, const std::vector<RankView>& views) {
   RecoveryInput in;
-  in.kind = facts.kind;
+  in.kind = facts.cause;
   in.hosts = facts.hosts;
   in.health_action = facts.health_action;
   in.host_incidents = recorder_->HostIncidents();
@@ -360,19 +337,17 @@ void RunController::HandleIncident(Facts facts, const std::vector<RankView>& vie
   }
   const RecoveryDecision d = DecideRecovery(in);
 
-  const bool operator_stop = facts.kind == IncidentKind::kStopRequest || facts.kind == IncidentKind::kDaemonSignal;
-  const bool preempt_action = facts.kind == IncidentKind::kPreemption;
+  const bool operator_stop = facts.cause == IncidentKind::kStopRequest || facts.cause == IncidentKind::kDaemonSignal;
+  const bool preempt_action = facts.cause == IncidentKind::kPreemption;
   if (!operator_stop && !preempt_action) {
-    EventRecord ev = recorder_->NewEvent(facts.event_kind, facts.hosts.empty() ? "" : facts.hosts.front());
-    if (facts.triage.culprits.size() == 1) ev.rank = facts.triage.culprits.front();
-    ev.summary = facts.triage.summary;
-    ev.evidence_json = facts.triage.evidence_json;
-    ev.runbook = facts.triage.runbook;
-    ev.action = ActionText(facts, d);
-    recorder_->RecordEvent(ev);
-    spdlog::warn("action: {}", ev.action);
+    EventContext at = facts.context;
+    at.host = facts.hosts.empty() ? "" : facts.hosts.front();
+    if (facts.report.culprits.size() == 1) at.rank = facts.report.culprits.front();
+    const std::string action = ActionText(facts, d);
+    spdlog::warn("action: {}", action);
+    recorder_->Record(facts.report.event, facts.report.summary, action, facts.report.evidence, at);
   }
-  if (ran && !operator_stop && !preempt_action) EndGeneration(RunState::kFailed, facts.triage.summary);
+  if (ran && !operator_stop && !preempt_action) EndGeneration(RunState::kFailed, facts.report.summary);
   failures_without_progress_ = in.failures_without_progress;
   pending_facts_ = facts;
   pending_ = d;
@@ -386,15 +361,15 @@ void RunController::HandleIncident(Facts facts, const std::vector<RankView>& vie
     return;
   }
   state_ = State::kStopping;
-  if (facts.kind == IncidentKind::kHang && !facts.triage.culprits.empty() &&
-      facts.triage.culprits.size() < static_cast<size_t>(opts_.world_size)) {
+  if (facts.cause == IncidentKind::kHang && !facts.report.culprits.empty() &&
+      facts.report.culprits.size() < static_cast<size_t>(opts_.world_size)) {
     // A hung culprit does not act on TERM: do not wait out the grace period for it.
-    actions_->KillRanks(facts.triage.culprits);
+    actions_->KillRanks(facts.report.culprits);
   }
   const double grace = d.checkpoint_first
                            ? std::max(opts_.supervise.term_grace_s, opts_.supervise.checkpoint_allowance_s)
                            : opts_.supervise.term_grace_s;
-  actions_->TerminateRanks(facts.triage.summary, grace);
+  actions_->TerminateRanks(facts.report.summary, grace);
   actions_->ArmTimer(ControllerTimer::kKillGrace, grace);
 }
 
@@ -408,7 +383,7 @@ std::string RunController::ActionText(const Facts& facts, const RecoveryDecision
     text += "; restart generation " + std::to_string(generation_ + 1) + " from " +
             (from >= 0 ? "step " + std::to_string(from) : "the start");
   }
-  if (facts.kind == IncidentKind::kHealth) {
+  if (facts.cause == IncidentKind::kHealth) {
     text += std::string(" [health policy: ") + health::ActionName(facts.health_action) + "]";
   }
   return text + " [recovery: " + d.reason + "]";

@@ -104,9 +104,9 @@ struct RankExit {
 //   kRoleFailed     a role process cannot go on: stop the run, the learner
 //                   checkpointing first
 struct RoleIncident {
-  IncidentKind kind = IncidentKind::kCrash;
-  std::string event_kind;  // event_kind::kRoleCrash, kRoleHang, kBudgetExhausted
-  Incident triage;         // summary, evidence, runbook (daemon/triage.h TriageRole)
+  IncidentKind cause = IncidentKind::kCrash;  // what the recovery policy decides on
+  TriageReport report;  // event (role_crash, role_hang, budget_exhausted), summary, evidence (TriageRole)
+  std::string runbook_of;  // "" = the event's kind's runbook; else that kind's (EventContext::runbook_of)
 };
 
 struct ControllerOptions {
@@ -157,12 +157,16 @@ class RunController {
   const StragglerDetector& stragglers() const { return straggler_; }
 
  private:
+  // An incident as the controller handles it: the cause the recovery policy
+  // decides on, the hosts it implicates, and the report lineage records.
   struct Facts {
-    IncidentKind kind = IncidentKind::kCrash;
+    IncidentKind cause = IncidentKind::kCrash;
     std::vector<std::string> hosts;
     health::Action health_action = health::Action::kNone;
-    Incident triage;     // summary, culprits, evidence, runbook
-    std::string event_kind;
+    TriageReport report;  // event, culprits, summary, evidence
+    // The event's runbook and health report, when not its kind's defaults
+    // (host and rank are filled in when it is recorded).
+    EventContext context;
   };
   // Decides, records, and stops the ranks (or executes at once when none run).
   void HandleIncident(Facts facts, const std::vector<RankView>& views);

@@ -1,7 +1,6 @@
 // RunController, second half: carrying out what the recovery policy decided
 // once every rank of the generation has exited (restart after the backoff,
 // drain and requeue, or stop with the right final state), and the end of a run.
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/launch_contract.h"
@@ -25,10 +24,9 @@ void DrainHosts(const std::vector<std::string>& hosts, const std::string& why, c
                 const char* if_failed, RunActions* actions, RunRecorder* recorder) {
   for (const std::string& host : hosts) {
     Status s = actions->Drain(host, why);
-    EventRecord ev = recorder->NewEvent(kind, host);
-    ev.summary = s.ok() ? "drained " + host + ": " + why : "could not drain " + host + ": " + s.message();
-    ev.action = s.ok() ? "drain" : if_failed;
-    recorder->RecordEvent(ev);
+    // A drain on the way out needs no guide: the run goes on.
+    recorder->Record(kind, s.ok() ? "drained " + host + ": " + why : "could not drain " + host + ": " + s.message(),
+                     s.ok() ? "drain" : if_failed, {}, WithoutRunbook(host));
   }
 }
 
@@ -46,7 +44,7 @@ RunState StateFor(StopOutcome o) {
 void RunController::Execute() {
   const RecoveryDecision d = *pending_;
   const Facts facts = *pending_facts_;
-  const std::string& why = facts.triage.summary;
+  const std::string& why = facts.report.summary;
   switch (d.action) {
     case RecoveryAction::kRestartInPlace: {
       ++restarts_used_;
@@ -59,33 +57,25 @@ void RunController::Execute() {
     case RecoveryAction::kRequeueExcluding:
     case RecoveryAction::kDrainAndRequeue: {
       DrainHosts(d.drain_hosts, why, event_kind::kRequeue, "requeue without draining", actions_, recorder_);
-      if (facts.kind == IncidentKind::kPreemption) {
-        EventRecord pe = recorder_->NewEvent(event_kind::kPreempt);
-        pe.summary = why;
-        pe.action = "requeue";
-        pe.runbook = RunbookFor(pe.kind);
-        recorder_->RecordEvent(pe);
+      if (facts.cause == IncidentKind::kPreemption) {
+        recorder_->Record(event_kind::kPreempt, why, "requeue");
         EndGeneration(RunState::kPreempted, why);
       }
       Status s = actions_->Requeue(d.exclude_hosts, why);
       if (!s.ok()) {
-        EventRecord fe = recorder_->NewEvent(event_kind::kRequeue);
-        fe.summary = "requeue failed: " + s.message();
-        fe.action = "stopped the run; resume it with `runctl resume " + recorder_->run_id() + "` once the scheduler answers";
-        fe.runbook = RunbookFor(fe.kind);
-        recorder_->RecordEvent(fe);
+        recorder_->Record(event_kind::kRequeue, "requeue failed: " + s.message(),
+                          "stopped the run; resume it with `runctl resume " + recorder_->run_id() +
+                              "` once the scheduler answers");
         FinishRun(RunState::kFailed, "requeue failed (" + s.message() + "); " + why, kDaemonExitFailed);
         return;
       }
-      EventRecord ev = recorder_->NewEvent(event_kind::kRequeue);
-      ev.summary = d.reason;
-      ev.action = "requeued" + (d.exclude_hosts.empty() ? std::string() : " excluding " + [&] {
+      std::string action = "requeued" + (d.exclude_hosts.empty() ? std::string() : " excluding " + [&] {
         std::string h;
         for (const auto& x : d.exclude_hosts) h += (h.empty() ? "" : ",") + x;
         return h;
       }());
-      if (const std::string note = actions_->RequeueNote(); !note.empty()) ev.action += " (" + note + ")";
-      recorder_->RecordEvent(ev);
+      if (const std::string note = actions_->RequeueNote(); !note.empty()) action += " (" + note + ")";
+      recorder_->Record(event_kind::kRequeue, d.reason, std::move(action), {}, WithoutRunbook());  // done: no guide
       // The attempt ends as the policy says; the run stays resumable for the next one.
       recorder_->EndAttempt(StateFor(d.outcome), why);
       FinishRun(RunState::kPreempted, "requeued: " + d.reason, kDaemonExitPreempted);
@@ -98,31 +88,30 @@ void RunController::Execute() {
       if (!world.ok()) {
         const std::string cause = "could not go on without " + JoinedHosts(d.exclude_hosts) + ": " +
                                   world.status().message() + "; " + why;
-        EventRecord ev = recorder_->NewEvent(event_kind::kReshard);
-        ev.summary = cause;
-        ev.action = "stopped the run; resume it with `runctl resume " + recorder_->run_id() + "`";
-        ev.runbook = RunbookFor(ev.kind);
-        recorder_->RecordEvent(ev);
+        recorder_->Record(event_kind::kReshard, cause,
+                          "stopped the run; resume it with `runctl resume " + recorder_->run_id() + "`");
         FinishRun(RunState::kFailed, cause, kDaemonExitFailed);
         return;
       }
       opts_.world_size = *world;
-      EventRecord ev = recorder_->NewEvent(event_kind::kReshard, d.exclude_hosts.front());
-      ev.summary = "world size " + std::to_string(before) + " -> " + std::to_string(*world) + ": without " +
-                   JoinedHosts(d.exclude_hosts) +
-                   (d.replacement_hosts.empty() ? "" : ", with " + JoinedHosts(d.replacement_hosts)) + "; " + why;
-      nlohmann::json evidence = {{"world_size_before", before}, {"world_size_after", *world},
-                                 {"left", d.exclude_hosts}, {"joined", d.replacement_hosts},
-                                 {"nodes", actions_->ActiveHosts()}};
-      ev.evidence_json = evidence.dump();
+      const std::string summary = "world size " + std::to_string(before) + " -> " + std::to_string(*world) +
+                                  ": without " + JoinedHosts(d.exclude_hosts) +
+                                  (d.replacement_hosts.empty() ? "" : ", with " + JoinedHosts(d.replacement_hosts)) +
+                                  "; " + why;
+      IncidentEvidence evidence;
+      evidence.world_size_before = before;
+      evidence.world_size_after = *world;
+      evidence.left = d.exclude_hosts;
+      evidence.joined = d.replacement_hosts;
+      evidence.nodes = actions_->ActiveHosts();
       const int64_t from = recorder_->NewestCommittedStep();
-      ev.action = "restart generation " + std::to_string(generation_ + 1) + " on " +
-                  std::to_string(actions_->ActiveHosts().size()) + " nodes from " +
-                  (from >= 0 ? "step " + std::to_string(from) : "the start") +
-                  " (the trainer reshards the checkpoint) [recovery: " + d.reason + "]";
-      ev.runbook = RunbookFor(ev.kind);
-      recorder_->RecordEvent(ev);
-      spdlog::warn("RESHARD: {}", ev.summary);
+      recorder_->Record(event_kind::kReshard, summary,
+                        "restart generation " + std::to_string(generation_ + 1) + " on " +
+                            std::to_string(actions_->ActiveHosts().size()) + " nodes from " +
+                            (from >= 0 ? "step " + std::to_string(from) : "the start") +
+                            " (the trainer reshards the checkpoint) [recovery: " + d.reason + "]",
+                        evidence, AtHost(d.exclude_hosts.front()));
+      spdlog::warn("RESHARD: {}", summary);
       state_ = State::kBackoff;
       actions_->ArmTimer(ControllerTimer::kRestart, 0);
       return;
@@ -134,44 +123,36 @@ void RunController::Execute() {
   for (const auto& [r, s] : exits_) {
     all_committed = all_committed && (ExitedWithCode(s, kRankExitPreempted) || ExitedWithCode(s, kRankExitOk));
   }
-  if (facts.kind == IncidentKind::kStopRequest || facts.kind == IncidentKind::kDaemonSignal) {
+  if (facts.cause == IncidentKind::kStopRequest || facts.cause == IncidentKind::kDaemonSignal) {
     const std::string cause = all_committed ? why + "; the ranks committed step " +
                                                   std::to_string(recorder_->last_committed_step()) + " first"
                                             : why;
     EndGeneration(RunState::kStopped, cause);
-    EventRecord ev = recorder_->NewEvent(event_kind::kStop);
-    ev.summary = cause;
-    ev.action = "stopped; resume with `runctl resume " + recorder_->run_id() + "`";
-    ev.runbook = facts.kind == IncidentKind::kDaemonSignal ? RunbookFor(event_kind::kCrash) : RunbookFor(ev.kind);
-    recorder_->RecordEvent(ev);
+    // A daemon stopped by a signal did not choose to stop: on-call reads the crash guide.
+    EventContext at;
+    if (facts.cause == IncidentKind::kDaemonSignal) at.runbook_of = event_kind::kCrash;
+    recorder_->Record(event_kind::kStop, cause, "stopped; resume with `runctl resume " + recorder_->run_id() + "`", {},
+                      at);
     FinishRun(RunState::kStopped, cause, all_committed ? kDaemonExitPreempted : kDaemonExitStopped);
     return;
   }
-  if (facts.kind == IncidentKind::kPreemption) {
+  if (facts.cause == IncidentKind::kPreemption) {
     EndGeneration(RunState::kPreempted, why);
-    EventRecord ev = recorder_->NewEvent(event_kind::kPreempt);
-    ev.summary = why;
-    ev.action = "stopped; resume with `runctl resume " + recorder_->run_id() + "`";
-    ev.runbook = RunbookFor(ev.kind);
-    recorder_->RecordEvent(ev);
+    recorder_->Record(event_kind::kPreempt, why, "stopped; resume with `runctl resume " + recorder_->run_id() + "`");
     FinishRun(RunState::kPreempted, why, kDaemonExitPreempted);
     return;
   }
   std::string cause = why;
   if (d.budget_exhausted) {
     cause = "restart budget of " + std::to_string(opts_.supervise.restart_budget) + " exhausted; last incident: " + why;
-    EventRecord ev = recorder_->NewEvent(event_kind::kBudgetExhausted);
-    ev.summary = cause;
-    ev.action = "stopped the run";
-    ev.runbook = RunbookFor(ev.kind);
-    recorder_->RecordEvent(ev);
+    recorder_->Record(event_kind::kBudgetExhausted, cause, "stopped the run");
   }
-  if (facts.kind == IncidentKind::kRoleFailed) {
+  if (facts.cause == IncidentKind::kRoleFailed) {
     // The event (budget_exhausted or role_crash) was recorded with the incident.
     FinishRun(RunState::kFailed, why, kDaemonExitFailed);
     return;
   }
-  const int code = facts.kind == IncidentKind::kBadInput ? kDaemonExitUsage : kDaemonExitFailed;
+  const int code = facts.cause == IncidentKind::kBadInput ? kDaemonExitUsage : kDaemonExitFailed;
   FinishRun(StateFor(d.outcome), cause, code);
 }
 

@@ -11,7 +11,6 @@
 #include <set>
 #include <thread>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "checkpoint/format.h"
@@ -135,37 +134,35 @@ Status RunRecorder::OpenRun() {
   // From here on a write never holds up supervision for long (see Write).
   db_->SetBusyTimeout(kBusyWaitMs);
   if (existing.has_value()) {
-    EventRecord ev = NewEvent(kind);
     const std::string from = as.resumed_from_step ? "step " + std::to_string(*as.resumed_from_step) : "the start";
-    ev.summary = kind == event_kind::kDaemonRestart
-                     ? "holdfastd restarted while the run was running (the previous daemon died); continuing"
-                     : "run resumed as a new attempt";
+    std::string summary = kind == event_kind::kDaemonRestart
+                              ? "holdfastd restarted while the run was running (the previous daemon died); continuing"
+                              : "run resumed as a new attempt";
     if (opts_.allocation.scheduler == "slurm") {
-      ev.summary += " (Slurm job " + opts_.allocation.job_id + ", restart " +
-                    std::to_string(opts_.allocation.restart_count) + ", previous attempt " + RunStateName(existing->state) + ")";
+      summary += " (Slurm job " + opts_.allocation.job_id + ", restart " +
+                 std::to_string(opts_.allocation.restart_count) + ", previous attempt " + RunStateName(existing->state) + ")";
     }
-    ev.action = "attempt " + std::to_string(attempt_) + " from " + from;
+    std::string action = "attempt " + std::to_string(attempt_) + " from " + from;
     if (!fenced.empty()) {
       std::string steps;
       for (int64_t s : fenced) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
-      ev.action += "; later checkpoints " + steps + " of the abandoned timeline fenced off (kept on disk as step-N" +
-                   kFencedDirSuffix + ", never resumed from)";
+      action += "; later checkpoints " + steps + " of the abandoned timeline fenced off (kept on disk as step-N" +
+                kFencedDirSuffix + ", never resumed from)";
     }
-    ev.runbook = RunbookFor(kind);
-    RecordEvent(ev);
+    Record(kind, std::move(summary), std::move(action));
     if (opts_.from_step < 0 && newest_step >= 0 && newest_world > 0 && newest_world != opts_.world_size) {
       // A requeue (or a resume) with another number of nodes: the trainer
       // reshards the checkpoint, keeping the global batch (or refuses).
-      EventRecord rs = NewEvent(event_kind::kReshard);
-      rs.summary = "world size " + std::to_string(newest_world) + " -> " + std::to_string(opts_.world_size) +
-                   ": checkpoint " + std::to_string(newest_step) + " was saved by " + std::to_string(newest_world) +
-                   " ranks, attempt " + std::to_string(attempt_) + " has " + std::to_string(opts_.world_size);
-      rs.evidence_json = "{\"world_size_before\":" + std::to_string(newest_world) +
-                         ",\"world_size_after\":" + std::to_string(opts_.world_size) + "}";
-      rs.action = "the trainer reshards checkpoint " + std::to_string(newest_step) + " to " +
-                  std::to_string(opts_.world_size) + " ranks, keeping its global batch";
-      rs.runbook = RunbookFor(rs.kind);
-      RecordEvent(rs);
+      IncidentEvidence ev;
+      ev.world_size_before = newest_world;
+      ev.world_size_after = opts_.world_size;
+      Record(event_kind::kReshard,
+             "world size " + std::to_string(newest_world) + " -> " + std::to_string(opts_.world_size) +
+                 ": checkpoint " + std::to_string(newest_step) + " was saved by " + std::to_string(newest_world) +
+                 " ranks, attempt " + std::to_string(attempt_) + " has " + std::to_string(opts_.world_size),
+             "the trainer reshards checkpoint " + std::to_string(newest_step) + " to " +
+                 std::to_string(opts_.world_size) + " ranks, keeping its global batch",
+             ev);
     }
   }
   RecordPruned();
@@ -216,24 +213,30 @@ void RunRecorder::EndGeneration(RunState state, const std::string& cause) {
         });
 }
 
-EventRecord RunRecorder::NewEvent(const std::string& kind, const std::string& host) const {
+void RunRecorder::Record(const std::string& kind, std::string summary, std::string action,
+                         const IncidentEvidence& evidence, const EventContext& at) {
   EventRecord ev;
   ev.run_id = run_id_;
   ev.kind = kind;
   ev.attempt = attempt_;
   if (generation_ >= 0) ev.generation = generation_;
-  ev.node = host;
-  return ev;
+  ev.node = at.host;
+  ev.rank = at.rank;
+  ev.summary = std::move(summary);
+  ev.action = std::move(action);
+  ev.evidence_json = at.report_json.empty() ? ToJson(evidence) : at.report_json;
+  ev.runbook = at.runbook ? *at.runbook : RunbookFor(at.runbook_of.empty() ? kind : at.runbook_of);
+  RecordEvent(std::move(ev));
 }
 
-void RunRecorder::RecordEvent(const EventRecord& event) {
-  EventRecord ev = event;
-  if (ev.time_ms == 0) ev.time_ms = clock_->UnixMs();  // when it happened, even if written later
-  Write("event " + ev.kind + ": " + ev.summary, [ev](LineageDb& db) { return db.RecordEvent(ev).status(); });
-  if (IsIncidentKind(event.kind)) {
-    last_incident_ = IncidentSummary{event.kind, event.summary, clock_->UnixMs(), event.action, event.runbook};
-    ++incident_counts_[event.kind];
+void RunRecorder::RecordEvent(EventRecord ev) {
+  ev.time_ms = clock_->UnixMs();  // when it happened, even if written later
+  if (IsIncidentKind(ev.kind)) {
+    last_incident_ = IncidentSummary{ev.kind, ev.summary, ev.time_ms, ev.action, ev.runbook};
+    ++incident_counts_[ev.kind];
   }
+  const std::string what = "event " + ev.kind + ": " + ev.summary;
+  Write(what, [ev = std::move(ev)](LineageDb& db) { return db.RecordEvent(ev).status(); });
 }
 
 std::map<std::string, int> RunRecorder::HostIncidents() {
@@ -374,16 +377,16 @@ void RunRecorder::RecordCorrupt() {
         break;
       }
     }
-    EventRecord ev = NewEvent(event_kind::kCheckpointCorrupt);
-    ev.summary = "checkpoint step " + std::to_string(step) + " is corrupt: " + reason;
-    ev.evidence_json =
-        nlohmann::json{{"step", step}, {"path", f.dir}, {"reason", reason}, {"newest_good_step", newest}}
-            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    ev.action = "the ranks skipped it and resumed from " +
-                (newest >= 0 ? "step " + std::to_string(newest) : std::string("the start")) +
-                "; it is never resumed from; its files stay as evidence in " + f.dir;
-    ev.runbook = RunbookFor(ev.kind);
-    RecordEvent(ev);
+    IncidentEvidence ev;
+    ev.step = step;
+    ev.path = f.dir;
+    ev.reason = reason;
+    ev.newest_good_step = newest;
+    Record(event_kind::kCheckpointCorrupt, "checkpoint step " + std::to_string(step) + " is corrupt: " + reason,
+           "the ranks skipped it and resumed from " +
+               (newest >= 0 ? "step " + std::to_string(newest) : std::string("the start")) +
+               "; it is never resumed from; its files stay as evidence in " + f.dir,
+           ev);
   }
 }
 
@@ -419,27 +422,23 @@ void RunRecorder::RecordCheckpointFailures(const std::vector<RankView>& views) {
     const Report& first = *std::find_if(reports.begin(), reports.end(), [&](const Report& r) {
       return r.error.find(" failed to write its shard") == std::string::npos || &r == &reports.back();
     });
-    nlohmann::json list = nlohmann::json::array();
+    IncidentEvidence ev;
+    ev.step = step;
+    ev.rank = first.rank;
+    ev.newest_committed_step = last_committed_step_;
     uint64_t missed = 0;
     for (const Report& r : reports) {
-      list.push_back({{"rank", r.rank}, {"node", r.host}, {"error", r.error}, {"missed_failures", r.missed}});
+      ev.reports.push_back(SaveFailureEvidence{r.rank, r.host, r.error, r.missed});
       missed = std::max(missed, r.missed);
     }
     const std::string newest = last_committed_step_ >= 0 ? std::to_string(last_committed_step_) : "none";
-    EventRecord ev = NewEvent(event_kind::kCheckpointFailed, first.host);
-    ev.rank = first.rank;
-    ev.summary = "checkpoint step " + std::to_string(step) + " failed on rank " + std::to_string(first.rank) +
-                 (reports.size() > 1 ? " and " + std::to_string(reports.size() - 1) + " other(s)" : "") + ": " +
-                 first.error;
-    if (missed > 0) ev.summary += " (" + std::to_string(missed) + " earlier failure(s) not seen one by one)";
-    ev.evidence_json = nlohmann::json{{"step", step},
-                                      {"rank", first.rank},
-                                      {"newest_committed_step", last_committed_step_},
-                                      {"reports", list}}
-                           .dump();
-    ev.action = "training continues; step " + std::to_string(step) + " not committed (newest committed: " + newest + ")";
-    ev.runbook = RunbookFor(ev.kind);
-    RecordEvent(ev);
+    std::string summary = "checkpoint step " + std::to_string(step) + " failed on rank " + std::to_string(first.rank) +
+                          (reports.size() > 1 ? " and " + std::to_string(reports.size() - 1) + " other(s)" : "") +
+                          ": " + first.error;
+    if (missed > 0) summary += " (" + std::to_string(missed) + " earlier failure(s) not seen one by one)";
+    Record(event_kind::kCheckpointFailed, std::move(summary),
+           "training continues; step " + std::to_string(step) + " not committed (newest committed: " + newest + ")",
+           ev, EventContext{first.host, first.rank, std::nullopt, "", ""});
   }
 }
 
@@ -507,15 +506,15 @@ void RunRecorder::Flush() {
   }
   const double locked_s = static_cast<double>(clock_->MonotonicNs() - locked_since_ns_) / 1e9;
   spdlog::info("lineage.db is free again after {:.1f} s; {} held record(s) written", locked_s, held_total_);
-  EventRecord ev = NewEvent(event_kind::kLineageDelayed);
   char secs[32];
   std::snprintf(secs, sizeof(secs), "%.1f", locked_s);
-  ev.summary = "lineage.db was locked by another process for " + std::string(secs) + " s; " +
-               std::to_string(held_total_) + " record(s) were held in memory and written in order";
-  ev.evidence_json = nlohmann::json{{"locked_s", locked_s}, {"held_records", held_total_}}.dump();
-  ev.action = "none needed; keep long transactions (sqlite3 shells, backups) off a running run's lineage.db";
-  ev.runbook = RunbookFor(ev.kind);
-  RecordEvent(ev);
+  IncidentEvidence ev;
+  ev.locked_s = locked_s;
+  ev.held_records = held_total_;
+  Record(event_kind::kLineageDelayed,
+         "lineage.db was locked by another process for " + std::string(secs) + " s; " + std::to_string(held_total_) +
+             " record(s) were held in memory and written in order",
+         "none needed; keep long transactions (sqlite3 shells, backups) off a running run's lineage.db", ev);
 }
 
 void RunRecorder::FlushBeforeExit() {

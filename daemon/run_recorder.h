@@ -33,10 +33,27 @@
 #include "daemon/job_config.h"
 #include "daemon/triage.h"
 #include "health/check.h"
+#include "lineage/incident.h"
 #include "lineage/lineage_db.h"
 #include "scheduler/scheduler.h"
 
 namespace holdfast {
+
+// Where an event happened, and what it tells on-call beyond its kind's defaults.
+struct EventContext {
+  std::string host;  // "" = not tied to a node
+  std::optional<int> rank;
+  // nullopt: the kind's runbook (lineage/event_kind.h), or that of
+  // `runbook_of` when set (a daemon stopped by a signal: crash's); "" none;
+  // else this one (a health finding: its failed check's).
+  std::optional<std::string> runbook;
+  std::string runbook_of;
+  // Kind health: the report of health/report.h, recorded as the evidence as it is.
+  std::string report_json;
+};
+// Shorthands for the common contexts.
+inline EventContext AtHost(std::string host) { return EventContext{std::move(host), {}, {}, "", ""}; }
+inline EventContext WithoutRunbook(std::string host = "") { return EventContext{std::move(host), {}, "", "", ""}; }
 
 struct RecorderOptions {
   std::string run_dir;
@@ -75,10 +92,13 @@ class RunRecorder {
   void EndGeneration(RunState state, const std::string& cause);
 
   // ---- events ----
-  // An event of the current attempt and generation. Incident kinds become
-  // the run's last incident (runctl status).
-  EventRecord NewEvent(const std::string& kind, const std::string& host = "") const;
-  void RecordEvent(const EventRecord& event);
+  // Records an event of the current attempt and generation: the one way an
+  // event reaches lineage. The runbook comes from the kind's row of
+  // lineage/event_kind.h (unless `at` names another), the evidence is written
+  // by lineage/incident.h ToJson. Incident kinds become the run's last
+  // incident (runctl status).
+  void Record(const std::string& kind, std::string summary, std::string action,
+              const IncidentEvidence& evidence = {}, const EventContext& at = {});
   const std::optional<IncidentSummary>& last_incident() const { return last_incident_; }
   // Incidents recorded by this recorder (this daemon), by kind (metrics).
   const std::map<std::string, int64_t>& incident_counts() const { return incident_counts_; }
@@ -130,6 +150,7 @@ class RunRecorder {
   // while lineage.db is locked by another process.
   void Write(std::string what, std::function<Status(LineageDb&)> write);
   void FlushBeforeExit();
+  void RecordEvent(EventRecord ev);
 
   struct HeldWrite {
     std::string what;

@@ -65,16 +65,61 @@ class RunRecorderTest : public ::testing::Test {
   std::unique_ptr<RunRecorder> recorder_;
 };
 
+// Every event goes through Record: the runbook comes from the kind's row of
+// lineage/event_kind.h unless the context names another, the evidence is the
+// typed value as lineage/incident.h writes it, and incidents become the last one.
+TEST_F(RunRecorderTest, RecordFillsInTheRunbookAndWritesTypedEvidence) {
+  ASSERT_NE(recorder_, nullptr);
+  recorder_->StartGeneration(0);
+  IncidentEvidence reshard;
+  reshard.world_size_before = 4;
+  reshard.world_size_after = 2;
+  reshard.left = {"node-b"};
+  recorder_->Record(event_kind::kReshard, "world size 4 -> 2", "restart generation 1", reshard, AtHost("node-b"));
+  recorder_->Record(event_kind::kRequeue, "requeued", "requeued excluding node-b", {}, WithoutRunbook());
+  EventContext signalled;
+  signalled.runbook_of = event_kind::kCrash;
+  recorder_->Record(event_kind::kStop, "holdfastd got SIGTERM", "stopped", {}, signalled);
+  EventContext health;
+  health.host = "node-a";
+  health.runbook = "runbooks/health-gpu.md";
+  health.report_json = "{\"status\":\"fail\"}";
+  recorder_->Record(event_kind::kHealth, "gpu_ecc failed on node-a", "drain", {}, health);
+  recorder_->Flush();
+
+  auto db = Reader();
+  ASSERT_NE(db, nullptr);
+  auto events = db->Events(recorder_->run_id(), 0);
+  ASSERT_TRUE(events.ok()) << events.status().ToString();
+  ASSERT_EQ(events->size(), 4u);
+  const EventRecord& r = (*events)[0];
+  EXPECT_EQ(r.runbook, "runbooks/elastic.md");
+  EXPECT_EQ(r.node, "node-b");
+  EXPECT_FALSE(r.incident);
+  Result<IncidentEvidence> back = ParseIncidentEvidence(r.evidence_json);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->world_size_before, 4);
+  EXPECT_EQ(back->world_size_after, 2);
+  EXPECT_EQ(back->left, std::vector<std::string>{"node-b"});
+  EXPECT_EQ((*events)[1].runbook, "") << "a requeue done needs no guide";
+  EXPECT_EQ((*events)[2].runbook, "runbooks/crash.md");
+  EXPECT_EQ((*events)[3].runbook, "runbooks/health-gpu.md");
+  EXPECT_EQ((*events)[3].evidence_json, "{\"status\":\"fail\"}");
+  EXPECT_TRUE((*events)[3].incident);
+  ASSERT_TRUE(recorder_->last_incident().has_value());
+  EXPECT_EQ(recorder_->last_incident()->summary, "gpu_ecc failed on node-a");
+  EXPECT_EQ(recorder_->incident_counts().at(event_kind::kHealth), 1);
+  EXPECT_EQ(recorder_->incident_counts().count(event_kind::kReshard), 0u);
+}
+
 TEST_F(RunRecorderTest, RecordsMadeWhileLineageIsLockedAreWrittenInOrderOnceItIsFree) {
   ASSERT_NE(recorder_, nullptr);
   recorder_->StartGeneration(0);
   const int64_t crash_ms = clock_.UnixMs();
   {
     Locker lock(dir_ / "lineage.db");
-    EventRecord crash = recorder_->NewEvent(event_kind::kCrash, "host-a");
-    crash.rank = 1;
-    crash.summary = "rank 1 killed by signal 9 (SIGKILL)";
-    recorder_->RecordEvent(crash);
+    recorder_->Record(event_kind::kCrash, "rank 1 killed by signal 9 (SIGKILL)", "restart",
+                      {}, EventContext{"host-a", 1, {}, "", ""});
     recorder_->EndGeneration(RunState::kFailed, "rank 1 crashed");
     clock_.Advance(3);
     recorder_->StartGeneration(10);

@@ -306,11 +306,9 @@ Status Supervisor::Impl::LaunchGeneration(int generation, int64_t resume_step) {
     if (!rs.ok()) {
       spdlog::error("{}", rs.ToString());
       RoleIncident inc;
-      inc.kind = IncidentKind::kRoleFailed;
-      inc.event_kind = event_kind::kRoleCrash;
-      inc.triage.kind = inc.event_kind;
-      inc.triage.summary = rs.message() + ": a restart cannot help";
-      inc.triage.runbook = RunbookFor(inc.event_kind);
+      inc.cause = IncidentKind::kRoleFailed;
+      inc.report.event = event_kind::kRoleCrash;
+      inc.report.summary = rs.message() + ": a restart cannot help";
       PostRoleIncident(inc);
     }
   }
@@ -616,11 +614,8 @@ void Supervisor::Impl::OnFollowerLost(int node, const std::string& why) {
     spares_.erase(std::remove(spares_.begin(), spares_.end(), node), spares_.end());
     spdlog::warn("node {} ({}) is gone ({}); {}", node, h, why, spare ? "it was a spare" : "the run had left it");
     if (spare) {
-      EventRecord ev = recorder_->NewEvent(event_kind::kNodeLost, h);
-      ev.summary = h + "'s holdfastd is gone (" + why + "); it was a spare";
-      ev.action = "none: no rank ran there; " + std::to_string(spares_.size()) + " spare(s) left";
-      ev.runbook = RunbookFor(ev.kind);
-      recorder_->RecordEvent(ev);
+      recorder_->Record(event_kind::kNodeLost, h + "'s holdfastd is gone (" + why + "); it was a spare",
+                        "none: no rank ran there; " + std::to_string(spares_.size()) + " spare(s) left", {}, AtHost(h));
     }
     return;
   }
@@ -734,11 +729,8 @@ MetricsSnapshot Supervisor::Impl::BuildMetricsSnapshot() {
     s.ranks.push_back(std::move(r));
   }
   // Every incident kind from zero, so that rate() and alerts see the first one.
-  for (const char* kind : {event_kind::kCrash, event_kind::kHang, event_kind::kHealth, event_kind::kPreempt,
-                           event_kind::kNodeLost, event_kind::kCheckpointFailed, event_kind::kCheckpointCorrupt,
-                           event_kind::kBudgetExhausted, event_kind::kDaemonRestart, event_kind::kStraggler,
-                           event_kind::kRoleCrash, event_kind::kRoleHang}) {
-    if (IsIncidentKind(kind)) s.incidents[kind] = 0;
+  for (const EventKindInfo& k : kEventKinds) {
+    if (k.is_incident) s.incidents[k.kind] = 0;
   }
   for (const auto& [kind, n] : recorder_->incident_counts()) s.incidents[kind] = n;
   s.checkpoint_step = recorder_->last_committed_step();

@@ -33,7 +33,25 @@ std::string StepAfter(int64_t completed) {
   return std::to_string(completed + 1);
 }
 
-// What the supervisor saw of one rank, as lineage keeps it.
+std::string Doing(int64_t now_ns, const RankView& r) {
+  std::string s;
+  const RankProgress& p = r.progress;
+  if (!p.valid) {
+    s = "has not reported progress yet";
+  } else {
+    const double age = p.phase_started_ns > 0 ? Seconds(now_ns - p.phase_started_ns) : 0;
+    // Inside a collective, name it as the ring does: "allreduce #15".
+    const std::string where = p.in_collective()
+                                  ? std::string(CollectiveKindName(p.collective_kind)) + " #" + std::to_string(p.waiting_on)
+                                  : std::string(PhaseName(p.phase));
+    s = "in " + where + " of step " + StepAfter(p.step) + " for " + Fixed1(age) + " s";
+  }
+  if (const char* w = ProcStateWords(r.proc_state)) s += ", " + std::string(w);
+  return s;
+}
+
+}  // namespace
+
 RankEvidence RankEvidenceOf(int64_t now_ns, const RankView& r) {
   const RankProgress& p = r.progress;
   RankEvidence e;
@@ -61,25 +79,6 @@ RankEvidence RankEvidenceOf(int64_t now_ns, const RankView& r) {
   }
   return e;
 }
-
-std::string Doing(int64_t now_ns, const RankView& r) {
-  std::string s;
-  const RankProgress& p = r.progress;
-  if (!p.valid) {
-    s = "has not reported progress yet";
-  } else {
-    const double age = p.phase_started_ns > 0 ? Seconds(now_ns - p.phase_started_ns) : 0;
-    // Inside a collective, name it as the ring does: "allreduce #15".
-    const std::string where = p.in_collective()
-                                  ? std::string(CollectiveKindName(p.collective_kind)) + " #" + std::to_string(p.waiting_on)
-                                  : std::string(PhaseName(p.phase));
-    s = "in " + where + " of step " + StepAfter(p.step) + " for " + Fixed1(age) + " s";
-  }
-  if (const char* w = ProcStateWords(r.proc_state)) s += ", " + std::string(w);
-  return s;
-}
-
-}  // namespace
 
 void HangDetector::StartGeneration(int64_t now_ns, int world_size) {
   last_step_.assign(world_size, -1);
@@ -185,10 +184,9 @@ std::string DescribeWaitStatus(int wstatus) {
 // A follower's report older than this (and than half the stall) marks its node silent.
 constexpr double kSilentNodeMinS = 2.0;
 
-Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const HangDetector::Verdict& verdict) {
-  Incident inc;
-  inc.kind = event_kind::kHang;
-  inc.runbook = RunbookFor(inc.kind);
+TriageReport TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const HangDetector::Verdict& verdict) {
+  TriageReport inc;
+  inc.event = event_kind::kHang;
   // Ranks blocked in a collective, and the newest collective anyone waits in.
   uint64_t w = 0;
   std::vector<int> waiting;
@@ -314,14 +312,13 @@ Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const Ha
   ev.allowance = verdict.allowance;
   ev.culprits = inc.culprits;
   for (const RankView& r : ranks) ev.ranks.push_back(RankEvidenceOf(now_ns, r));
-  inc.evidence_json = ToJson(ev);
+  inc.evidence = std::move(ev);
   return inc;
 }
 
-Incident TriageRole(int64_t now_ns, const RankView& process, const RoleTrouble& t) {
-  Incident inc;
-  inc.kind = t.hung ? event_kind::kRoleHang : event_kind::kRoleCrash;
-  inc.runbook = RunbookFor(inc.kind);
+TriageReport TriageRole(int64_t now_ns, const RankView& process, const RoleTrouble& t) {
+  TriageReport inc;
+  inc.event = t.hung ? event_kind::kRoleHang : event_kind::kRoleCrash;
   const std::string who = "role " + t.role + "[" + std::to_string(t.index) + "]";
   std::string where;
   if (process.progress.attached()) {
@@ -359,15 +356,14 @@ Incident TriageRole(int64_t now_ns, const RankView& process, const RoleTrouble& 
   inc.summary += " (pid " + std::to_string(process.pid) + ")";
   ev.log_tail = t.log_tail;
   ev.ranks.push_back(RankEvidenceOf(now_ns, process));
-  inc.evidence_json = ToJson(ev);
+  inc.evidence = std::move(ev);
   return inc;
 }
 
-Incident TriageExit(int64_t now_ns, const std::vector<RankView>& ranks, int rank, int wstatus,
+TriageReport TriageExit(int64_t now_ns, const std::vector<RankView>& ranks, int rank, int wstatus,
                     const std::vector<std::string>& log_tail) {
-  Incident inc;
-  inc.kind = event_kind::kCrash;
-  inc.runbook = RunbookFor(inc.kind);
+  TriageReport inc;
+  inc.event = event_kind::kCrash;
   inc.culprits = {rank};
   const RankView* self = nullptr;
   for (const RankView& r : ranks) {
@@ -386,7 +382,7 @@ Incident TriageExit(int64_t now_ns, const std::vector<RankView>& ranks, int rank
   ev.signal = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
   ev.log_tail = log_tail;
   for (const RankView& r : ranks) ev.ranks.push_back(RankEvidenceOf(now_ns, r));
-  inc.evidence_json = ToJson(ev);
+  inc.evidence = std::move(ev);
   return inc;
 }
 

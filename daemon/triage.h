@@ -19,6 +19,7 @@
 
 #include "common/rank_progress.h"
 #include "daemon/job_config.h"
+#include "lineage/incident.h"
 
 namespace holdfast {
 
@@ -58,22 +59,26 @@ class HangDetector {
   std::deque<double> step_seconds_;  // recent step times, newest last
 };
 
-struct Incident {
-  std::string kind;           // crash | hang | exit
-  std::vector<int> culprits;  // ranks
-  std::string summary;        // one line for on-call
-  std::string evidence_json;  // per-rank records, exit status, log tail
-  std::string runbook;        // runbooks/<file>.md
+// What triage found, as the recorder records it (RunRecorder::Record fills in
+// the runbook from the event kind's row of lineage/event_kind.h).
+struct TriageReport {
+  std::string event = event_kind::kCrash;  // the lineage event kind: crash, hang, role_crash, ...
+  std::vector<int> culprits;               // ranks
+  std::string summary;                     // one line for on-call
+  IncidentEvidence evidence;               // per-rank records, exit status, log tail
 };
+
+// What the supervisor saw of one rank, as lineage keeps it.
+RankEvidence RankEvidenceOf(int64_t now_ns, const RankView& r);
 
 // "0-2,5" style list of ranks.
 std::string RankList(std::vector<int> ranks);
 
 // A hang: which rank(s) held everyone up, and how.
-Incident TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const HangDetector::Verdict& verdict);
+TriageReport TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const HangDetector::Verdict& verdict);
 
 // A rank ended while the others ran. `wstatus` as from waitpid.
-Incident TriageExit(int64_t now_ns, const std::vector<RankView>& ranks, int rank, int wstatus,
+TriageReport TriageExit(int64_t now_ns, const std::vector<RankView>& ranks, int rank, int wstatus,
                     const std::vector<std::string>& log_tail);
 
 // A role process ([[roles]] of the job file) that exited, or that its
@@ -96,7 +101,7 @@ struct RoleTrouble {
 // Kind role_crash or role_hang; no culprit ranks (the evidence's role and
 // role_index name the process, its "ranks" hold it with rank = its index).
 // `process.rank` is the process's index in its role.
-Incident TriageRole(int64_t now_ns, const RankView& process, const RoleTrouble& trouble);
+TriageReport TriageRole(int64_t now_ns, const RankView& process, const RoleTrouble& trouble);
 
 // "exited with code 1" / "killed by signal 9 (SIGKILL)".
 std::string DescribeWaitStatus(int wstatus);

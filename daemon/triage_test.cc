@@ -131,17 +131,17 @@ TEST(TriageTest, NamesTheRankThatNeverEnteredTheCollective) {
   v.stalled_s = 43;
   v.timeout_s = 5;
   v.allowance = "step";
-  Incident inc = TriageHang(now, ranks, v);
-  EXPECT_EQ(inc.kind, "hang");
+  TriageReport inc = TriageHang(now, ranks, v);
+  EXPECT_EQ(inc.event, "hang");
   EXPECT_EQ(inc.culprits, std::vector<int>{3});
   EXPECT_NE(inc.summary.find("rank 3 never entered allreduce #1287 (in backward of step 1287 for 43.0 s)"),
             std::string::npos)
       << inc.summary;
   EXPECT_NE(inc.summary.find("ranks 0-2 waiting in it for 41.0 s"), std::string::npos) << inc.summary;
-  auto ev = nlohmann::json::parse(inc.evidence_json);
+  auto ev = nlohmann::json::parse(ToJson(inc.evidence));
   EXPECT_EQ(ev["ranks"].size(), 4u);
   EXPECT_EQ(ev["culprits"][0], 3);
-  EXPECT_EQ(inc.runbook, "runbooks/hang.md");
+  EXPECT_STREQ(RunbookFor(inc.event), "runbooks/hang.md");
 }
 
 TEST(TriageTest, AStoppedProcessIsNamedWhenNobodyIsInACollective) {
@@ -152,7 +152,7 @@ TEST(TriageTest, AStoppedProcessIsNamedWhenNobodyIsInACollective) {
   v.stalled_s = 9;
   v.timeout_s = 5;
   v.allowance = "step";
-  Incident inc = TriageHang(now, ranks, v);
+  TriageReport inc = TriageHang(now, ranks, v);
   EXPECT_EQ(inc.culprits, std::vector<int>{1});
   EXPECT_NE(inc.summary.find("process stopped"), std::string::npos) << inc.summary;
 }
@@ -165,7 +165,7 @@ TEST(TriageTest, AStoppedRankInsideTheCollectiveIsTheCulprit) {
   v.stalled_s = 6;
   v.timeout_s = 5;
   v.allowance = "step";
-  Incident inc = TriageHang(now, ranks, v);
+  TriageReport inc = TriageHang(now, ranks, v);
   EXPECT_EQ(inc.culprits, std::vector<int>{1});
   EXPECT_NE(inc.summary.find("rank 1 in allreduce #15 of step 8 for 6.0 s, process stopped"), std::string::npos)
       << inc.summary;
@@ -186,7 +186,7 @@ TEST(TriageTest, ANodeThatStoppedReportingIsTheCulprit) {
   v.stalled_s = 6;
   v.timeout_s = 5;
   v.allowance = "step";
-  Incident inc = TriageHang(now, ranks, v);
+  TriageReport inc = TriageHang(now, ranks, v);
   EXPECT_EQ(inc.culprits, std::vector<int>{1});
   EXPECT_NE(inc.summary.find("n3 has sent nothing for 5.5 s (cut off from the network, or its holdfastd is stuck); "
                              "rank 1 last reported in allreduce #15 of step 8"),
@@ -203,10 +203,10 @@ TEST(TriageTest, ANodeThatStoppedReportingIsTheCulprit) {
 TEST(TriageTest, CrashNamesRankSignalPhaseAndKeepsTheLogTail) {
   std::vector<RankView> ranks = {Rank(0, 36, Phase::kCollective, 0, 80, 80), Rank(1, 36, Phase::kBackward, 0, 79)};
   const int wstatus = SIGKILL;  // as waitpid reports a SIGKILL death
-  Incident inc = TriageExit(10 * kSec, ranks, 1, wstatus, {"step 36 ...", "boom"});
-  EXPECT_EQ(inc.kind, "crash");
+  TriageReport inc = TriageExit(10 * kSec, ranks, 1, wstatus, {"step 36 ...", "boom"});
+  EXPECT_EQ(inc.event, "crash");
   EXPECT_EQ(inc.summary, "rank 1 killed by signal 9 (SIGKILL) in backward of step 37");
-  auto ev = nlohmann::json::parse(inc.evidence_json);
+  auto ev = nlohmann::json::parse(ToJson(inc.evidence));
   EXPECT_EQ(ev["signal"], 9);
   EXPECT_EQ(ev["log_tail"][1], "boom");
 }
@@ -223,13 +223,13 @@ TEST(TriageTest, RecordsHoldingExtremeValuesAreTriagedWithoutOverflow) {
   v.stalled_s = 6;
   v.timeout_s = 5;
   v.allowance = "step";
-  Incident hang = TriageHang(now, ranks, v);
+  TriageReport hang = TriageHang(now, ranks, v);
   EXPECT_EQ(hang.culprits, std::vector<int>{1});
   EXPECT_NE(hang.summary.find("rank 1 never entered allreduce #15 (in forward of step after 9223372036854775807"),
             std::string::npos)
       << hang.summary;
   EXPECT_NE(hang.summary.find("rank 0 waiting in it for 0.0 s"), std::string::npos) << hang.summary;
-  Incident crash = TriageExit(now, ranks, 1, SIGKILL, {});
+  TriageReport crash = TriageExit(now, ranks, 1, SIGKILL, {});
   EXPECT_EQ(crash.summary, "rank 1 killed by signal 9 (SIGKILL) in forward of step after 9223372036854775807");
 }
 
@@ -245,12 +245,12 @@ TEST(TriageRoleTest, ACrashedRoleProcessIsNamedByRoleAndIndex) {
   t.index = 1;
   t.wstatus = SIGKILL;
   t.log_tail = {"generating prompt 77"};
-  const Incident inc = TriageRole(10 * kSec, p, t);
-  EXPECT_EQ(inc.kind, "role_crash");
+  const TriageReport inc = TriageRole(10 * kSec, p, t);
+  EXPECT_EQ(inc.event, "role_crash");
   EXPECT_TRUE(inc.culprits.empty()) << "a role process is not a rank";
   EXPECT_EQ(inc.summary, "role rollout[1] killed by signal 9 (SIGKILL) in forward at step 41 (pid 1001)");
-  EXPECT_EQ(inc.runbook, "runbooks/roles.md");
-  auto ev = nlohmann::json::parse(inc.evidence_json);
+  EXPECT_STREQ(RunbookFor(inc.event), "runbooks/roles.md");
+  auto ev = nlohmann::json::parse(ToJson(inc.evidence));
   EXPECT_EQ(ev["role"], "rollout");
   EXPECT_EQ(ev["role_index"], 1);
   EXPECT_EQ(ev["signal"], 9);
@@ -264,20 +264,20 @@ TEST(TriageRoleTest, AHungRoleProcessSaysForHowLongAndWhy) {
   t.hung = true;
   t.silent_s = 61.04;
   t.timeout_s = 60;
-  const Incident stopped = TriageRole(10 * kSec, Rank(0, 7, Phase::kData, 0, 0, 0, 'T'), t);
-  EXPECT_EQ(stopped.kind, "role_hang");
+  const TriageReport stopped = TriageRole(10 * kSec, Rank(0, 7, Phase::kData, 0, 0, 0, 'T'), t);
+  EXPECT_EQ(stopped.event, "role_hang");
   EXPECT_EQ(stopped.summary,
             "role reward[0] hung: no heartbeat or step for 61.0 s (hang_s 60.0) in data at step 7, process stopped "
             "(SIGSTOP?) (pid 1000)");
-  auto ev = nlohmann::json::parse(stopped.evidence_json);
+  auto ev = nlohmann::json::parse(ToJson(stopped.evidence));
   EXPECT_EQ(ev["allowance"], "hang_s");
   EXPECT_DOUBLE_EQ(ev["stalled_s"].get<double>(), 61.04);
   t.attached = false;
   RankView silent = Rank(0, 0, Phase::kStarting, 0, 0);
   silent.progress.writer_pid = 0;  // never attached a writer
-  const Incident never = TriageRole(10 * kSec, silent, t);
+  const TriageReport never = TriageRole(10 * kSec, silent, t);
   EXPECT_EQ(never.summary, "role reward[0] hung: no progress record written within 60.0 s of its start (pid 1000)");
-  EXPECT_EQ(nlohmann::json::parse(never.evidence_json)["allowance"], "startup");
+  EXPECT_EQ(nlohmann::json::parse(ToJson(never.evidence))["allowance"], "startup");
 }
 
 }  // namespace

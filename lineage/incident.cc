@@ -9,13 +9,6 @@
 
 namespace holdfast {
 
-const char* RunbookFor(std::string_view kind) {
-  for (const RunbookEntry& e : kRunbooks) {
-    if (kind == e.kind) return e.runbook;
-  }
-  return "";
-}
-
 namespace {
 
 using json = nlohmann::json;
@@ -278,6 +271,19 @@ std::string ToJson(const IncidentEvidence& e) {
   PutIf(j, "held_s", e.held_s);
   if (!e.role.empty()) j["role"] = e.role;
   PutIf(j, "role_index", e.role_index);
+  if (!e.path.empty()) j["path"] = e.path;
+  if (!e.reason.empty()) j["reason"] = e.reason;
+  PutIf(j, "newest_good_step", e.newest_good_step);
+  PutIf(j, "world_size_before", e.world_size_before);
+  PutIf(j, "world_size_after", e.world_size_after);
+  // A reshard writes its host lists even when empty (nobody joined).
+  if (e.world_size_after) {
+    j["left"] = e.left;
+    j["joined"] = e.joined;
+    if (!e.nodes.empty()) j["nodes"] = e.nodes;
+  }
+  PutIf(j, "locked_s", e.locked_s);
+  PutIf(j, "held_records", e.held_records);
   if (!e.ranks.empty()) {
     json ranks = json::array();
     for (const RankEvidence& r : e.ranks) ranks.push_back(RankToJson(r));
@@ -332,6 +338,25 @@ Result<IncidentEvidence> ParseIncidentEvidence(std::string_view text) {
   in.Double("held_s", &e.held_s);
   in.String("role", &e.role);
   in.Int("role_index", &e.role_index);
+  in.String("path", &e.path);
+  in.String("reason", &e.reason);
+  in.Int("newest_good_step", &e.newest_good_step);
+  in.Int("world_size_before", &e.world_size_before);
+  in.Int("world_size_after", &e.world_size_after);
+  auto strings = [&](const char* key, std::vector<std::string>* out) {
+    in.Array(key, [&, out](const json& v, const std::string& at) {
+      if (v.is_string()) {
+        out->push_back(v.get<std::string>());
+      } else if (error.ok()) {
+        error = InvalidArgumentError("evidence: " + at + ": expected a string, got " + TypeName(v));
+      }
+    });
+  };
+  strings("left", &e.left);
+  strings("joined", &e.joined);
+  strings("nodes", &e.nodes);
+  in.Double("locked_s", &e.locked_s);
+  in.Int("held_records", &e.held_records);
   in.Array("ranks", [&](const json& v, const std::string& at) { e.ranks.push_back(ReadRank(v, at, &error)); });
   if (!error.ok()) return error;
   return e;

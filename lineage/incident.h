@@ -3,8 +3,7 @@
 // `runctl triage` reads back — typed here, in one place, so that the writer
 // and the reader cannot drift apart key by key.
 //
-// RunbookFor() is the one map from an event kind to its on-call guide under
-// runbooks/. IncidentEvidence is the JSON object of a crash, hang, checkpoint
+// IncidentEvidence is the JSON object of a crash, hang, checkpoint
 // failure or straggler: who, where, what every rank was doing (from its
 // shared-memory progress record), how the culprit ended, the tail of its log.
 // The JSON keys are the ones holdfastd has always written, so files written by
@@ -25,47 +24,7 @@
 
 namespace holdfast {
 
-// ---- runbooks ----
-
-struct RunbookEntry {
-  const char* kind;     // event_kind::*
-  const char* runbook;  // path under the source tree; "" when the kind needs none
-};
-
-// Every event kind in lineage_db.h's event_kind, each with its runbook. An
-// empty runbook is a decision too (an action, an operator's stop), so a kind
-// missing from this table is a bug that incident_test catches.
-//  - A rank that could not start because of bad input is recorded as a crash.
-//  - A health incident names the runbook of the check that failed
-//    (health/check.h CheckResult::runbook); the one here is for a decision that
-//    names no check.
-//  - A daemon stopped by a signal records a stop with the crash runbook
-//    (RunbookFor(event_kind::kCrash)); an operator's stop has none.
-inline constexpr RunbookEntry kRunbooks[] = {
-    {event_kind::kCrash, "runbooks/crash.md"},
-    {event_kind::kHang, "runbooks/hang.md"},
-    {event_kind::kHealth, "runbooks/health-host.md"},
-    {event_kind::kPreempt, "runbooks/preempted.md"},
-    {event_kind::kNodeLost, "runbooks/crash.md"},
-    {event_kind::kCheckpointFailed, "runbooks/checkpoint-failed.md"},
-    {event_kind::kCheckpointCorrupt, "runbooks/checkpoint-failed.md"},
-    {event_kind::kBudgetExhausted, "runbooks/restart-budget.md"},
-    {event_kind::kDaemonRestart, "runbooks/crash.md"},
-    {event_kind::kStraggler, "runbooks/straggler.md"},
-    {event_kind::kStragglerRecovered, "runbooks/straggler.md"},
-    {event_kind::kLineageDelayed, "runbooks/lineage-locked.md"},
-    {event_kind::kRestart, ""},
-    {event_kind::kRequeue, "runbooks/requeue-failed.md"},
-    {event_kind::kResume, ""},
-    {event_kind::kStop, ""},
-    {event_kind::kReshard, "runbooks/elastic.md"},
-    {event_kind::kRoleCrash, "runbooks/roles.md"},
-    {event_kind::kRoleHang, "runbooks/roles.md"},
-};
-
-// The runbook for an event kind ("runbooks/hang.md"), "" when it has none or
-// the kind is unknown (a newer daemon's). Never null; points at static storage.
-const char* RunbookFor(std::string_view kind);
+// (The runbook of each event kind: lineage/event_kind.h RunbookFor.)
 
 // ---- evidence ----
 
@@ -120,7 +79,8 @@ struct SaveFailureEvidence {
   uint64_t missed_failures = 0;  // earlier failures it could not report one by one
 };
 
-// The evidence of one incident. Which fields are set depends on its kind:
+// The evidence of one event (lineage/event_kind.h EvidenceType says which
+// fields each kind sets):
 //   hang:              culprits, stalled_s, timeout_s, allowance, ranks
 //   crash:             rank, exit_status, exit_code, signal, log_tail, ranks
 //   checkpoint_failed: rank, step, newest_committed_step, reports
@@ -129,6 +89,9 @@ struct SaveFailureEvidence {
 //                      role process, its "rank" being its index in the role)
 //   role_hang:         role, role_index, stalled_s, timeout_s, allowance
 //                      ("hang_s" or "startup"), ranks (the role process)
+//   checkpoint_corrupt: step, path, reason, newest_good_step
+//   reshard:           world_size_before, world_size_after, left, joined, nodes
+//   lineage_delayed:   locked_s, held_records
 // Other kinds' evidence (health reports) has keys this does not model; they
 // are ignored on reading.
 struct IncidentEvidence {
@@ -161,6 +124,22 @@ struct IncidentEvidence {
   // and its index in the role ("" and unset for the learner's ranks).
   std::string role;
   std::optional<int> role_index;
+
+  // checkpoint_corrupt: the folder, what is wrong with it, the step the ranks fell back to (-1 none).
+  std::string path;
+  std::string reason;
+  std::optional<int64_t> newest_good_step;
+
+  // reshard: the world size before and after, the hosts that left and joined, the nodes it goes on with.
+  std::optional<int> world_size_before;
+  std::optional<int> world_size_after;
+  std::vector<std::string> left;
+  std::vector<std::string> joined;
+  std::vector<std::string> nodes;
+
+  // lineage_delayed: how long lineage.db was locked, how many records waited.
+  std::optional<double> locked_s;
+  std::optional<uint64_t> held_records;
 
   std::vector<RankEvidence> ranks;  // every rank, by rank
 };

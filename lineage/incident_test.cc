@@ -346,12 +346,12 @@ TEST(IncidentEvidenceTest, ALogLineThatIsNotUtf8IsWrittenNotThrown) {
   EXPECT_EQ(got.log_tail[1].rfind("bad ", 0), 0u);
 }
 
-// The event kinds declared in lineage_db.h's event_kind namespace, read from
+// The event kinds declared in event_kind.h's event_kind namespace, read from
 // the header itself so that a new kind cannot be added without a runbook
 // decision here.
 std::vector<std::string> DeclaredEventKinds() {
-  std::ifstream in(SourceDir() + "/lineage/lineage_db.h");
-  EXPECT_TRUE(in.good()) << "cannot read lineage/lineage_db.h under " << SourceDir();
+  std::ifstream in(SourceDir() + "/lineage/event_kind.h");
+  EXPECT_TRUE(in.good()) << "cannot read lineage/event_kind.h under " << SourceDir();
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();
@@ -374,14 +374,16 @@ TEST(RunbookTest, EveryEventKindHasAnEntryAndEveryRunbookExists) {
   const std::vector<std::string> kinds = DeclaredEventKinds();
   EXPECT_GE(kinds.size(), 15u);
   std::set<std::string> mapped;
-  for (const RunbookEntry& e : kRunbooks) {
-    EXPECT_TRUE(mapped.insert(e.kind).second) << "twice in kRunbooks: " << e.kind;
+  for (const EventKindInfo& e : kEventKinds) {
+    EXPECT_TRUE(mapped.insert(e.kind).second) << "twice in kEventKinds: " << e.kind;
   }
   for (const std::string& k : kinds) {
-    EXPECT_EQ(mapped.count(k), 1u) << "event kind '" << k << "' has no entry in kRunbooks (lineage/incident.h)";
+    EXPECT_EQ(mapped.count(k), 1u) << "event kind '" << k << "' has no row in kEventKinds (lineage/event_kind.h)";
   }
-  EXPECT_EQ(mapped.size(), kinds.size()) << "kRunbooks names a kind lineage_db.h does not declare";
-  for (const RunbookEntry& e : kRunbooks) {
+  EXPECT_EQ(mapped.size(), kinds.size()) << "kEventKinds names a kind event_kind.h does not declare";
+  for (const EventKindInfo& e : kEventKinds) {
+    EXPECT_EQ(FindEventKind(e.kind), &e);
+    EXPECT_EQ(IsIncidentKind(e.kind), e.is_incident) << e.kind;
     EXPECT_STREQ(RunbookFor(e.kind), e.runbook);
     if (*e.runbook == '\0') continue;
     const std::string path = SourceDir() + "/" + e.runbook;
@@ -405,6 +407,15 @@ TEST(RunbookTest, EachIncidentKindHasItsGuide) {
   EXPECT_STREQ(RunbookFor(event_kind::kRestart), "");
   EXPECT_STREQ(RunbookFor("from_a_newer_daemon"), "");
   EXPECT_STREQ(RunbookFor(""), "");
+  // What on-call sees as "last incident": what went wrong, not what was done about it.
+  for (const char* k : {event_kind::kCrash, event_kind::kHang, event_kind::kHealth, event_kind::kNodeLost,
+                        event_kind::kRoleCrash, event_kind::kRoleHang, event_kind::kCheckpointFailed}) {
+    EXPECT_TRUE(IsIncidentKind(k)) << k;
+  }
+  for (const char* k : {event_kind::kRestart, event_kind::kRequeue, event_kind::kStop, event_kind::kStraggler,
+                        event_kind::kLineageDelayed, "from_a_newer_daemon"}) {
+    EXPECT_FALSE(IsIncidentKind(k)) << k;
+  }
 }
 
 }  // namespace

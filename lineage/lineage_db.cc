@@ -18,6 +18,8 @@
 namespace holdfast {
 namespace {
 
+// The incident kinds of schema version 2, frozen with its migration (the
+// incident column of newer rows comes from kEventKinds, lineage/event_kind.h).
 constexpr const char* kIncidentKinds[] = {
     event_kind::kCrash,           event_kind::kHang,
     event_kind::kHealth,          event_kind::kPreempt,
@@ -25,9 +27,6 @@ constexpr const char* kIncidentKinds[] = {
     event_kind::kCheckpointCorrupt, event_kind::kBudgetExhausted,
     event_kind::kDaemonRestart,
 };
-// Incident kinds added after schema version 2 (whose migration flags the rows
-// of kIncidentKinds only; no older file has these).
-constexpr const char* kLaterIncidentKinds[] = {event_kind::kRoleCrash, event_kind::kRoleHang};
 
 // Schema version 1, as first released. Never edit a released migration: add
 // the next one.
@@ -278,16 +277,6 @@ const char* CheckpointStateName(CheckpointState s) {
 }
 const char* HealthStatusName(HealthStatus s) { return kHealthStatusNames[static_cast<int>(s)]; }
 const char* JournalModeName(JournalMode m) { return kJournalModeNames[static_cast<int>(m)]; }
-
-bool IsIncidentKind(std::string_view kind) {
-  for (const char* k : kIncidentKinds) {
-    if (kind == k) return true;
-  }
-  for (const char* k : kLaterIncidentKinds) {
-    if (kind == k) return true;
-  }
-  return false;
-}
 
 std::string NewRunId(int64_t unix_ms) {
   std::time_t secs = static_cast<std::time_t>(unix_ms / 1000);

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "lineage/event_kind.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -50,36 +51,6 @@ const char* RunStateName(RunState state);
 const char* SchedulerKindName(SchedulerKind kind);
 const char* CheckpointStateName(CheckpointState state);
 const char* HealthStatusName(HealthStatus status);
-
-// Event kinds in use (the column is free text, so a newer daemon may add some).
-namespace event_kind {
-inline constexpr const char kCrash[] = "crash";
-inline constexpr const char kHang[] = "hang";
-inline constexpr const char kHealth[] = "health";
-inline constexpr const char kPreempt[] = "preempt";
-inline constexpr const char kNodeLost[] = "node_lost";
-inline constexpr const char kCheckpointFailed[] = "checkpoint_failed";
-inline constexpr const char kCheckpointCorrupt[] = "checkpoint_corrupt";
-inline constexpr const char kBudgetExhausted[] = "budget_exhausted";
-inline constexpr const char kDaemonRestart[] = "daemon_restart";
-inline constexpr const char kStraggler[] = "straggler";                    // a rank computing far slower than the others
-inline constexpr const char kStragglerRecovered[] = "straggler_recovered";  // an action-free note
-inline constexpr const char kLineageDelayed[] = "lineage_delayed";  // records held while lineage.db was locked
-inline constexpr const char kRestart[] = "restart";    // an action, not an incident
-inline constexpr const char kRequeue[] = "requeue";    // an action
-inline constexpr const char kResume[] = "resume";      // an action
-inline constexpr const char kStop[] = "stop";          // an action
-inline constexpr const char kReshard[] = "reshard";    // an action: an elastic run goes on with other nodes
-// A role process ([[roles]] of the job file, not a learner rank) exited or
-// hung; the event's evidence names the role and index, its action whether it
-// was restarted alone or with the learner.
-inline constexpr const char kRoleCrash[] = "role_crash";
-inline constexpr const char kRoleHang[] = "role_hang";
-}  // namespace event_kind
-
-// Whether an event kind reports something that went wrong (as opposed to an
-// action taken); LastIncident() returns only these.
-bool IsIncidentKind(std::string_view kind);
 
 // "r-YYYYMMDD-xxxx": the UTC date of `unix_ms` and 16 random bits in hex.
 std::string NewRunId(int64_t unix_ms);
