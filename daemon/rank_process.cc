@@ -252,12 +252,6 @@ Result<std::unique_ptr<RankProcess>> RankProcess::Start(const RankSpawn& spawn) 
   return proc;
 }
 
-bool ExitedWithCode(int wstatus, int code) { return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == code; }
-
-bool IsExecFailureStatus(int wstatus) {
-  return WIFEXITED(wstatus) && (WEXITSTATUS(wstatus) == 126 || WEXITSTATUS(wstatus) == 127);
-}
-
 void RankProcess::Signal(int sig) const {
   if (!exited_ && pid_ > 0) ::kill(pid_, sig);
 }

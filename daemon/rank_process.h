@@ -84,14 +84,8 @@ class RankProcess {
   std::unique_ptr<ProgressReader> progress_;
 };
 
-// Whether a rank's waitpid status means "its command could not be executed"
-// the way a shell reports it: exit 126 (found, not executable) or 127 (not
-// found). RankProcess::Start reports its own exec failures as a Status, so
-// this catches wrapper commands (`sh -c`, `env`, `srun`) whose inner exec
-// failed: a restart cannot help them either.
-bool IsExecFailureStatus(int wstatus);
-// Whether `wstatus` (as from waitpid) is a normal exit with `code`.
-bool ExitedWithCode(int wstatus, int code);
+// (What an exit means — clean, bad input, not executed, a crash — is decided
+// in one place: daemon/recovery_policy.h ClassifyExit.)
 
 // Exposed for tests: the fd sweep the forked child runs before exec.
 namespace rank_process_internal {

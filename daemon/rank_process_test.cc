@@ -1,4 +1,5 @@
 #include "daemon/rank_process.h"
+#include "daemon/recovery_policy.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,10 +1,15 @@
 #include "daemon/recovery_policy.h"
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
 #include <utility>
+
+#include "common/launch_contract.h"
+#include "daemon/exit_codes.h"
 
 namespace holdfast {
 
@@ -340,6 +345,104 @@ RecoveryDecision DecideRecovery(const RecoveryInput& in) {
   std::string short_note;
   if (std::optional<RecoveryDecision> d = ContinueWithout(in, hosts, &short_note)) return *d;
   return WithNote(Decide(in, hosts), short_note);
+}
+
+// ---- exits ----
+
+bool ExitedWithCode(int wstatus, int code) { return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == code; }
+
+bool IsExecFailureStatus(int wstatus) {
+  return WIFEXITED(wstatus) && (WEXITSTATUS(wstatus) == 126 || WEXITSTATUS(wstatus) == 127);
+}
+
+ExitClass ClassifyExit(int wstatus, const std::string& exec_error) {
+  if (!exec_error.empty() || IsExecFailureStatus(wstatus)) return ExitClass::kNotExecuted;
+  if (ExitedWithCode(wstatus, kRankExitOk)) return ExitClass::kClean;
+  if (ExitedWithCode(wstatus, kRankExitPreempted)) return ExitClass::kCheckpointed;
+  if (ExitedWithCode(wstatus, kRankExitUsage)) return ExitClass::kBadInput;
+  return ExitClass::kCrash;
+}
+
+const char* ExitClassName(ExitClass c) {
+  switch (c) {
+    case ExitClass::kClean: return "clean";
+    case ExitClass::kCheckpointed: return "checkpointed";
+    case ExitClass::kBadInput: return "bad_input";
+    case ExitClass::kNotExecuted: return "not_executed";
+    case ExitClass::kCrash: return "crash";
+  }
+  return "crash";
+}
+
+// ---- the end of a stopped run ----
+
+bool RanksCommitted(const std::vector<ExitClass>& exits) {
+  if (exits.empty()) return false;
+  for (ExitClass c : exits) {
+    if (c != ExitClass::kClean && c != ExitClass::kCheckpointed) return false;
+  }
+  return true;
+}
+
+RunEnd EndOfStoppedRun(IncidentKind cause, StopOutcome decided, bool ranks_committed) {
+  switch (cause) {
+    case IncidentKind::kStopRequest:
+    case IncidentKind::kDaemonSignal:
+      return {StopOutcome::kStopped, ranks_committed ? kDaemonExitPreempted : kDaemonExitStopped};
+    case IncidentKind::kPreemption: return {StopOutcome::kPreempted, kDaemonExitPreempted};
+    case IncidentKind::kBadInput: return {decided, kDaemonExitUsage};
+    default: return {decided, kDaemonExitFailed};
+  }
+}
+
+// ---- incidents while a decision is carried out ----
+
+const char* RedecisionName(Redecision r) {
+  switch (r) {
+    case Redecision::kDecide: return "decide";
+    case Redecision::kDecideWithPending: return "decide_with_pending";
+    case Redecision::kJoinPendingRequeue: return "join_pending_requeue";
+    case Redecision::kRecordOnly: return "record_only";
+    case Redecision::kIgnore: return "ignore";
+  }
+  return "decide";
+}
+
+Redecision RedecideFor(IncidentKind incoming, health::Action health_action, bool from_role, ControllerPhase phase,
+                       const RecoveryDecision* pending) {
+  const bool stopping = phase == ControllerPhase::kStopping;
+  const bool stopping_to_stop = stopping && pending != nullptr && pending->action == RecoveryAction::kStop;
+  if (from_role) {
+    if (incoming == IncidentKind::kRoleFailed) return stopping_to_stop ? Redecision::kRecordOnly : Redecision::kDecide;
+    if (phase != ControllerPhase::kRunning || stopping_to_stop) return Redecision::kRecordOnly;
+    return Redecision::kDecide;
+  }
+  switch (incoming) {
+    case IncidentKind::kNodeLost:
+      if (!stopping) return Redecision::kDecide;
+      if (pending == nullptr) return Redecision::kRecordOnly;
+      switch (pending->action) {
+        case RecoveryAction::kRestartInPlace: return Redecision::kDecide;
+        case RecoveryAction::kContinueWithout: return Redecision::kDecideWithPending;
+        case RecoveryAction::kRequeueExcluding:
+        case RecoveryAction::kDrainAndRequeue: return Redecision::kJoinPendingRequeue;
+        case RecoveryAction::kStop: return Redecision::kRecordOnly;
+      }
+      return Redecision::kRecordOnly;
+    case IncidentKind::kHealth:
+      if (stopping) return Redecision::kIgnore;
+      if ((phase == ControllerPhase::kIdle || phase == ControllerPhase::kBackoff) &&
+          (health_action == health::Action::kRestart || health_action == health::Action::kNone)) {
+        return Redecision::kIgnore;
+      }
+      return Redecision::kDecide;
+    case IncidentKind::kStopRequest:
+    case IncidentKind::kPreemption:
+    case IncidentKind::kDaemonSignal:
+      if (stopping && pending != nullptr && pending->checkpoint_first) return Redecision::kIgnore;
+      return Redecision::kDecide;
+    default: return Redecision::kDecide;
+  }
 }
 
 }  // namespace holdfast

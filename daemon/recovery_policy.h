@@ -163,4 +163,77 @@ struct RecoveryDecision {
 
 RecoveryDecision DecideRecovery(const RecoveryInput& input);
 
+// ---- how a process's exit reads ----
+
+// What a rank's (or role process's) exit means, from its waitpid status and
+// the launcher's exec error ("" when the command was executed). The exit codes
+// are the launch contract's (common/launch_contract.h).
+enum class ExitClass {
+  kClean,        // exit 0: it finished
+  kCheckpointed, // exit 75: it committed a checkpoint and stopped (a preemption it was told of)
+  kBadInput,     // exit 2: bad config, flag or data — the same input fails again
+  kNotExecuted,  // the command could not be executed: an exec error, or a shell's 126/127
+  kCrash,        // a signal, or any other exit code
+};
+ExitClass ClassifyExit(int wstatus, const std::string& exec_error);
+const char* ExitClassName(ExitClass c);  // "clean", "checkpointed", "bad_input", "not_executed", "crash"
+// Whether `wstatus` (as from waitpid) is a normal exit with `code`.
+bool ExitedWithCode(int wstatus, int code);
+// A shell's "could not execute": exit 126 (found, not executable) or 127 (not
+// found), which wrapper commands (`sh -c`, `env`, `srun`) report for their inner exec.
+bool IsExecFailureStatus(int wstatus);
+
+// ---- how a stopped run ends ----
+
+// The run state lineage records and holdfastd's exit code (daemon/exit_codes.h).
+struct RunEnd {
+  StopOutcome outcome = StopOutcome::kFailed;
+  int exit_code = 1;
+};
+// A run stopped for `cause` after the policy decided `decided` (kStop):
+// - an operator's stop or a daemon signal: stopped, exit 3 — or exit 75 when
+//   every rank committed a checkpoint on its way out (`ranks_committed`);
+// - a preemption: preempted, exit 75 (resume later);
+// - bad input: as decided (failed), exit 2;
+// - anything else (role failed, budget spent, nothing possible): as decided, exit 1.
+RunEnd EndOfStoppedRun(IncidentKind cause, StopOutcome decided, bool ranks_committed);
+// Every rank exited with kClean or kCheckpointed: the ranks committed a
+// checkpoint (or finished) before exiting.
+bool RanksCommitted(const std::vector<ExitClass>& exits);
+
+// ---- incidents that arrive while a decision is being carried out ----
+
+// Where the controller stands when an incident arrives.
+enum class ControllerPhase { kIdle, kRunning, kBackoff, kStopping };
+
+enum class Redecision {
+  kDecide,              // decide it afresh (DecideRecovery); any pending decision is dropped
+  kDecideWithPending,   // decide afresh with the pending decision's leaving hosts added (one more node lost
+                        // while an elastic run was going on without others)
+  kJoinPendingRequeue,  // record it; the pending requeue excludes its hosts too
+  kRecordOnly,          // record it; the pending decision stands
+  kIgnore,              // nothing to do or record as an event
+};
+const char* RedecisionName(Redecision r);
+
+// What to do with an incident of `incoming` kind in `phase`, with the
+// decision being carried out (`pending`, nullptr when none):
+//   node_lost      stopping: a pending restart in place or requeue-less stop
+//                  cannot go on as planned -> decide (restart pending) /
+//                  decide with pending (continue without) / join the pending
+//                  requeue (requeue, drain and requeue) / record only (stop)
+//   health         stopping: ignore (the finding is recorded with the health
+//                  results); idle or backoff asking only for a restart:
+//                  ignore (nothing runs to restart); else decide
+//   stop_request,  stopping to checkpoint first already: ignore; else decide
+//   preemption,    (an operator's stop overrides a pending restart)
+//   daemon_signal
+//   role_failed    decide (it overrides a pending restart); stopping to stop: record only
+//   crash, hang    running: decide; a role's crash/hang (`from_role`) while
+//   (from a role)  not running, or while stopping to stop: record only (the
+//                  role restarts with the learner group)
+// Any incident in kRunning, other than these, is decided.
+Redecision RedecideFor(IncidentKind incoming, health::Action health_action, bool from_role, ControllerPhase phase,
+                       const RecoveryDecision* pending);
+
 }  // namespace holdfast

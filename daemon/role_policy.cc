@@ -4,8 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "common/launch_contract.h"
-#include "daemon/rank_process.h"
+#include "daemon/recovery_policy.h"
 
 namespace holdfast {
 
@@ -31,15 +30,16 @@ double Backoff(const RoleFailureInput& in) {
 
 RoleDecision DecideRoleFailure(const RoleFailureInput& in) {
   RoleDecision d;
-  if (!in.hung && ExitedWithCode(in.wstatus, kRankExitOk)) {
+  const ExitClass exit = in.hung ? ExitClass::kCrash : ClassifyExit(in.wstatus, "");
+  if (exit == ExitClass::kClean) {
     d.action = RoleAction::kFinished;
     d.reason = "finished (exit 0): not restarted";
     return d;
   }
-  if (!in.hung && (ExitedWithCode(in.wstatus, kRankExitUsage) || IsExecFailureStatus(in.wstatus))) {
+  if (exit == ExitClass::kBadInput || exit == ExitClass::kNotExecuted) {
     d.action = RoleAction::kStopRun;
     d.bad_input = true;
-    d.reason = ExitedWithCode(in.wstatus, kRankExitUsage)
+    d.reason = exit == ExitClass::kBadInput
                    ? "stop the run: bad config, flag or data (exit 2): a restart cannot help"
                    : "stop the run: its command could not be executed: a restart cannot help";
     return d;

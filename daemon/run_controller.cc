@@ -7,9 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "common/launch_contract.h"
 #include "daemon/exit_codes.h"
-#include "daemon/rank_process.h"
 #include "health/report.h"
 #include "lineage/incident.h"
 
@@ -155,10 +153,11 @@ void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& v
   }
   if (state_ != State::kRunning) return;
   const int ws = e.wstatus;
-  if (e.exec_error.empty() && (ExitedWithCode(ws, kRankExitOk) || ExitedWithCode(ws, kRankExitPreempted))) {
+  const ExitClass exit = ClassifyExit(ws, e.exec_error);
+  if (exit == ExitClass::kClean || exit == ExitClass::kCheckpointed) {
     if (!all_exited) return;  // the others follow; one that does not is a hang
     bool all_clean = true;
-    for (const auto& [r, s] : exits_) all_clean = all_clean && ExitedWithCode(s, kRankExitOk);
+    for (const auto& [r, s] : exits_) all_clean = all_clean && ClassifyExit(s, "") == ExitClass::kClean;
     if (all_clean) {
       EndGeneration(RunState::kSucceeded, "");
       FinishRun(RunState::kSucceeded, "", kDaemonExitOk);
@@ -176,16 +175,13 @@ void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& v
   Facts f;
   f.report = TriageExit(clock_->MonotonicNs(), views, e.rank, ws, e.log_tail);
   f.hosts = {opts_.host_of_rank(e.rank)};
-  const bool usage = ExitedWithCode(ws, kRankExitUsage);
+  f.cause = exit == ExitClass::kCrash ? IncidentKind::kCrash : IncidentKind::kBadInput;
   if (!e.exec_error.empty()) {
-    f.cause = IncidentKind::kBadInput;
     f.report.summary = "rank " + std::to_string(e.rank) + " could not be started: " + e.exec_error;
-  } else if (usage || IsExecFailureStatus(ws)) {
-    f.cause = IncidentKind::kBadInput;
-    f.report.summary += usage ? " (bad config, flag or data: a restart cannot help)"
-                              : " (its command could not be executed: a restart cannot help)";
-  } else {
-    f.cause = IncidentKind::kCrash;
+  } else if (exit == ExitClass::kBadInput) {
+    f.report.summary += " (bad config, flag or data: a restart cannot help)";
+  } else if (exit == ExitClass::kNotExecuted) {
+    f.report.summary += " (its command could not be executed: a restart cannot help)";
   }
   spdlog::error("CRASH: {}", f.report.summary);
   HandleIncident(std::move(f), views);
@@ -202,10 +198,8 @@ void RunController::OnHealth(const health::Decision& decision, const std::string
   f.context.report_json = health::ReportToJson(decision.causes, decision);
   if (!decision.causes.empty()) f.context.runbook = decision.causes.front().runbook;  // the failed check's guide
   spdlog::error("HEALTH: {} (health policy: {})", f.report.summary, health::ActionName(decision.action));
-  if (state_ == State::kStopping) return;  // already stopping; the finding is recorded with the results
-  if ((state_ == State::kIdle || state_ == State::kBackoff) && decision.action == health::Action::kRestart) {
-    return;  // nothing runs to restart: launch as planned (the results are recorded)
-  }
+  // Already stopping, or nothing runs to restart: the finding is recorded with the results.
+  if (Redecide(f.cause, decision.action, /*from_role=*/false) == Redecision::kIgnore) return;
   HandleIncident(std::move(f), {});
 }
 
@@ -219,15 +213,14 @@ void RunController::OnNodeLost(const std::string& host, const std::vector<int>& 
   f.report.event = event_kind::kNodeLost;
   f.report.summary = host + "'s holdfastd is gone (" + why + ")";
   spdlog::error("NODE LOST: {}", f.report.summary);
-  if (state_ == State::kStopping) {
-    // Stopping for another reason: a restart in place is no longer possible as planned.
-    if (pending_ && pending_->action == RecoveryAction::kRestartInPlace) {
+  switch (Redecide(f.cause, health::Action::kNone, /*from_role=*/false)) {
+    case Redecision::kDecide:
+      // A restart in place is no longer possible as planned (or nothing was pending).
       pending_.reset();
       HandleIncident(std::move(f), {});
       return;
-    }
-    // Going on without other nodes: decide again without this one too.
-    if (pending_ && pending_->action == RecoveryAction::kContinueWithout) {
+    case Redecision::kDecideWithPending: {
+      // Going on without other nodes: decide again without this one too.
       std::vector<std::string> hosts = pending_->exclude_hosts;
       if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
       f.hosts = hosts;
@@ -235,23 +228,24 @@ void RunController::OnNodeLost(const std::string& host, const std::vector<int>& 
       HandleIncident(std::move(f), {});
       return;
     }
-    // Already stopping otherwise (a preemption, say: Slurm requeues a job whose node stopped
-    // answering, with SIGTERM, before the daemons find that node lost): the lost node is still
-    // an incident of the run, and a requeue does not come back to it (found by
-    // bench/soak_slurm.py: lineage had no node_lost, and the requeue excluded nothing).
-    std::string action = pending_ ? "already stopping [recovery: " + pending_->reason + "]" : "already stopping";
-    if (pending_ && (pending_->action == RecoveryAction::kRequeueExcluding ||
-                     pending_->action == RecoveryAction::kDrainAndRequeue)) {
-      std::vector<std::string>& ex = pending_->exclude_hosts;
-      if (std::find(ex.begin(), ex.end(), host) == ex.end()) ex.push_back(host);
-      action += "; the requeue excludes " + host;
-    }
-    spdlog::warn("action: {}", action);
-    recorder_->Record(f.report.event, f.report.summary, std::move(action), {}, AtHost(host));
-    if (static_cast<int>(exits_.size()) >= opts_.world_size) AfterAllStopped();
-    return;
+    case Redecision::kJoinPendingRequeue:
+    case Redecision::kRecordOnly:
+    case Redecision::kIgnore:
+      break;
   }
-  HandleIncident(std::move(f), {});
+  // Already stopping otherwise (a preemption, say: Slurm requeues a job whose node stopped
+  // answering, with SIGTERM, before the daemons find that node lost): the lost node is still
+  // an incident of the run, and a requeue does not come back to it (found by
+  // bench/soak_slurm.py: lineage had no node_lost, and the requeue excluded nothing).
+  std::string action = pending_ ? "already stopping [recovery: " + pending_->reason + "]" : "already stopping";
+  if (Redecide(f.cause, health::Action::kNone, false) == Redecision::kJoinPendingRequeue) {
+    std::vector<std::string>& ex = pending_->exclude_hosts;
+    if (std::find(ex.begin(), ex.end(), host) == ex.end()) ex.push_back(host);
+    action += "; the requeue excludes " + host;
+  }
+  spdlog::warn("action: {}", action);
+  recorder_->Record(f.report.event, f.report.summary, std::move(action), {}, AtHost(host));
+  if (static_cast<int>(exits_.size()) >= opts_.world_size) AfterAllStopped();
 }
 
 void RunController::ObserveSaves(int64_t now, const std::vector<RankView>& views) {
@@ -284,7 +278,7 @@ void RunController::NoteLeadTime(double lead_time_s) {
 
 void RunController::OnStopRequest(IncidentKind kind, const std::string& why) {
   if (state_ == State::kFinished) return;
-  if (state_ == State::kStopping && pending_ && pending_->checkpoint_first) return;  // already stopping for it
+  if (Redecide(kind, health::Action::kNone, false) == Redecision::kIgnore) return;  // already stopping for it
   Facts f;
   f.cause = kind;
   f.report.event = kind == IncidentKind::kPreemption ? event_kind::kPreempt : event_kind::kStop;
@@ -300,9 +294,8 @@ void RunController::OnRoleIncident(const RoleIncident& r, const std::vector<Rank
   f.cause = r.cause;
   f.report = r.report;
   f.context.runbook_of = r.runbook_of;
-  const bool stops_run = r.cause == IncidentKind::kRoleFailed;
   const bool already_stopping = state_ == State::kStopping && pending_ && pending_->action == RecoveryAction::kStop;
-  if ((!stops_run && state_ != State::kRunning) || already_stopping) {
+  if (Redecide(r.cause, health::Action::kNone, /*from_role=*/true) == Redecision::kRecordOnly) {
     // The learner group is restarting or stopping already: the role process
     // restarts with it (or the run ends anyway). Recorded, nothing more to do.
     const std::string action = already_stopping
@@ -315,6 +308,18 @@ void RunController::OnRoleIncident(const RoleIncident& r, const std::vector<Rank
   spdlog::error("ROLE: {}", f.report.summary);
   if (state_ == State::kStopping) pending_.reset();  // a failed role overrides a restart
   HandleIncident(std::move(f), views);
+}
+
+Redecision RunController::Redecide(IncidentKind cause, health::Action health_action, bool from_role) const {
+  ControllerPhase phase = ControllerPhase::kRunning;
+  switch (state_) {
+    case State::kIdle: phase = ControllerPhase::kIdle; break;
+    case State::kRunning: phase = ControllerPhase::kRunning; break;
+    case State::kStopping: phase = ControllerPhase::kStopping; break;
+    case State::kBackoff: phase = ControllerPhase::kBackoff; break;
+    case State::kFinished: phase = ControllerPhase::kStopping; break;  // (callers return before)
+  }
+  return RedecideFor(cause, health_action, from_role, phase, pending_ ? &*pending_ : nullptr);
 }
 
 void RunController::HandleIncident(Facts facts, const std::vector<RankView>& views) {

@@ -181,6 +181,8 @@ class RunController {
   // Every live rank is in phase `data` (waiting for input, in no collective).
   static bool WaitingForInput(const std::vector<RankView>& live);
   std::string ActionText(const Facts& facts, const RecoveryDecision& d) const;
+  // What to do with an incident arriving now (recovery_policy.h RedecideFor).
+  Redecision Redecide(IncidentKind cause, health::Action health_action, bool from_role) const;
 
   ControllerOptions opts_;
   const TimeSource* clock_;  // not owned

@@ -3,9 +3,7 @@
 // drain and requeue, or stop with the right final state), and the end of a run.
 #include <spdlog/spdlog.h>
 
-#include "common/launch_contract.h"
 #include "daemon/exit_codes.h"
-#include "daemon/rank_process.h"
 #include "daemon/run_controller.h"
 #include "lineage/incident.h"
 
@@ -119,41 +117,28 @@ void RunController::Execute() {
     case RecoveryAction::kStop: break;
   }
   // Stop. Did every rank commit a final checkpoint on its way out?
-  bool all_committed = !exits_.empty();
-  for (const auto& [r, s] : exits_) {
-    all_committed = all_committed && (ExitedWithCode(s, kRankExitPreempted) || ExitedWithCode(s, kRankExitOk));
-  }
+  std::vector<ExitClass> exits;
+  for (const auto& [r, s] : exits_) exits.push_back(ClassifyExit(s, ""));
+  const bool all_committed = RanksCommitted(exits);
+  const RunEnd end = EndOfStoppedRun(facts.cause, d.outcome, all_committed);
+  const std::string resume = "stopped; resume with `runctl resume " + recorder_->run_id() + "`";
+  std::string cause = why;
   if (facts.cause == IncidentKind::kStopRequest || facts.cause == IncidentKind::kDaemonSignal) {
-    const std::string cause = all_committed ? why + "; the ranks committed step " +
-                                                  std::to_string(recorder_->last_committed_step()) + " first"
-                                            : why;
-    EndGeneration(RunState::kStopped, cause);
+    if (all_committed) cause += "; the ranks committed step " + std::to_string(recorder_->last_committed_step()) + " first";
+    EndGeneration(StateFor(end.outcome), cause);
     // A daemon stopped by a signal did not choose to stop: on-call reads the crash guide.
     EventContext at;
     if (facts.cause == IncidentKind::kDaemonSignal) at.runbook_of = event_kind::kCrash;
-    recorder_->Record(event_kind::kStop, cause, "stopped; resume with `runctl resume " + recorder_->run_id() + "`", {},
-                      at);
-    FinishRun(RunState::kStopped, cause, all_committed ? kDaemonExitPreempted : kDaemonExitStopped);
-    return;
-  }
-  if (facts.cause == IncidentKind::kPreemption) {
-    EndGeneration(RunState::kPreempted, why);
-    recorder_->Record(event_kind::kPreempt, why, "stopped; resume with `runctl resume " + recorder_->run_id() + "`");
-    FinishRun(RunState::kPreempted, why, kDaemonExitPreempted);
-    return;
-  }
-  std::string cause = why;
-  if (d.budget_exhausted) {
+    recorder_->Record(event_kind::kStop, cause, resume, {}, at);
+  } else if (facts.cause == IncidentKind::kPreemption) {
+    EndGeneration(StateFor(end.outcome), why);
+    recorder_->Record(event_kind::kPreempt, why, resume);
+  } else if (d.budget_exhausted && facts.cause != IncidentKind::kRoleFailed) {
     cause = "restart budget of " + std::to_string(opts_.supervise.restart_budget) + " exhausted; last incident: " + why;
     recorder_->Record(event_kind::kBudgetExhausted, cause, "stopped the run");
   }
-  if (facts.cause == IncidentKind::kRoleFailed) {
-    // The event (budget_exhausted or role_crash) was recorded with the incident.
-    FinishRun(RunState::kFailed, why, kDaemonExitFailed);
-    return;
-  }
-  const int code = facts.cause == IncidentKind::kBadInput ? kDaemonExitUsage : kDaemonExitFailed;
-  FinishRun(StateFor(d.outcome), cause, code);
+  // (A role failure's event, budget_exhausted or role_crash, was recorded with the incident.)
+  FinishRun(StateFor(end.outcome), cause, end.exit_code);
 }
 
 void RunController::EndGeneration(RunState state, const std::string& cause) {
