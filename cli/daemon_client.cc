@@ -72,7 +72,7 @@ Reply<PingAnswer> DaemonClient::Ping(std::optional<std::chrono::milliseconds> ti
                            [](const std::string& r) { return PingAnswer{r}; });
 }
 
-Reply<StatusAnswer> DaemonClient::Status() const {
+Reply<StatusAnswer> DaemonClient::GetStatus() const {
   return Typed<StatusAnswer>(Call(control_op::kStatus, "{}", timeout_), [](const std::string& r) {
     StatusAnswer a;
     a.result_json = r;

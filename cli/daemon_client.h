@@ -103,7 +103,8 @@ class DaemonClient {
 
   // Whether a daemon answers; `timeout` (default: the client's) bounds this one.
   Reply<PingAnswer> Ping(std::optional<std::chrono::milliseconds> timeout = std::nullopt) const;
-  Reply<StatusAnswer> Status() const;
+  // The "status" op (not named Status: that is the error type).
+  Reply<StatusAnswer> GetStatus() const;
   // Asks for a checkpoint now. `run_id` names the run the caller means (the
   // daemon refuses another run's); empty: the daemon's own run.
   Reply<CheckpointAnswer> Checkpoint(const std::string& run_id) const;

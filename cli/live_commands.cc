@@ -218,7 +218,7 @@ std::vector<char*> Argv(std::vector<std::string>& args) {
 
 int CmdStatus(const CliContext& c, const std::string& run) {
   const DaemonClient daemon(c.run_dir, c.timeout);
-  Reply<StatusAnswer> reply = daemon.Status();
+  Reply<StatusAnswer> reply = daemon.GetStatus();
   if (reply.unreachable()) return PrintRecordedStatus(c, run, reply.status().message());
   if (reply.refused()) return Fail(c, kRunctlFailure, "holdfastd refused 'status': " + Refusal(reply));
   if (!reply.ok()) return Fail(c, kRunctlFailure, reply.status().message());
@@ -283,7 +283,7 @@ int CmdStop(const CliContext& c, const std::string& spec, bool wait, std::chrono
   std::string run_id;
   if (spec.empty()) {
     // No RUN: the run the live daemon supervises, which --wait needs to name.
-    Reply<StatusAnswer> st = daemon.Status();
+    Reply<StatusAnswer> st = daemon.GetStatus();
     if (!st.ok() && !st.refused()) {
       return Fail(c, ExitForUnanswered(st), "cannot ask holdfastd to stop its run: " + st.status().message() +
                                                 " (`runctl status` shows the last recorded state)");

@@ -47,7 +47,7 @@ Result<Waited> WaitForCheckpointCommit(const DaemonClient& daemon, int64_t reque
   const int64_t t0 = clock->MonotonicNs();
   int64_t committed = -1;
   const WaitLook look = [&](const WaitProgress&) -> Result<bool> {
-    Reply<StatusAnswer> st = daemon.Status();
+    Reply<StatusAnswer> st = daemon.GetStatus();
     if (st.unreachable()) {
       return UnavailableError(
           "holdfastd stopped answering before the checkpoint committed: `runctl lineage` tells whether it did");
@@ -130,7 +130,7 @@ Result<Waited> WaitForTraining(const DaemonClient& daemon, const ReadRunFn& read
   std::optional<int64_t> first_seen;
   int64_t trained = 0;
   const WaitLook look = [&](const WaitProgress& progress) -> Result<bool> {
-    Reply<StatusAnswer> st = daemon.Status();
+    Reply<StatusAnswer> st = daemon.GetStatus();
     if (st.ok() && st->status.ok()) {
       if (std::optional<int64_t> slowest = SlowestRunningStep(*st->status)) {
         if (!first_seen) first_seen = slowest;

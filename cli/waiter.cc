@@ -16,7 +16,8 @@ void RealClock::SleepFor(std::chrono::nanoseconds d) {
   if (d <= std::chrono::nanoseconds::zero()) return;
   // An absolute monotonic deadline: a signal that interrupts the sleep does
   // not lengthen it, and the wall clock stepping does not move it.
-  int64_t until = MonotonicNs() + d.count();
+  const int64_t now = MonotonicNs();
+  const int64_t until = d.count() > INT64_MAX - now ? INT64_MAX : now + d.count();
   timespec ts{};
   ts.tv_sec = static_cast<time_t>(until / 1'000'000'000);
   ts.tv_nsec = static_cast<long>(until % 1'000'000'000);

@@ -34,7 +34,7 @@ WaitLook LookOrExit(ChildProcess& daemon, const std::string& what, const std::fu
 }  // namespace
 
 std::optional<RunStatus> DaemonStatus(const std::string& run_dir) {
-  Reply<StatusAnswer> reply = DaemonClient(run_dir, std::chrono::seconds(5)).Status();
+  Reply<StatusAnswer> reply = DaemonClient(run_dir, std::chrono::seconds(5)).GetStatus();
   if (!reply.ok() || !reply->status.ok()) return std::nullopt;
   return *reply->status;
 }
