@@ -1,10 +1,14 @@
 // runctl's commands: what on-call runs against a run directory.
 //
 // Each command reads DIR/lineage.db (read-only, through LineageDb) and/or asks
-// the run's holdfastd over DIR/holdfastd.sock (daemon/control_protocol.h),
-// prints a table for people or, with --json, one JSON object with stable keys
-// on stdout, and returns a documented exit code (kExitCodesHelp). Errors go to
+// the run's holdfastd over DIR/holdfastd.sock (cli/daemon_client.h), prints a
+// table for people or, with --json, one JSON object with stable keys on
+// stdout, and returns a documented exit code (kExitCodesHelp). Errors go to
 // stderr as one line a person can act on. main.cc only parses the flags.
+// The commands over the recorded run are in recorded_commands.cc, the ones
+// that talk to the daemon in live_commands.cc (their waits: live_waits.h),
+// words and tables in format.h; time is read and waited on through
+// CliContext::clock (cli/waiter.h), never directly.
 //
 // Thread-safety: none needed; runctl is single-threaded.
 #pragma once
@@ -15,6 +19,8 @@
 #include <ostream>
 #include <string>
 #include <vector>
+
+#include "cli/waiter.h"
 
 namespace holdfast {
 
@@ -36,6 +42,8 @@ struct CliContext {
   std::chrono::milliseconds timeout{5000};  // for each call to the daemon
   std::ostream* out = nullptr;  // not owned
   std::ostream* err = nullptr;  // not owned
+  // What the commands read the time from and wait on (not owned).
+  Clock* clock = RealClock::Get();
 };
 
 // RUN everywhere: a full run id, a unique prefix of one, or "latest" (also

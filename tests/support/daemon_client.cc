@@ -1,70 +1,64 @@
 #include "tests/support/daemon_client.h"
 
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
 #include <chrono>
-#include <cstring>
-#include <thread>
 #include <utility>
 
 #include <gtest/gtest.h>
 
+#include "cli/daemon_client.h"
+#include "cli/waiter.h"
+
 namespace holdfast::testing {
 
+namespace {
+
+// How often the suites look again: often, since they wait for a live daemon.
+constexpr std::chrono::milliseconds kPoll{20};
+
+std::chrono::nanoseconds Seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s));
+}
+
+// WaitUntil's look for `check`, ending the wait when `daemon` has exited.
+WaitLook LookOrExit(ChildProcess& daemon, const std::string& what, const std::function<bool()>& check) {
+  return [&daemon, what, &check](const WaitProgress&) -> Result<bool> {
+    if (check()) return true;
+    if (daemon.Exited()) {
+      return UnavailableError("the daemon exited (code " + std::to_string(daemon.Wait()) + ") while waiting for " +
+                              what);
+    }
+    return false;
+  };
+}
+
+}  // namespace
+
 std::optional<RunStatus> DaemonStatus(const std::string& run_dir) {
-  ControlRequest req;
-  req.id = 1;
-  req.op = control_op::kStatus;
-  auto resp = CallDaemon(ControlSocketPath(run_dir), req, std::chrono::seconds(5));
-  if (!resp.ok() || !resp->ok) return std::nullopt;
-  auto st = ParseStatusResult(resp->result_json);
-  if (!st.ok()) return std::nullopt;
-  return *st;
+  Reply<StatusAnswer> reply = DaemonClient(run_dir, std::chrono::seconds(5)).GetStatus();
+  if (!reply.ok() || !reply->status.ok()) return std::nullopt;
+  return *reply->status;
 }
 
 std::optional<std::string> SendRawControlLine(const std::string& run_dir, const std::string& line) {
-  const std::string path = ControlSocketPath(run_dir);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(addr.sun_path)) return std::nullopt;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
-  std::optional<std::string> reply;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string out = line + "\n";
-    size_t sent = 0;
-    while (sent < out.size()) {
-      const ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      sent += static_cast<size_t>(n);
-    }
-    std::string in;
-    char buf[4096];
-    for (;;) {
-      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-      if (n <= 0) break;
-      in.append(buf, static_cast<size_t>(n));
-      if (in.find('\n') != std::string::npos) {
-        reply = in.substr(0, in.find('\n'));
-        break;
-      }
-    }
-  }
-  ::close(fd);
-  return reply;
+  // Long enough for a daemon busy with a restart; a reply that never comes
+  // fails the caller's ASSERT instead of hanging the suite.
+  Result<std::string> reply = DaemonClient(run_dir, std::chrono::seconds(60)).SendLine(line);
+  if (!reply.ok()) return std::nullopt;
+  return *reply;
 }
 
 std::optional<RunStatus> WaitForStatus(ChildProcess& daemon, const std::string& run_dir,
                                        const std::function<bool(const RunStatus&)>& ready) {
-  for (;;) {
-    if (daemon.Exited()) return std::nullopt;
-    auto st = DaemonStatus(run_dir);
-    if (st && ready(*st)) return st;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  std::optional<RunStatus> got;
+  const std::function<bool()> check = [&] {
+    got = DaemonStatus(run_dir);
+    return got && ready(*got);
+  };
+  WaitSpec spec;
+  spec.what = "a status of " + run_dir;
+  spec.poll = kPoll;
+  const Status waited = holdfast::WaitUntil(LookOrExit(daemon, spec.what, check), spec, RealClock::Get());
+  return waited.ok() ? got : std::nullopt;
 }
 
 std::optional<RunStatus> WaitForStatus(ChildProcess& daemon, const std::string& run_dir, const std::string& what,
@@ -89,20 +83,13 @@ std::optional<RunStatus> WaitForStatus(ChildProcess& daemon, const std::string& 
 }
 
 bool WaitUntil(ChildProcess& daemon, const std::string& what, double deadline_s, const std::function<bool()>& check) {
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::duration<double>(deadline_s);
-  for (;;) {
-    if (check()) return true;
-    if (daemon.Exited()) {
-      ADD_FAILURE() << "the daemon exited (code " << daemon.Wait() << ") while waiting for " << what;
-      return false;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ADD_FAILURE() << "waited " << deadline_s << " s for " << what << " in vain";
-      return false;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  WaitSpec spec;
+  spec.what = what;
+  spec.timeout = Seconds(deadline_s);
+  spec.poll = kPoll;
+  const Status waited = holdfast::WaitUntil(LookOrExit(daemon, what, check), spec, RealClock::Get());
+  if (!waited.ok()) ADD_FAILURE() << waited.message();
+  return waited.ok();
 }
 
 std::unique_ptr<LineageDb> OpenLineageReadOnly(const std::string& run_dir) {

@@ -1,10 +1,12 @@
-// DaemonClient: what the integration suites that drive a real holdfastd ask
-// of it and of the run it leaves behind. Status comes over the control socket
-// (RUN_DIR/holdfastd.sock, one request per call, the way `runctl status` asks);
-// lineage is read from RUN_DIR/lineage.db opened read-only, so a test never
-// writes to the database the daemon owns. Waiting polls the daemon until a
-// predicate holds or the daemon exits: no timing assertion, the ctest timeout
-// bounds a run that never gets there.
+// The integration suites' helpers for a real holdfastd and the run it leaves
+// behind: thin wrappers over runctl's own client, so a suite asks the daemon
+// exactly the way `runctl` does. Status comes over the control socket
+// (cli/daemon_client.h DaemonClient: RUN_DIR/holdfastd.sock, one request per
+// call); lineage is read from RUN_DIR/lineage.db opened read-only, so a test
+// never writes to the database the daemon owns. Waiting is cli/waiter.h's
+// WaitUntil on the real clock, looking every 20 ms until a predicate holds or
+// the daemon exits: no timing assertion, the ctest timeout (or a wait's own
+// deadline, a backstop) bounds a run that never gets there.
 //
 // Thread-safety: no shared state; every function may be called from any
 // thread at once (each call opens its own socket or database handle).

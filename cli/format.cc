@@ -1,0 +1,360 @@
+#include "cli/format.h"
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+
+#include "cli/report.h"
+#include "common/proc_state.h"
+
+namespace holdfast {
+
+namespace {
+
+using json = nlohmann::json;
+
+json ParseJsonOr(const std::string& text, json fallback) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? fallback : j;
+}
+
+// "rank 1 on node 0, pid 4242: collective at step 141 (for 1m02s), waiting on
+// collective #9001 (allreduce), 9001 issued, heartbeat 1m01s ago, process stopped"
+std::string DescribeRankEvidence(const RankEvidence& r) {
+  std::string s = "rank " + (r.rank >= 0 ? std::to_string(r.rank) : std::string("?"));
+  if (!r.host.empty()) {
+    s += " on " + r.host;
+  } else if (r.node >= 0) {
+    s += " on node " + std::to_string(r.node);
+  }
+  if (r.pid > 0) s += ", pid " + std::to_string(r.pid);
+  if (!r.phase.empty()) {
+    s += ": " + r.phase;
+    if (r.step) s += " at step " + std::to_string(*r.step);
+    if (r.phase_age_s) s += " (for " + FormatDuration(*r.phase_age_s) + ")";
+  } else if (!r.record_valid && !r.pace) {
+    s += ": no progress reported";
+  }
+  if (r.waiting_on > 0) {
+    s += ", waiting on collective #" + std::to_string(r.waiting_on);
+    // The kind of that collective, from the ring of recent ones.
+    for (const CollectiveEvidence& c : r.ring) {
+      if (c.seq == r.waiting_on && !c.kind.empty()) s += " (" + c.kind + ")";
+    }
+  }
+  if (r.collectives_issued) s += ", " + std::to_string(*r.collectives_issued) + " issued";
+  if (r.heartbeat_age_s) s += ", heartbeat " + FormatDuration(*r.heartbeat_age_s) + " ago";
+  if (r.last_step_ms && *r.last_step_ms > 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.0f ms", *r.last_step_ms);
+    s += ", last step " + std::string(buf);
+  }
+  if (!r.alive) s += ", exited";
+  if (r.proc_state.size() == 1) {
+    if (const char* words = ProcStateWords(ProcStateFromLetter(r.proc_state[0]))) s += ", " + std::string(words);
+  }
+  if (r.record_torn) s += ", record torn mid-update";
+  return s;
+}
+
+}  // namespace
+
+std::string FormatBytes(int64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string NodeLabel(const std::string& node) {
+  const bool index = !node.empty() && node.find_first_not_of("0123456789") == std::string::npos;
+  return index ? "node " + node : node;
+}
+
+std::string Join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+void Table::Print(std::ostream& os) const {
+  std::vector<size_t> width;
+  for (const auto& row : rows_) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  for (const auto& row : rows_) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    os << line << "\n";
+  }
+}
+
+const char* SignalName(int sig) {
+  switch (sig) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    default: return nullptr;
+  }
+}
+
+std::string DefaultRunbook(const std::string& kind) { return RunbookFor(kind); }
+
+std::string BaseName(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+json RunJson(const RunRecord& r) {
+  return {{"run_id", r.run_id},
+          {"name", r.name},
+          {"state", RunStateName(r.state)},
+          {"cause", r.cause},
+          {"owner_uid", r.owner_uid},
+          {"run_dir", r.run_dir},
+          {"config_path", r.config_path},
+          {"config_hash", r.config_hash},
+          {"world_size", r.world_size},
+          {"nodes", r.nodes},
+          {"scheduler", SchedulerKindName(r.scheduler)},
+          {"slurm_job_id", r.slurm_job_id},
+          {"created_ms", r.created_ms},
+          {"ended_ms", OptJson(r.ended_ms)},
+          {"last_step", OptJson(r.last_step)}};
+}
+
+json AttemptJson(const AttemptRecord& a) {
+  return {{"attempt", a.attempt},
+          {"parent_attempt", OptJson(a.parent_attempt)},
+          {"slurm_job_id", a.slurm_job_id},
+          {"restart_count", a.restart_count},
+          {"nodes", a.nodes},
+          {"started_ms", a.started_ms},
+          {"ended_ms", OptJson(a.ended_ms)},
+          {"state", RunStateName(a.state)},
+          {"cause", a.cause},
+          {"resumed_from_step", OptJson(a.resumed_from_step)}};
+}
+
+json GenerationJson(const GenerationRecord& g) {
+  return {{"attempt", g.attempt},
+          {"generation", g.generation},
+          {"started_ms", g.started_ms},
+          {"ended_ms", OptJson(g.ended_ms)},
+          {"start_step", g.start_step},
+          {"last_step", OptJson(g.last_step)},
+          {"last_step_ms", OptJson(g.last_step_ms)},
+          {"state", RunStateName(g.state)},
+          {"cause", g.cause}};
+}
+
+json CheckpointJson(const CheckpointRecord& k) {
+  return {{"step", k.step},
+          {"path", k.path},
+          {"bytes", k.bytes},
+          {"world_size", k.world_size},
+          {"attempt", OptJson(k.attempt)},
+          {"generation", OptJson(k.generation)},
+          {"committed_ms", k.committed_ms},
+          {"state", CheckpointStateName(k.state)},
+          {"reason", k.reason},
+          {"state_ms", OptJson(k.state_ms)}};
+}
+
+json EventJson(const EventRecord& e) {
+  return {{"id", e.id},
+          {"time_ms", e.time_ms},
+          {"kind", e.kind},
+          {"incident", e.incident},
+          {"attempt", OptJson(e.attempt)},
+          {"generation", OptJson(e.generation)},
+          {"node", e.node},
+          {"rank", OptJson(e.rank)},
+          {"summary", e.summary},
+          {"evidence", ParseJsonOr(e.evidence_json, json(e.evidence_json))},
+          {"action", e.action},
+          {"runbook", e.runbook.empty() ? DefaultRunbook(e.kind) : e.runbook}};
+}
+
+std::string StateAndCause(const std::string& state, const std::string& cause) {
+  return cause.empty() ? state : state + ": " + cause;
+}
+
+std::string SlurmJobText(const std::string& job_id, int restart_count,
+                         const std::vector<std::string>& hosts) {
+  return "job " + job_id + " (restart " + std::to_string(restart_count) + ")" +
+         (hosts.empty() ? "" : " on " + Join(hosts, ","));
+}
+
+void PrintLiveStatus(std::ostream& os, const RunStatus& s) {
+  os << "run " << s.run_id << " (" << s.name << ")  " << s.state << "  attempt " << s.attempt
+     << ", generation " << s.generation << ", step " << s.step << "\n";
+  if (s.scheduler == "slurm") os << "slurm " << SlurmJobText(s.job_id, s.restart_count, s.hosts) << "\n";
+  os << "world size " << s.world_size << ", restarts " << s.restarts_used << "/"
+     << s.restart_budget << ", last checkpoint step " << OptText(s.last_checkpoint_step)
+     << ", up " << FormatDuration(s.uptime_s) << "\n\n";
+  // STEPS/S .. WAIT: the rank's pace over the daemon's straggler window. Every
+  // rank of a data-parallel run steps at the same rate; a straggler shows as
+  // long COMPUTE and short WAIT while the others wait for it.
+  Table t({"NODE", "RANK", "PID", "STATE", "STEP", "PHASE", "HEARTBEAT", "LAST STEP", "STEPS/S",
+           "STEP P50/P99", "COMPUTE", "WAIT", "WAITING ON", "ISSUED"});
+  auto ms = [](const std::optional<double>& v) {
+    char buf[32] = "-";
+    if (v) std::snprintf(buf, sizeof(buf), "%.0f ms", *v);
+    return std::string(buf);
+  };
+  for (const NodeStatus& n : s.nodes) {
+    for (const RankStatus& r : n.ranks) {
+      char rate[32] = "-";
+      if (r.steps_per_s) std::snprintf(rate, sizeof(rate), "%.2f", *r.steps_per_s);
+      char p50_p99[48] = "-";
+      if (r.step_ms_p50 && r.step_ms_p99) {
+        std::snprintf(p50_p99, sizeof(p50_p99), "%.0f/%.0f ms", *r.step_ms_p50, *r.step_ms_p99);
+      }
+      t.Add({n.host.empty() ? std::to_string(n.node) : n.host, std::to_string(r.rank), std::to_string(r.pid), r.state,
+             std::to_string(r.step), r.phase, FormatDuration(r.heartbeat_age_s) + " ago", ms(r.last_step_ms),
+             rate, p50_p99, ms(r.compute_ms_p50), ms(r.wait_ms_p50),
+             r.waiting_on && *r.waiting_on != 0 ? "#" + std::to_string(*r.waiting_on) : "-",
+             std::to_string(r.collectives_issued)});
+    }
+  }
+  t.Print(os);
+  if (!s.roles.empty()) {
+    // Role processes ([[roles]]): beside the learner's ranks, restarted alone
+    // or with the learner (RESTART), each with its own progress record.
+    os << "\nroles:\n";
+    Table rt({"ROLE", "INDEX", "PID", "STATE", "RESTART", "RESTARTS", "STEP", "HEARTBEAT"});
+    for (const RoleStatus& r : s.roles) {
+      rt.Add({r.role, std::to_string(r.index), r.pid > 0 ? std::to_string(r.pid) : "-", r.state, r.restart,
+              std::to_string(r.restarts), r.step ? std::to_string(*r.step) : "-",
+              r.heartbeat_age_s ? FormatDuration(*r.heartbeat_age_s) + " ago" : "-"});
+    }
+    rt.Print(os);
+  }
+  if (s.slowest_rank) {
+    os << "\nslowest rank: "
+       << (s.slowest_rank_note ? *s.slowest_rank_note : "rank " + std::to_string(*s.slowest_rank)) << "\n";
+  }
+  if (s.last_incident) {
+    const IncidentSummary& i = *s.last_incident;
+    os << "\nlast incident: " << i.kind << " at " << FormatTime(i.at_ms) << ": " << i.summary
+       << (i.action.empty() ? "" : " -> " + i.action)
+       << (i.runbook.empty() ? "" : " (" + i.runbook + ")") << "\n";
+  }
+}
+
+std::vector<int> Culprits(const EventRecord& e, const IncidentEvidence& ev) {
+  std::vector<int> culprits = ev.culprits;
+  if (culprits.empty() && ev.rank) culprits.push_back(*ev.rank);
+  if (culprits.empty() && e.rank) culprits.push_back(*e.rank);
+  return culprits;
+}
+
+void PrintTriage(std::ostream& os, const RunRecord& run, const EventRecord& e) {
+  const std::string runbook = e.runbook.empty() ? DefaultRunbook(e.kind) : e.runbook;
+  // Evidence this runctl cannot read is shown as it is, with why.
+  const Result<IncidentEvidence> parsed = ParseIncidentEvidence(e.evidence_json);
+  const IncidentEvidence ev = parsed.ok() ? *parsed : IncidentEvidence{};
+  const std::vector<int> culprits = Culprits(e, ev);
+  os << "run       " << run.run_id << " (" << run.name << ")  "
+     << StateAndCause(RunStateName(run.state), run.cause) << "\n";
+  std::string where;
+  if (e.attempt) where += "attempt " + std::to_string(*e.attempt);
+  if (e.generation) where += (where.empty() ? "" : ", ") + std::string("generation ") +
+                             std::to_string(*e.generation);
+  if (!e.node.empty()) where += (where.empty() ? "" : ", ") + std::string("node ") + e.node;
+  os << "incident  " << e.kind << " at " << FormatTime(e.time_ms)
+     << (where.empty() ? "" : " (" + where + ")") << "\n";
+  os << "summary   " << e.summary << "\n";
+
+  if (!ev.role.empty()) {
+    // A role process: its evidence holds it as the one "rank", numbered by its index.
+    const std::string who = "role " + ev.role + "[" + (ev.role_index ? std::to_string(*ev.role_index) : "?") + "]";
+    std::string line = who;
+    for (const RankEvidence& r : ev.ranks) {
+      const std::string d = DescribeRankEvidence(r);
+      const std::string prefix = "rank " + (r.rank >= 0 ? std::to_string(r.rank) : std::string("?"));
+      line = who + (d.rfind(prefix, 0) == 0 ? d.substr(prefix.size()) : ": " + d);
+    }
+    os << "culprit   " << line << "\n";
+  }
+  for (int cr : culprits) {
+    std::string line = "rank " + std::to_string(cr);
+    for (const RankEvidence& r : ev.ranks) {
+      if (r.rank == cr) line = DescribeRankEvidence(r);
+    }
+    os << "culprit   " << line << "\n";
+  }
+  // A health report's "status" is its worst check's, not how a rank ended.
+  std::string exit = e.kind == event_kind::kHealth ? std::string() : ev.exit_status;
+  const int sig = ev.signal.value_or(0);
+  const int code = ev.exit_code.value_or(-1);
+  if (exit.empty() && sig > 0) {
+    const char* name = SignalName(sig);
+    exit = "killed by signal " + std::to_string(sig) + (name ? std::string(" (") + name + ")" : "");
+  } else if (exit.empty() && code >= 0) {
+    exit = "exited with code " + std::to_string(code);
+  }
+  if (!exit.empty()) os << "exit      " << exit << "\n";
+  // checkpoint_failed: what each rank's save reported.
+  for (const SaveFailureEvidence& r : ev.reports) {
+    if (r.error.empty()) continue;
+    os << "error     " << (r.rank ? "rank " + std::to_string(*r.rank) + ": " : "") << r.error << "\n";
+  }
+  if (ev.stalled_s) {
+    os << "stalled   no step for " << FormatDuration(*ev.stalled_s);
+    if (ev.timeout_s) {
+      os << " (" << (ev.allowance.empty() ? "step" : ev.allowance) << " allowance "
+         << FormatDuration(*ev.timeout_s) << ")";
+    }
+    os << "\n";
+  }
+  bool header = false;
+  for (const RankEvidence& r : ev.ranks) {
+    if (!ev.role.empty()) break;  // the role process, shown above
+    if (std::find(culprits.begin(), culprits.end(), r.rank) != culprits.end()) continue;
+    if (!header) os << "others:\n";
+    header = true;
+    os << "  " << DescribeRankEvidence(r) << "\n";
+  }
+  if (!ev.log_tail.empty()) {
+    os << "last log lines:\n";
+    for (const std::string& line : ev.log_tail) os << "  | " << line << "\n";
+  }
+  if (!parsed.ok()) {
+    os << "evidence  " << e.evidence_json << "\n"
+       << "          (" << parsed.status().message() << ")\n";
+  }
+  os << "action    " << (e.action.empty() ? "(none recorded)" : e.action) << "\n";
+  if (runbook.empty()) {
+    os << "runbook   none for '" << e.kind << "' (see runbooks/ in the Holdfast source tree)\n";
+  } else {
+    os << "runbook   " << BaseName(runbook) << "  (" << runbook << " in the Holdfast source tree)\n";
+  }
+}
+
+}  // namespace holdfast
