@@ -15,9 +15,11 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <toml++/toml.h>
@@ -68,6 +70,19 @@ class TomlTableReader {
   Status Double(std::string_view key, double* out, double lo, double hi);
   Status String(std::string_view key, std::string* out, const char* choices = nullptr);
   Status Bool(std::string_view key, bool* out);
+  // A string that must be one of `names`, read into its enum value; absent
+  // leaves *out as it is. The error lists the choices ("wal|delete|truncate").
+  template <typename E>
+  Status Enum(std::string_view key, std::initializer_list<std::pair<const char*, E>> names, E* out) {
+    std::string choices;
+    for (const auto& [name, value] : names) choices += (choices.empty() ? "" : "|") + std::string(name);
+    std::string text;
+    HF_RETURN_IF_ERROR(String(key, &text, choices.c_str()));
+    for (const auto& [name, value] : names) {
+      if (text == name) *out = value;
+    }
+    return Status::Ok();
+  }
   // Replaces *out with the array's strings.
   Status StringArray(std::string_view key, std::vector<std::string>* out, const char* what = kArrayOfStrings);
   // Adds the table's string values to *out.

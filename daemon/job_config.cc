@@ -147,7 +147,10 @@ Result<JobConfig> LoadJobConfig(const std::string& path) {
   }
   if (const toml::table* t = root["lineage"].as_table()) {
     TomlTableReader r(path, "lineage", *t);
-    HF_RETURN_IF_ERROR(r.String("journal_mode", &cfg.journal_mode, "wal|delete|truncate"));
+    HF_RETURN_IF_ERROR(r.Enum("journal_mode",
+                              {{"wal", JournalMode::kWal}, {"delete", JournalMode::kDelete},
+                               {"truncate", JournalMode::kTruncate}},
+                              &cfg.journal_mode));
     HF_RETURN_IF_ERROR(r.RejectUnknown());
   }
   if (cfg.command.empty()) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "lineage/lineage_db.h"  // JournalMode
 
 namespace holdfast {
 
@@ -102,7 +103,7 @@ struct JobConfig {
   int max_nodes = 0;
   SuperviseConfig supervise;
   std::vector<RoleConfig> roles;  // [[roles]], in file order
-  std::string journal_mode = "wal";
+  JournalMode journal_mode = JournalMode::kWal;  // [lineage] journal_mode
   std::string source;  // the file it came from
   std::string text;    // the file's contents, recorded in lineage
 };

@@ -34,7 +34,7 @@ TEST(JobConfigTest, ReadsEverySection) {
   EXPECT_DOUBLE_EQ(cfg->supervise.hang_min_s, 2.0);
   EXPECT_EQ(cfg->supervise.restart_budget, 5);
   EXPECT_FALSE(cfg->supervise.health_prelaunch);
-  EXPECT_EQ(cfg->journal_mode, "delete");
+  EXPECT_EQ(cfg->journal_mode, JournalMode::kDelete);
   EXPECT_NE(cfg->text.find("[health]"), std::string::npos);  // recorded in lineage, read by health/
 }
 

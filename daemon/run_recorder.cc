@@ -44,9 +44,7 @@ Result<std::unique_ptr<RunRecorder>> RunRecorder::Open(const RecorderOptions& op
 Status RunRecorder::OpenRun() {
   const JobConfig& job = *opts_.job;
   LineageOptions lo;
-  lo.journal_mode = job.journal_mode == "delete"     ? JournalMode::kDelete
-                    : job.journal_mode == "truncate" ? JournalMode::kTruncate
-                                                     : JournalMode::kWal;
+  lo.journal_mode = job.journal_mode;
   lo.clock = [c = clock_] { return c->UnixMs(); };
   HF_ASSIGN_OR_RETURN(db_, LineageDb::Open(opts_.run_dir + "/lineage.db", lo));
   std::optional<RunRecord> existing;
@@ -56,7 +54,7 @@ Status RunRecorder::OpenRun() {
     if (!r.ok()) return r.status().WithContext("resume " + opts_.resume_run);
     existing = *r;
     kind = event_kind::kResume;
-  } else if (opts_.allocation.scheduler == "slurm") {
+  } else if (opts_.allocation.scheduler == SchedulerKind::kSlurm) {
     // Under Slurm the run directory is the run: a requeued or rerun job finds
     // its run by job id, whatever its last attempt ended as; a new submission
     // continues the directory's newest run unless that one succeeded.
@@ -91,7 +89,7 @@ Status RunRecorder::OpenRun() {
     run.config_text = job.text;
     run.world_size = opts_.world_size;
     run.nodes = hosts;
-    run.scheduler = opts_.allocation.scheduler == "slurm" ? SchedulerKind::kSlurm : SchedulerKind::kLocal;
+    run.scheduler = opts_.allocation.scheduler;
     run.slurm_job_id = opts_.allocation.job_id;
     HF_ASSIGN_OR_RETURN(run_id_, db_->CreateRun(run));
   }
@@ -138,7 +136,7 @@ Status RunRecorder::OpenRun() {
     std::string summary = kind == event_kind::kDaemonRestart
                               ? "holdfastd restarted while the run was running (the previous daemon died); continuing"
                               : "run resumed as a new attempt";
-    if (opts_.allocation.scheduler == "slurm") {
+    if (opts_.allocation.scheduler == SchedulerKind::kSlurm) {
       summary += " (Slurm job " + opts_.allocation.job_id + ", restart " +
                  std::to_string(opts_.allocation.restart_count) + ", previous attempt " + RunStateName(existing->state) + ")";
     }

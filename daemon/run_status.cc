@@ -19,7 +19,7 @@ RunStatus BuildRunStatus(const RunController& controller, const RunRecorder& rec
   if (recorder.last_committed_step() >= 0) st.last_checkpoint_step = recorder.last_committed_step();
   st.uptime_s = uptime_s;
   const Allocation& alloc = recorder.allocation();
-  st.scheduler = alloc.scheduler;
+  st.scheduler = SchedulerKindName(alloc.scheduler);
   st.job_id = alloc.job_id;
   st.restart_count = alloc.restart_count;
   st.hosts = alloc.hosts();

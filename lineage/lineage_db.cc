@@ -257,7 +257,7 @@ std::optional<E> ParseName(const char* const (&names)[N], const std::string& s) 
 }
 
 constexpr const char* kRunStateNames[] = {"running", "succeeded", "failed", "stopped", "preempted"};
-constexpr const char* kSchedulerNames[] = {"local", "slurm"};
+constexpr const char* kSchedulerNames[] = {"local", "slurm"};  // SchedulerKindName, in enum order
 constexpr const char* kCheckpointStateNames[] = {"committed", "corrupt", "pruned", "fenced"};
 constexpr const char* kHealthStatusNames[] = {"pass", "warn", "fail", "skipped"};
 constexpr const char* kJournalModeNames[] = {"wal", "delete", "truncate"};
@@ -271,7 +271,6 @@ int64_t SystemNowMs() {
 }  // namespace
 
 const char* RunStateName(RunState s) { return kRunStateNames[static_cast<int>(s)]; }
-const char* SchedulerKindName(SchedulerKind k) { return kSchedulerNames[static_cast<int>(k)]; }
 const char* CheckpointStateName(CheckpointState s) {
   return kCheckpointStateNames[static_cast<int>(s)];
 }

@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/scheduler_kind.h"
 #include "common/status.h"
 #include "lineage/event_kind.h"
 
@@ -40,7 +41,6 @@ namespace holdfast {
 
 // State of a run, an attempt or a generation.
 enum class RunState { kRunning, kSucceeded, kFailed, kStopped, kPreempted };
-enum class SchedulerKind { kLocal, kSlurm };
 // kFenced: a later step of a timeline a resume to an earlier step abandoned
 // (RunRecorder: moved aside on disk as evidence, never resumed from).
 enum class CheckpointState { kCommitted, kCorrupt, kPruned, kFenced };
@@ -48,7 +48,6 @@ enum class HealthStatus { kPass, kWarn, kFail, kSkipped };
 
 // Lower-case names as stored in the database ("running", "slurm", ...).
 const char* RunStateName(RunState state);
-const char* SchedulerKindName(SchedulerKind kind);
 const char* CheckpointStateName(CheckpointState state);
 const char* HealthStatusName(HealthStatus status);
 

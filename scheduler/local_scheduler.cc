@@ -332,7 +332,7 @@ Result<Allocation> LocalScheduler::Discover() {
   std::string machine;
   HF_ASSIGN_OR_RETURN(machine, MachineHostName());
   Allocation alloc;
-  alloc.scheduler = "local";
+  alloc.scheduler = SchedulerKind::kLocal;
   alloc.this_node = o.node_id;
   alloc.nodes.resize(static_cast<size_t>(o.nodes));
   for (int k = 0; k < o.nodes; ++k) {

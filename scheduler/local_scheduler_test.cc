@@ -126,7 +126,7 @@ TEST_F(LocalSchedulerTest, OneNodeIsThisMachineOnLoopback) {
   EXPECT_STREQ(s.name(), "local");
   Result<Allocation> a = s.Discover();
   ASSERT_TRUE(a.ok()) << a.status().ToString();
-  EXPECT_EQ(a->scheduler, "local");
+  EXPECT_EQ(a->scheduler, SchedulerKind::kLocal);
   EXPECT_EQ(a->job_id, "");
   EXPECT_EQ(a->restart_count, 0);
   ASSERT_EQ(a->nodes.size(), 1u);

@@ -9,7 +9,7 @@ using std::chrono::milliseconds;
 
 Allocation TwoNodes() {
   Allocation a;
-  a.scheduler = "slurm";
+  a.scheduler = SchedulerKind::kSlurm;
   a.job_id = "4242";
   a.restart_count = 1;
   a.nodes = {{"gpu-a1", "10.0.0.1"}, {"gpu-a2", "10.0.0.2"}};

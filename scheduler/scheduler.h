@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/scheduler_kind.h"
 #include "common/status.h"
 
 namespace holdfast {
@@ -29,7 +30,7 @@ struct NodeInfo {
 };
 
 struct Allocation {
-  std::string scheduler = "local";  // "local" | "slurm"
+  SchedulerKind scheduler = SchedulerKind::kLocal;
   std::string job_id;               // "" when local
   int restart_count = 0;            // Slurm's SLURM_RESTART_COUNT; 0 when local
   std::vector<NodeInfo> nodes;      // the allocation's nodes, in the scheduler's order; nodes[0] leads

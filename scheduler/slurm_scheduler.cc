@@ -167,7 +167,7 @@ Result<Allocation> SlurmScheduler::Discover() {
   HF_ASSIGN_OR_RETURN(std::vector<std::string> names, ExpandSlurmHostlist(list));
   if (names.empty()) return InvalidArgumentError("job " + job + ": node list '" + list + "' is empty");
   Allocation a;
-  a.scheduler = "slurm";
+  a.scheduler = SchedulerKind::kSlurm;
   a.job_id = job;
   restart_count_ = std::atoi(Env("SLURM_RESTART_COUNT").c_str());
   a.restart_count = restart_count_;

@@ -38,7 +38,8 @@ void CheckRanges(const JobConfig& job) {
   HF_CHECK(!job.command.empty());
   HF_CHECK(job.nproc >= 1 && job.nproc <= kMaxClusterNodeRanks);
   HF_CHECK(job.tokens_per_step >= 0 && job.tokens_per_step <= (int64_t{1} << 50));
-  HF_CHECK(job.journal_mode == "wal" || job.journal_mode == "delete" || job.journal_mode == "truncate");
+  HF_CHECK(job.journal_mode == JournalMode::kWal || job.journal_mode == JournalMode::kDelete ||
+           job.journal_mode == JournalMode::kTruncate);
   const SuperviseConfig& s = job.supervise;
   HF_CHECK(s.poll_ms >= 10 && s.poll_ms <= 60000);
   HF_CHECK(s.hang_factor >= 1.5 && s.hang_factor <= 1000 && s.hang_min_s >= 0.5);
