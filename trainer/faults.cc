@@ -1,11 +1,14 @@
 #include "trainer/faults.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -151,6 +154,75 @@ void Slowdown::BeforeStep(int64_t next_step) {
 void Slowdown::AfterStep(double step_ms, double comm_wait_ms) {
   last_compute_ms = step_ms - comm_wait_ms - slept_ms;
   if (last_compute_ms < 0) last_compute_ms = 0;
+}
+
+namespace {
+
+class NoFaults final : public FaultHook {
+ public:
+  void BeforeStep(int64_t) override {}
+  void BeforeUpdate() override {}
+  void AfterStep(double, double) override {}
+};
+
+// --inject-fault and --drill-dir.
+class InjectedFaults final : public FaultHook {
+ public:
+  InjectedFaults(const FaultOptions& options, std::optional<Fault> fault)
+      : rank_(options.rank), drill_dir_(options.drill_dir), sleep_(options.sleep), fault_(std::move(fault)),
+        slow_here_(fault_ && fault_->kind == "slow" && fault_->rank == rank_) {
+    if (!sleep_) {
+      sleep_ = [](double ms) { std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms)); };
+    }
+  }
+
+  void BeforeStep(int64_t next_step) override {
+    if (fault_ && fault_->kind != "slow" && fault_->rank == rank_ && fault_->step == next_step && ClaimFault(*fault_)) {
+      FireHangOrCrash(*fault_, rank_, next_step);
+    }
+    if (slow_here_ && !slow_claimed_ && next_step >= fault_->step) {
+      slow_claimed_ = true;
+      if (ClaimFault(*fault_)) slow_.Start(*fault_, rank_, next_step);
+    }
+    if (!drill_dir_.empty()) {
+      if (std::optional<Fault> drill = TakeDrill(drill_dir_, rank_, next_step)) {
+        FireHangOrCrash(*drill, rank_, next_step);
+        slow_.Start(*drill, rank_, next_step);
+      }
+    }
+    slow_.BeforeStep(next_step);
+  }
+
+  void BeforeUpdate() override {
+    if (slow_.active && slow_.sleep_ms > 0) {
+      sleep_(slow_.sleep_ms);
+      slow_.slept_ms = slow_.sleep_ms;
+    }
+  }
+
+  void AfterStep(double step_ms, double comm_wait_ms) override { slow_.AfterStep(step_ms, comm_wait_ms); }
+
+ private:
+  const int rank_;
+  const std::string drill_dir_;
+  std::function<void(double)> sleep_;
+  const std::optional<Fault> fault_;  // --inject-fault's, for any rank
+  const bool slow_here_;              // fault_ is a slowdown of this rank
+  bool slow_claimed_ = false;         // its marker was looked at (it fires once per run)
+  Slowdown slow_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<FaultHook>> MakeFaultHook(const FaultOptions& options) {
+  if (options.inject_fault.empty() && options.drill_dir.empty()) {
+    return std::unique_ptr<FaultHook>(std::make_unique<NoFaults>());
+  }
+  std::optional<Fault> fault;
+  if (!options.inject_fault.empty()) {
+    HF_ASSIGN_OR_RETURN(fault, ParseFault(options.inject_fault, options.out_dir));
+  }
+  return std::unique_ptr<FaultHook>(std::make_unique<InjectedFaults>(options, std::move(fault)));
 }
 
 }  // namespace holdfast

@@ -14,9 +14,21 @@
 //   (compute F times as long for the next N steps; N 0 = for the rest of
 //   the process). A file that cannot be read as one of those is logged and
 //   ignored: a drill never stops the run by accident.
+//
+// The step loop reaches both through one FaultHook (MakeFaultHook), called at
+// named points whether or not a fault was asked for: BeforeStep (a hang or a
+// crash fires, a slowdown starts), BeforeUpdate (a slowdown sleeps) and
+// AfterStep (a slowdown measures). Without --inject-fault and --drill-dir the
+// hook does nothing at any point.
+//
+// Thread-safety: a FaultHook is driven by one thread (the training thread; its
+// BeforeUpdate runs inside Trainer::Step on that thread). The free functions
+// are safe to call from any thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -70,5 +82,32 @@ struct Slowdown {
   // After the step: its measured time and its allreduce wait.
   void AfterStep(double step_ms, double comm_wait_ms);
 };
+
+// Where the step loop lets injected faults act (see the top of this file).
+class FaultHook {
+ public:
+  virtual ~FaultHook() = default;
+  // Before step `next_step`, nothing of it run yet: a hang or a crash asked
+  // for at this step fires (and does not return); a slowdown starts or ends.
+  virtual void BeforeStep(int64_t next_step) = 0;
+  // Inside the step, after its collectives, right before the optimizer update
+  // (Trainer::SetBeforeUpdateHook): a slowdown sleeps here.
+  virtual void BeforeUpdate() = 0;
+  // After the step completed: its time and its gradient-allreduce wait.
+  virtual void AfterStep(double step_ms, double comm_wait_ms) = 0;
+};
+
+struct FaultOptions {
+  int rank = 0;
+  std::string inject_fault;  // --inject-fault's KIND@RANK:STEP[:xF]; empty = none
+  std::string out_dir;       // output.dir: where --inject-fault's fired-once marker goes
+  std::string drill_dir;     // --drill-dir; empty = none
+  // How a slowdown sleeps; empty = std::this_thread::sleep_for (tests record it instead).
+  std::function<void(double ms)> sleep;
+};
+
+// The hook for `options`: one that does nothing when no fault is asked for,
+// else the injected faults. kInvalidArgument for a malformed --inject-fault.
+Result<std::unique_ptr<FaultHook>> MakeFaultHook(const FaultOptions& options);
 
 }  // namespace holdfast

@@ -1,9 +1,11 @@
 #include "trainer/faults.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -73,6 +75,88 @@ TEST(FaultsTest, ASlowdownForNStepsEnds) {
   s.BeforeStep(7);
   EXPECT_FALSE(s.active);
   EXPECT_EQ(s.sleep_ms, 0);
+}
+
+// The hook the step loop calls: a slow drill sleeps in BeforeUpdate, (F-1)
+// times the compute the step before measured, for its N steps.
+TEST(FaultsTest, TheHookRunsADrillAtItsPoints) {
+  const std::string dir = ::testing::TempDir() + "/hook-drill-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::vector<double> slept;
+  FaultOptions o;
+  o.rank = 1;
+  o.drill_dir = dir;
+  o.sleep = [&](double ms) { slept.push_back(ms); };
+  auto hook = MakeFaultHook(o);
+  ASSERT_TRUE(hook.ok()) << hook.status().ToString();
+  FaultHook& h = **hook;
+  h.BeforeStep(4);
+  h.BeforeUpdate();
+  h.AfterStep(10, 2);  // 8 ms of compute
+  std::ofstream(dir + "/rank-1") << "slow x3 2\n";
+  for (int64_t step = 5; step <= 7; ++step) {
+    h.BeforeStep(step);
+    h.BeforeUpdate();
+    h.AfterStep(slept.empty() ? 10 : 10 + slept.back(), 2);
+  }
+  EXPECT_EQ(slept, (std::vector<double>{16, 16})) << "steps 5 and 6, not 7";
+  EXPECT_TRUE(std::filesystem::exists(dir + "/rank-1.taken-5"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FaultsTest, AnInjectedSlowdownFiresOncePerRunAndOnlyOnItsRank) {
+  const std::string out = ::testing::TempDir() + "/hook-inject-" + std::to_string(getpid());
+  std::filesystem::create_directories(out);
+  std::vector<double> slept;
+  auto run = [&](int rank) {
+    FaultOptions o;
+    o.rank = rank;
+    o.inject_fault = "slow@0:2:x2";
+    o.out_dir = out;
+    o.sleep = [&](double ms) { slept.push_back(ms); };
+    auto hook = MakeFaultHook(o);
+    EXPECT_TRUE(hook.ok()) << hook.status().ToString();
+    for (int64_t step = 1; step <= 3; ++step) {
+      const size_t before = slept.size();
+      (*hook)->BeforeStep(step);
+      (*hook)->BeforeUpdate();
+      (*hook)->AfterStep(5 + (slept.size() > before ? slept.back() : 0), 0);  // 5 ms of compute
+    }
+  };
+  run(1);
+  EXPECT_TRUE(slept.empty()) << "another rank's fault";
+  EXPECT_FALSE(std::filesystem::exists(out + "/fault-slow-rank0-step2.fired"));
+  run(0);
+  EXPECT_EQ(slept, (std::vector<double>{5, 5})) << "steps 2 and 3";
+  EXPECT_TRUE(std::filesystem::exists(out + "/fault-slow-rank0-step2.fired"));
+  slept.clear();
+  run(0);  // a restarted generation
+  EXPECT_TRUE(slept.empty()) << "the marker says it fired";
+  std::filesystem::remove_all(out);
+}
+
+TEST(FaultsTest, TheHookOfNoFaultDoesNothingAndABadFaultIsRefused) {
+  auto none = MakeFaultHook(FaultOptions{});
+  ASSERT_TRUE(none.ok());
+  (*none)->BeforeStep(1);
+  (*none)->BeforeUpdate();
+  (*none)->AfterStep(1, 0);
+  FaultOptions bad;
+  bad.inject_fault = "boom@1:2";
+  EXPECT_EQ(MakeFaultHook(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(FaultsDeathTest, AnInjectedCrashAbortsAtItsStep) {
+  const std::string out = ::testing::TempDir() + "/hook-crash-" + std::to_string(getpid());
+  FaultOptions o;
+  o.rank = 0;
+  o.inject_fault = "crash@0:3";
+  o.out_dir = out;
+  auto hook = MakeFaultHook(o);
+  ASSERT_TRUE(hook.ok());
+  (*hook)->BeforeStep(2);
+  EXPECT_EXIT((*hook)->BeforeStep(3), ::testing::KilledBySignal(SIGABRT), "");
+  std::filesystem::remove_all(out);
 }
 
 }  // namespace

@@ -21,7 +21,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -39,6 +38,7 @@
 #include "trainer/exit_codes.h"
 #include "trainer/faults.h"
 #include "trainer/local_launcher.h"
+#include "trainer/progress_sink.h"
 #include "trainer/train_state.h"
 #include "trainer/trainer.h"
 
@@ -197,10 +197,10 @@ Result<int64_t> ResumeFromCheckpoint(const Flags& flags, const std::string& root
   return trainer->step();
 }
 
-void LogOutcomes(CheckpointWriter* writer, ProgressWriter* progress) {
+void LogOutcomes(CheckpointWriter* writer, ProgressSink& progress) {
   for (const SaveOutcome& o : writer->TakeOutcomes()) {
     if (o.committed()) {
-      if (progress != nullptr) progress->SetCheckpointStep(o.step);
+      progress.SetCheckpointStep(o.step);
       spdlog::info("checkpoint step {} committed: {:.1f} MB, training stalled {:.1f} ms (of it {:.1f} ms at the "
                    "staging fence), staged in {:.2f} s, written in {:.2f} s",
                    o.step, o.shard_bytes / 1e6, o.stall_seconds * 1e3, o.fence_seconds * 1e3, o.stage_seconds,
@@ -209,14 +209,14 @@ void LogOutcomes(CheckpointWriter* writer, ProgressWriter* progress) {
       spdlog::error("checkpoint step {} FAILED (training goes on; the previous checkpoint stays the newest): {}",
                     o.step, o.status.ToString());
       // The supervisor records it in lineage.db, where on-call looks first.
-      if (progress != nullptr) progress->RecordCheckpointFailure(o.step, o.status.ToString());
+      progress.RecordCheckpointFailure(o.step, o.status.ToString());
     }
   }
 }
 
 // Saves `step` unless it is committed already, and waits until it is durable.
-Status SaveAndWait(Trainer* trainer, CheckpointWriter* writer, ProgressWriter* progress) {
-  if (progress != nullptr) progress->SetPhase(Phase::kCheckpoint);
+Status SaveAndWait(Trainer* trainer, CheckpointWriter* writer, ProgressSink& progress) {
+  progress.SetPhase(Phase::kCheckpoint);
   (void)writer->Flush();  // drain what is in flight
   LogOutcomes(writer, progress);
   if (writer->newest_committed_step() == trainer->step()) return Status::Ok();
@@ -228,14 +228,30 @@ Status SaveAndWait(Trainer* trainer, CheckpointWriter* writer, ProgressWriter* p
   return s;
 }
 
-int Run(const Flags& flags, const TrainerConfig& cfg) {
-  const int rank = EnvInt(kEnvRank, 0);
-  const int world = EnvInt(kEnvWorldSize, 1);
-  const bool main_rank = rank == 0;
-  spdlog::set_pattern(world > 1 ? "[%H:%M:%S.%e] [%^%l%$] [rank " + std::to_string(rank) + "] %v"
-                                : "[%H:%M:%S.%e] [%^%l%$] %v");
-  ConfigureTorchRuntime(cfg.train.threads);
+// A stage of Run either hands the run on to the next (nullopt) or ends the
+// process with an exit code.
+using StageExit = std::optional<int>;
 
+// One rank's run, built stage by stage: OpenRun (the rank, its device, the
+// store, the trainer, the progress sink, the fault hook), SetUpCheckpoints
+// (resume, the writer), OpenMetrics; then RunSteps. Members are destroyed in
+// reverse order: the checkpoint writer and the fault hook, which the
+// trainer's before-update hook calls, before the trainer; the trainer before
+// the progress sink it reports into.
+struct RankRun {
+  int rank = 0;
+  int world = 1;
+  bool main_rank = true;
+  std::unique_ptr<ProgressSink> progress;  // never null once OpenRun succeeded
+  std::shared_ptr<Store> store;            // null with one rank
+  std::unique_ptr<Trainer> trainer;
+  std::unique_ptr<FaultHook> faults;        // never null once OpenRun succeeded
+  std::unique_ptr<CheckpointWriter> writer;  // null without checkpoint.dir
+  bool resumed = false;                      // from a checkpoint
+  std::ofstream metrics;                     // the main rank's metrics.jsonl
+};
+
+void InstallSignalHandlers() {
   struct sigaction sa {};
   sa.sa_handler = OnStopSignal;
   sigemptyset(&sa.sa_mask);
@@ -245,77 +261,105 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
   ca.sa_handler = OnCheckpointSignal;
   sigemptyset(&ca.sa_mask);
   sigaction(SIGUSR2, &ca, nullptr);  // the supervisor's "checkpoint now" (runctl checkpoint)
+}
+
+void LogModelAndOptimizer(const TrainerConfig& cfg, const RankRun& run) {
+  const Trainer& trainer = *run.trainer;
+  if (run.main_rank) {
+    spdlog::info("model: {} parameters, {} layers x {} wide, context {}; data {} {}; world {}", trainer.num_params(),
+                 cfg.model.n_layer, cfg.model.n_embd, cfg.model.block_size, cfg.data.format, cfg.data.path,
+                 run.world);
+  }
+  const double whole_mb = static_cast<double>(trainer.num_params()) * 8 / 1e6;
+  const double own_mb = static_cast<double>(trainer.optimizer_state_bytes()) / 1e6;
+  if (trainer.zero_stage() > 0) {
+    spdlog::info("optimizer: ZeRO-{}, AdamW state {} bytes on this rank ({:.2f} MB, {:.3f} of the whole {:.2f} MB)",
+                 trainer.zero_stage(), trainer.optimizer_state_bytes(), own_mb, own_mb / whole_mb, whole_mb);
+  } else if (run.main_rank) {
+    spdlog::info("optimizer: AdamW state {} bytes on every rank ({:.2f} MB, not sharded)",
+                 trainer.optimizer_state_bytes(), own_mb);
+  }
+}
+
+// The rank, its device, the run's store and communicator, the trainer, the
+// progress record the supervisor asked for and the fault hook.
+StageExit OpenRun(const Flags& flags, const TrainerConfig& cfg, RankRun* run) {
+  run->rank = EnvInt(kEnvRank, 0);
+  run->world = EnvInt(kEnvWorldSize, 1);
+  run->main_rank = run->rank == 0;
+  spdlog::set_pattern(run->world > 1 ? "[%H:%M:%S.%e] [%^%l%$] [rank " + std::to_string(run->rank) + "] %v"
+                                     : "[%H:%M:%S.%e] [%^%l%$] %v");
+  ConfigureTorchRuntime(cfg.train.threads);
+  InstallSignalHandlers();
 
   // The device before anything else touches one: a wrong placement is a usage
   // error (the same launch fails the same way), reported before rendezvous.
   const auto env = [](const char* name) -> const char* { return std::getenv(name); };
-  Result<DevicePlacement> placement = ResolveDevice(cfg, world, CudaDeviceCount(), env);
+  Result<DevicePlacement> placement = ResolveDevice(cfg, run->world, CudaDeviceCount(), env);
   if (!placement.ok()) {
     spdlog::error("{}", placement.status().ToString());
     return kExitUsage;
   }
-  spdlog::info("rank {} computes on {} ({}), {} precision", rank, placement->Name(), placement->why,
+  spdlog::info("rank {} computes on {} ({}), {} precision", run->rank, placement->Name(), placement->why,
                cfg.train.precision);
 
-  std::shared_ptr<Store> store;
-  if (world > 1) {
+  if (run->world > 1) {
     auto s = ConnectRunStore(cfg);
     if (!s.ok()) {
       spdlog::error("{}", s.status().ToString());
       return kExitFailed;
     }
-    store = *s;
+    run->store = *s;
   }
-  auto comm = MakeCommunicator(cfg, rank, world, store, *placement);
+  auto comm = MakeCommunicator(cfg, run->rank, run->world, run->store, *placement);
   if (!comm.ok()) {
     spdlog::error("{}", comm.status().ToString());
     return kExitFailed;
   }
-  auto trainer_or = Trainer::Create(cfg, std::move(comm).value(), *placement);
-  if (!trainer_or.ok()) {
-    spdlog::error("{}", trainer_or.status().ToString());
-    const StatusCode code = trainer_or.status().code();
+  auto trainer = Trainer::Create(cfg, std::move(comm).value(), *placement);
+  if (!trainer.ok()) {
+    spdlog::error("{}", trainer.status().ToString());
+    const StatusCode code = trainer.status().code();
     return code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ? kExitUsage : kExitFailed;
   }
-  Trainer& trainer = **trainer_or;
-  std::unique_ptr<ProgressWriter> progress;
-  if (const char* path = std::getenv(kEnvProgressPath); path != nullptr && *path != '\0') {
-    auto p = ProgressWriter::Open(path, rank);
-    if (!p.ok()) {
-      spdlog::error("cannot open the progress record the supervisor asked for: {}", p.status().ToString());
-      return kExitFailed;
-    }
-    progress = std::move(p).value();
-    trainer.SetProgressWriter(progress.get());
+  run->trainer = std::move(trainer).value();
+  auto progress = OpenProgressSinkFromEnv(run->rank);
+  if (!progress.ok()) {
+    spdlog::error("cannot open the progress record the supervisor asked for: {}", progress.status().ToString());
+    return kExitFailed;
   }
-  if (main_rank) {
-    spdlog::info("model: {} parameters, {} layers x {} wide, context {}; data {} {}; world {}", trainer.num_params(),
-                 cfg.model.n_layer, cfg.model.n_embd, cfg.model.block_size, cfg.data.format, cfg.data.path, world);
-  }
-  {
-    const double whole_mb = static_cast<double>(trainer.num_params()) * 8 / 1e6;
-    const double own_mb = static_cast<double>(trainer.optimizer_state_bytes()) / 1e6;
-    if (trainer.zero_stage() > 0) {
-      spdlog::info("optimizer: ZeRO-{}, AdamW state {} bytes on this rank ({:.2f} MB, {:.3f} of the whole {:.2f} MB)",
-                   trainer.zero_stage(), trainer.optimizer_state_bytes(), own_mb, own_mb / whole_mb, whole_mb);
-    } else if (main_rank) {
-      spdlog::info("optimizer: AdamW state {} bytes on every rank ({:.2f} MB, not sharded)",
-                   trainer.optimizer_state_bytes(), own_mb);
-    }
-  }
-  if (!flags.dump_init.empty() && main_rank) {
-    Status s = trainer.DumpParams(flags.dump_init);
+  run->progress = std::move(progress).value();
+  run->trainer->SetProgressSink(*run->progress);
+  LogModelAndOptimizer(cfg, *run);
+  if (!flags.dump_init.empty() && run->main_rank) {
+    Status s = run->trainer->DumpParams(flags.dump_init);
     if (!s.ok()) {
       spdlog::error("{}", s.ToString());
       return kExitFailed;
     }
   }
+  FaultOptions fo;
+  fo.rank = run->rank;
+  fo.inject_fault = flags.inject_fault;
+  fo.out_dir = cfg.output.dir;
+  fo.drill_dir = flags.drill_dir;
+  auto faults = MakeFaultHook(fo);
+  if (!faults.ok()) {
+    spdlog::error("{}", faults.status().ToString());
+    return kExitUsage;
+  }
+  run->faults = std::move(faults).value();
+  return std::nullopt;
+}
 
+// With checkpoint.dir: resumes from the newest checkpoint that verifies (or
+// the one asked for) and starts the writer. Either way installs the trainer's
+// before-update hook: the writer's staging fence, then the fault hook's point.
+StageExit SetUpCheckpoints(const Flags& flags, const TrainerConfig& cfg, RankRun* run) {
+  Trainer& trainer = *run->trainer;
   const std::string ckpt_root = CheckpointRoot(cfg);
-  std::unique_ptr<CheckpointWriter> writer;
-  bool resumed = false;
   if (!ckpt_root.empty()) {
-    auto step = ResumeFromCheckpoint(flags, ckpt_root, &trainer, store,
+    auto step = ResumeFromCheckpoint(flags, ckpt_root, &trainer, run->store,
                                      std::chrono::seconds(cfg.checkpoint.commit_timeout_s));
     if (!step.ok()) {
       spdlog::error("{}", step.status().ToString());
@@ -324,214 +368,171 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
       // stops instead of restarting it).
       return step.status().code() == StatusCode::kFailedPrecondition ? kExitUsage : kExitFailed;
     }
-    resumed = *step >= 0;
+    run->resumed = *step >= 0;
     CheckpointWriterOptions wo;
     wo.root = ckpt_root;
-    wo.rank = rank;
-    wo.world_size = world;
+    wo.rank = run->rank;
+    wo.world_size = run->world;
     wo.layout = trainer.Layout();
     wo.config_hash = trainer.ConfigHashHex();
     wo.policy = cfg.checkpoint.policy == "skip" ? InFlightPolicy::kSkip : InFlightPolicy::kWait;
     wo.retention.keep_last = static_cast<int>(cfg.checkpoint.keep_last);
     wo.retention.keep_every = cfg.checkpoint.keep_every;
-    wo.store = store;
+    wo.store = run->store;
     wo.commit_timeout = std::chrono::seconds(cfg.checkpoint.commit_timeout_s);
     auto w = CheckpointWriter::Create(wo);
     if (!w.ok()) {
       spdlog::error("cannot start checkpointing to {}: {}", ckpt_root, w.status().ToString());
       return kExitFailed;
     }
-    writer = std::move(w).value();
-    // Declared after the trainer, the writer dies first; no Step runs after that.
-    trainer.SetBeforeUpdateHook([w = writer.get()] { w->WaitStaged(); });
+    run->writer = std::move(w).value();
+  }
+  // The writer and the fault hook are declared after the trainer in RankRun,
+  // so they die first; no Step runs after that.
+  trainer.SetBeforeUpdateHook([w = run->writer.get(), faults = run->faults.get()] {
+    if (w != nullptr) w->WaitStaged();
+    faults->BeforeUpdate();
+  });
+  if (run->writer != nullptr) {
     auto views = trainer.StateViews();
     if (views.ok()) {
       size_t bytes = 0;
       for (const StateView& v : *views) bytes += v.size;
-      Status s = writer->Reserve(bytes + (1 << 20));
+      Status s = run->writer->Reserve(bytes + (1 << 20));
       if (!s.ok()) spdlog::warn("could not pre-allocate the checkpoint staging buffer: {}", s.ToString());
     }
   }
+  return std::nullopt;
+}
 
-  std::ofstream metrics;
-  if (main_rank) {
-    std::string path = flags.metrics;
-    if (path.empty()) path = (std::filesystem::path(cfg.output.dir) / cfg.output.metrics).string();
-    std::error_code ec;
-    if (auto parent = std::filesystem::path(path).parent_path(); !parent.empty()) {
-      std::filesystem::create_directories(parent, ec);
-    }
-    metrics.open(path, resumed ? std::ios::app : std::ios::trunc);
-    if (!metrics) {
-      spdlog::error("cannot open metrics file {} for writing", path);
-      return kExitFailed;
-    }
+// The main rank's metrics.jsonl: appended to after a resume, else started afresh.
+StageExit OpenMetrics(const Flags& flags, const TrainerConfig& cfg, RankRun* run) {
+  if (!run->main_rank) return std::nullopt;
+  std::string path = flags.metrics;
+  if (path.empty()) path = (std::filesystem::path(cfg.output.dir) / cfg.output.metrics).string();
+  std::error_code ec;
+  if (auto parent = std::filesystem::path(path).parent_path(); !parent.empty()) {
+    std::filesystem::create_directories(parent, ec);
   }
+  run->metrics.open(path, run->resumed ? std::ios::app : std::ios::trunc);
+  if (!run->metrics) {
+    spdlog::error("cannot open metrics file {} for writing", path);
+    return kExitFailed;
+  }
+  return std::nullopt;
+}
 
-  std::optional<Fault> fault;
-  if (!flags.inject_fault.empty()) {
-    auto f = ParseFault(flags.inject_fault, cfg.output.dir);
-    if (!f.ok()) {
-      spdlog::error("{}", f.status().ToString());
-      return kExitUsage;
-    }
-    fault = *f;
-  }
-  // Lives as long as the trainer's hook may run (until the end of Run).
-  Slowdown slow;
-  const bool slow_here = fault && fault->kind == "slow" && fault->rank == rank;
-  bool slow_claimed = false;  // the marker was looked at (it fires once per run)
-  if (slow_here || !flags.drill_dir.empty()) {
-    trainer.SetBeforeUpdateHook([w = writer.get(), &slow] {
-      if (w != nullptr) w->WaitStaged();
-      if (slow.active && slow.sleep_ms > 0) {
-        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slow.sleep_ms));
-        slow.slept_ms = slow.sleep_ms;
-      }
-    });
-  }
+int64_t WallClockMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
-  // Held-out evaluation: the metrics.jsonl record and the log line. Returns false on error.
-  auto evaluate = [&]() -> bool {
-    auto e = trainer.Evaluate();
-    if (!e.ok()) {
-      spdlog::error("{}", e.status().ToString());
-      return false;
-    }
-    if (main_rank) {
-      nlohmann::json line = {{"record", "eval"}, {"step", e->step}, {"eval_samples", e->samples},
-                             {"eval_ms", e->ms},
-                             {"time_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                             std::chrono::system_clock::now().time_since_epoch())
-                                             .count()},
-                             {"generation", EnvInt(kEnvGeneration, 0)}};
-      std::string text;
-      for (const auto& [name, value] : e->metrics) {
-        line[name] = value;
-        text += fmt::format(" | {} {:.4f}", name, value);
-      }
-      metrics << line.dump() << "\n";
-      metrics.flush();
-      spdlog::info("eval after step {} on {} held-out samples{} | {:.1f} ms", e->step, e->samples, text, e->ms);
-    }
-    return true;
-  };
-  // A fresh run is evaluated before its first step too: the starting point
-  // (the init_from weights of an SFT, DPO or RL run) beside what training made of it.
-  if (cfg.eval.every_steps > 0 && trainer.step() == 0 && !evaluate()) return kExitFailed;
-
-  trainer.SetInterruptCheck([] { return g_stop_signal.load() != 0; });
-  while (trainer.step() < cfg.train.steps) {
-    const int64_t next_step = trainer.step() + 1;
-    if (fault && fault->kind != "slow" && fault->rank == rank && fault->step == next_step && ClaimFault(*fault)) {
-      FireHangOrCrash(*fault, rank, next_step);
-    }
-    if (slow_here && !slow_claimed && next_step >= fault->step) {
-      slow_claimed = true;
-      if (ClaimFault(*fault)) slow.Start(*fault, rank, next_step);
-    }
-    if (!flags.drill_dir.empty()) {
-      if (std::optional<Fault> drill = TakeDrill(flags.drill_dir, rank, next_step)) {
-        FireHangOrCrash(*drill, rank, next_step);
-        slow.Start(*drill, rank, next_step);
-      }
-    }
-    slow.BeforeStep(next_step);
-    StepRequests requests;
-    requests.stop = g_stop_signal.load() != 0;
-    requests.checkpoint = g_checkpoint_signal.exchange(false);
-    auto m = trainer.Step(requests);
-    if (!m.ok() && m.status().code() == StatusCode::kCancelled) {
-      // Stopped while the step waited on other processes (GRPO's groups):
-      // nothing of the step happened, so the last completed step is saved.
-      spdlog::warn("{}", m.status().ToString());
-      if (writer != nullptr && trainer.step() > 0) {
-        Status s = SaveAndWait(&trainer, writer.get(), progress.get());
-        if (!s.ok()) {
-          spdlog::error("preemption checkpoint of step {} failed: {}", trainer.step(), s.ToString());
-          return kExitFailed;
-        }
-        spdlog::warn("checkpoint of step {} committed; exiting for preemption (code {})", trainer.step(),
-                     kExitPreempted);
-      }
-      return kExitPreempted;
-    }
-    if (!m.ok()) {
-      spdlog::error("{}", m.status().ToString());
-      return kExitFailed;
-    }
-    slow.AfterStep(m->step_ms, m->comm_wait_ms);
-    if (main_rank) {
-      nlohmann::json line = {{"step", m->step},           {"loss", m->loss},         {"lr", m->lr},
-                             {"grad_norm", m->grad_norm}, {"tokens_per_s", m->tokens_per_s},
-                             {"step_ms", m->step_ms},     {"comm_wait_ms", m->comm_wait_ms},
-                             {"time_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                             std::chrono::system_clock::now().time_since_epoch())
-                                             .count()},
-                             {"generation", EnvInt(kEnvGeneration, 0)}};
-      std::string extra;  // the objective's metrics, for the log line
-      for (const auto& [name, value] : m->extra) {
-        line[name] = value;
-        extra += fmt::format(" | {} {:.4f}", name, value);
-      }
-      metrics << line.dump() << "\n";
-      metrics.flush();
-      if (m->step % cfg.train.log_every == 0 || m->step == cfg.train.steps) {
-        spdlog::info("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:>8.0f} tok/s | {:.1f} ms{}",
-                     m->step, cfg.train.steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s, m->step_ms, extra);
-      }
-    }
-    // Held-out evaluation: every eval.every_steps and after the last step,
-    // before the checkpoint of the step (which carries its metrics).
-    if (cfg.eval.every_steps > 0 && (m->step % cfg.eval.every_steps == 0 || m->step == cfg.train.steps) &&
-        !evaluate()) {
-      return kExitFailed;
-    }
-    if (writer != nullptr) {
-      LogOutcomes(writer.get(), progress.get());
-      if (m->stop) {
-        spdlog::warn("stop requested (signal): committing a checkpoint of step {} before exiting", m->step);
-        Status s = SaveAndWait(&trainer, writer.get(), progress.get());
-        if (!s.ok()) {
-          spdlog::error("preemption checkpoint of step {} failed: {}", m->step, s.ToString());
-          return kExitFailed;
-        }
-        spdlog::warn("checkpoint of step {} committed; exiting for preemption (code {})", m->step, kExitPreempted);
-        return kExitPreempted;
-      }
-      if (m->checkpoint || (cfg.checkpoint.every_steps > 0 && m->step % cfg.checkpoint.every_steps == 0)) {
-        if (m->checkpoint) spdlog::info("checkpoint requested (runctl checkpoint): saving step {}", m->step);
-        if (progress != nullptr) progress->SetPhase(Phase::kCheckpoint);
-        auto views = trainer.StateViews();
-        if (!views.ok()) {
-          spdlog::error("cannot capture state for checkpoint: {}", views.status().ToString());
-          return kExitFailed;
-        }
-        auto decision = writer->Save(m->step, ToBufferViews(*views), trainer.LatestEvalMetrics());
-        if (!decision.ok()) spdlog::error("checkpoint step {}: {}", m->step, decision.status().ToString());
-        // The save goes on in the writer's thread: this rank is on to the next
-        // batch, and the checkpoint allowance must not cover a hang there.
-        if (progress != nullptr) progress->SetPhase(Phase::kData);
-      }
-    } else if (m->stop) {
-      spdlog::warn("stop requested (signal) after step {}; no checkpoint.dir is set, so nothing is saved", m->step);
-      return kExitPreempted;
-    }
-    if (m->step == flags.stop_after) {
-      spdlog::info("stopping after step {} as asked (--stop-after)", m->step);
-      if (writer != nullptr) {
-        (void)writer->Flush();
-        LogOutcomes(writer.get(), progress.get());
-      }
-      return kExitOk;
-    }
+// Held-out evaluation: the metrics.jsonl record and the log line. False on error.
+bool Evaluate(RankRun* run) {
+  auto e = run->trainer->Evaluate();
+  if (!e.ok()) {
+    spdlog::error("{}", e.status().ToString());
+    return false;
   }
-  if (writer != nullptr) {
-    Status s = SaveAndWait(&trainer, writer.get(), progress.get());
+  if (run->main_rank) {
+    nlohmann::json line = {{"record", "eval"}, {"step", e->step},      {"eval_samples", e->samples},
+                           {"eval_ms", e->ms}, {"time_ms", WallClockMs()}, {"generation", EnvInt(kEnvGeneration, 0)}};
+    std::string text;
+    for (const auto& [name, value] : e->metrics) {
+      line[name] = value;
+      text += fmt::format(" | {} {:.4f}", name, value);
+    }
+    run->metrics << line.dump() << "\n";
+    run->metrics.flush();
+    spdlog::info("eval after step {} on {} held-out samples{} | {:.1f} ms", e->step, e->samples, text, e->ms);
+  }
+  return true;
+}
+
+// The main rank's metrics.jsonl record of a step, and its log line every train.log_every.
+void RecordStep(const StepMetrics& m, const TrainerConfig& cfg, RankRun* run) {
+  nlohmann::json line = {{"step", m.step},           {"loss", m.loss},         {"lr", m.lr},
+                         {"grad_norm", m.grad_norm}, {"tokens_per_s", m.tokens_per_s},
+                         {"step_ms", m.step_ms},     {"comm_wait_ms", m.comm_wait_ms},
+                         {"time_ms", WallClockMs()}, {"generation", EnvInt(kEnvGeneration, 0)}};
+  std::string extra;  // the objective's metrics, for the log line
+  for (const auto& [name, value] : m.extra) {
+    line[name] = value;
+    extra += fmt::format(" | {} {:.4f}", name, value);
+  }
+  run->metrics << line.dump() << "\n";
+  run->metrics.flush();
+  if (m.step % cfg.train.log_every == 0 || m.step == cfg.train.steps) {
+    spdlog::info("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:>8.0f} tok/s | {:.1f} ms{}", m.step,
+                 cfg.train.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_ms, extra);
+  }
+}
+
+// A stop asked for (a signal): the checkpoint of the last completed step, then kExitPreempted.
+int SaveAndExitPreempted(RankRun* run) {
+  Trainer& trainer = *run->trainer;
+  Status s = SaveAndWait(&trainer, run->writer.get(), *run->progress);
+  if (!s.ok()) {
+    spdlog::error("preemption checkpoint of step {} failed: {}", trainer.step(), s.ToString());
+    return kExitFailed;
+  }
+  spdlog::warn("checkpoint of step {} committed; exiting for preemption (code {})", trainer.step(), kExitPreempted);
+  return kExitPreempted;
+}
+
+// A step that failed: stopped while it waited on other processes (GRPO's
+// groups; nothing of the step happened, so the last completed step is saved)
+// or an error.
+int StepFailed(const Status& status, RankRun* run) {
+  if (status.code() != StatusCode::kCancelled) {
+    spdlog::error("{}", status.ToString());
+    return kExitFailed;
+  }
+  spdlog::warn("{}", status.ToString());
+  if (run->writer != nullptr && run->trainer->step() > 0) return SaveAndExitPreempted(run);
+  return kExitPreempted;
+}
+
+// After a completed step: what it asked for (stop, checkpoint) and what is due.
+StageExit CheckpointAfterStep(const StepMetrics& m, const TrainerConfig& cfg, RankRun* run) {
+  CheckpointWriter* writer = run->writer.get();
+  if (writer == nullptr) {
+    if (!m.stop) return std::nullopt;
+    spdlog::warn("stop requested (signal) after step {}; no checkpoint.dir is set, so nothing is saved", m.step);
+    return kExitPreempted;
+  }
+  LogOutcomes(writer, *run->progress);
+  if (m.stop) {
+    spdlog::warn("stop requested (signal): committing a checkpoint of step {} before exiting", m.step);
+    return SaveAndExitPreempted(run);
+  }
+  if (!m.checkpoint && (cfg.checkpoint.every_steps <= 0 || m.step % cfg.checkpoint.every_steps != 0)) {
+    return std::nullopt;
+  }
+  if (m.checkpoint) spdlog::info("checkpoint requested (runctl checkpoint): saving step {}", m.step);
+  run->progress->SetPhase(Phase::kCheckpoint);
+  auto views = run->trainer->StateViews();
+  if (!views.ok()) {
+    spdlog::error("cannot capture state for checkpoint: {}", views.status().ToString());
+    return kExitFailed;
+  }
+  auto decision = writer->Save(m.step, ToBufferViews(*views), run->trainer->LatestEvalMetrics());
+  if (!decision.ok()) spdlog::error("checkpoint step {}: {}", m.step, decision.status().ToString());
+  // The save goes on in the writer's thread: this rank is on to the next
+  // batch, and the checkpoint allowance must not cover a hang there.
+  run->progress->SetPhase(Phase::kData);
+  return std::nullopt;
+}
+
+// After the last step: its checkpoint, phase kDone, the final parameters.
+int FinishRun(const Flags& flags, RankRun* run) {
+  Trainer& trainer = *run->trainer;
+  if (run->writer != nullptr) {
+    Status s = SaveAndWait(&trainer, run->writer.get(), *run->progress);
     if (!s.ok()) spdlog::error("final checkpoint failed: {}", s.ToString());
   }
-  if (progress != nullptr) progress->SetPhase(Phase::kDone);
-  if (main_rank) {
+  run->progress->SetPhase(Phase::kDone);
+  if (run->main_rank) {
     if (!flags.dump_final.empty()) {
       Status s = trainer.DumpParams(flags.dump_final);
       if (!s.ok()) {
@@ -544,6 +545,50 @@ int Run(const Flags& flags, const TrainerConfig& cfg) {
     std::fflush(stdout);
   }
   return kExitOk;
+}
+
+// The step loop: the fault hook's points around each step, the step with this
+// rank's requests (signals), its records, evaluation and checkpoint.
+int RunSteps(const Flags& flags, const TrainerConfig& cfg, RankRun* run) {
+  Trainer& trainer = *run->trainer;
+  // A fresh run is evaluated before its first step too: the starting point
+  // (the init_from weights of an SFT, DPO or RL run) beside what training made of it.
+  if (cfg.eval.every_steps > 0 && trainer.step() == 0 && !Evaluate(run)) return kExitFailed;
+  trainer.SetInterruptCheck([] { return g_stop_signal.load() != 0; });
+  while (trainer.step() < cfg.train.steps) {
+    run->faults->BeforeStep(trainer.step() + 1);
+    StepRequests requests;
+    requests.stop = g_stop_signal.load() != 0;
+    requests.checkpoint = g_checkpoint_signal.exchange(false);
+    auto m = trainer.Step(requests);
+    if (!m.ok()) return StepFailed(m.status(), run);
+    run->faults->AfterStep(m->step_ms, m->comm_wait_ms);
+    if (run->main_rank) RecordStep(*m, cfg, run);
+    // Held-out evaluation: every eval.every_steps and after the last step,
+    // before the checkpoint of the step (which carries its metrics).
+    if (cfg.eval.every_steps > 0 && (m->step % cfg.eval.every_steps == 0 || m->step == cfg.train.steps) &&
+        !Evaluate(run)) {
+      return kExitFailed;
+    }
+    if (StageExit e = CheckpointAfterStep(*m, cfg, run)) return *e;
+    if (m->step == flags.stop_after) {
+      spdlog::info("stopping after step {} as asked (--stop-after)", m->step);
+      if (run->writer != nullptr) {
+        (void)run->writer->Flush();
+        LogOutcomes(run->writer.get(), *run->progress);
+      }
+      return kExitOk;
+    }
+  }
+  return FinishRun(flags, run);
+}
+
+int Run(const Flags& flags, const TrainerConfig& cfg) {
+  RankRun run;
+  if (StageExit e = OpenRun(flags, cfg, &run)) return *e;
+  if (StageExit e = SetUpCheckpoints(flags, cfg, &run)) return *e;
+  if (StageExit e = OpenMetrics(flags, cfg, &run)) return *e;
+  return RunSteps(flags, cfg, &run);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/progress_record.h"
+#include "trainer/progress_sink.h"
 #include "trainer/config.h"
 #include "trainer/exit_codes.h"
 #include "trainer/model.h"
@@ -89,7 +90,7 @@ struct Worker {
   std::string task_text;
   Gpt model{nullptr};
   int64_t held_version = -1;
-  std::unique_ptr<ProgressWriter> progress;
+  std::unique_ptr<ProgressSink> progress = std::make_unique<NoProgressSink>();  // never null
   std::unique_ptr<RewardClient> rewards;
   std::unique_ptr<Journal> journal;
   int64_t groups_done = 0;
@@ -146,10 +147,8 @@ struct Worker {
 
   Status MakeGroup(uint64_t q, const Demand& demand) {
     journal->Write({{"event", "start"}, {"q", q}, {"version", held_version}, {"epoch", demand.learner_epoch}});
-    if (progress != nullptr) {
-      progress->BeginStep();
-      progress->SetPhase(Phase::kForward);
-    }
+    progress->BeginStep();
+    progress->SetPhase(Phase::kForward);
     const TaskPrompt prompt = task->Prompt(q, Split::kTrain);
     std::vector<int64_t> tokens(prompt.prompt.begin(), prompt.prompt.end());
     SampleOptions opts;
@@ -171,7 +170,7 @@ struct Worker {
       items.push_back(std::move(item));
       generated += c.tokens.size();
     }
-    if (progress != nullptr) progress->SetPhase(Phase::kData);
+    progress->SetPhase(Phase::kData);
     const auto t1 = Clock::now();
     HF_ASSIGN_OR_RETURN(std::vector<double> scores, rewards->Score(task_text, items));
     RolloutGroup group;
@@ -194,7 +193,7 @@ struct Worker {
     }
     HF_RETURN_IF_ERROR(WriteGroup(dir, group));
     ++groups_done;
-    if (progress != nullptr) progress->EndStep(groups_done);
+    progress->EndStep(groups_done);
     journal->Write({{"event", "done"},
                     {"q", q},
                     {"version", held_version},
@@ -224,7 +223,7 @@ struct Worker {
         return demand.status();
       }
       if (work.empty()) {
-        if (progress != nullptr) progress->SetPhase(Phase::kData);  // a heartbeat while idle
+        progress->SetPhase(Phase::kData);  // a heartbeat while idle
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         continue;
       }
@@ -323,20 +322,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "holdfast-rollout: cannot append to %s\n", WorkerJournalPath(w.dir, index).c_str());
     return kExitFailed;
   }
-  if (const char* path = std::getenv("HOLDFAST_PROGRESS_PATH"); path != nullptr && *path != '\0') {
-    auto p = ProgressWriter::Open(path, index);
-    if (!p.ok()) {
-      std::fprintf(stderr, "holdfast-rollout: progress record: %s\n", p.status().ToString().c_str());
-      return kExitFailed;
-    }
-    w.progress = std::move(*p);
+  auto progress = OpenProgressSinkFromEnv(index);
+  if (!progress.ok()) {
+    std::fprintf(stderr, "holdfast-rollout: progress record: %s\n", progress.status().ToString().c_str());
+    return kExitFailed;
   }
+  w.progress = std::move(progress).value();
   RewardClientOptions ropts;
   // Waiting on a reward service that holdfastd is restarting is not a hang:
   // each retry is a heartbeat (a worker stuck for real stops beating).
-  ProgressWriter* beat = w.progress.get();
+  ProgressSink* beat = w.progress.get();
   ropts.observer = [beat](const RewardClientEvent& e) {
-    if (beat != nullptr && e.kind == RewardClientEvent::kFailed) beat->SetPhase(Phase::kData);
+    if (e.kind == RewardClientEvent::kFailed) beat->SetPhase(Phase::kData);
   };
   w.rewards = std::make_unique<RewardClient>(w.dir + "/reward.addr", ropts);
   w.model = Gpt(cfg->model);
@@ -348,7 +345,7 @@ int main(int argc, char** argv) {
     spdlog::error("worker {}: {}", index, s.ToString());
     return kExitFailed;
   }
-  if (w.progress != nullptr) w.progress->SetPhase(Phase::kDone);
+  w.progress->SetPhase(Phase::kDone);
   spdlog::info("worker {}: stopped after {} groups", index, w.groups_done);
   return kExitOk;
 }

@@ -27,11 +27,13 @@
 #include "common/progress_record.h"
 #include "trainer/adamw.h"
 #include "trainer/comm/communicator.h"
+#include "trainer/comm/progress_communicator.h"
 #include "trainer/device_stager.h"
 #include "trainer/gpu.h"
 #include "trainer/data/dataset.h"
 #include "trainer/model.h"
 #include "trainer/objective.h"
+#include "trainer/progress_sink.h"
 #include "trainer/rl/grpo_objective.h"
 #include "trainer/weights.h"
 
@@ -130,7 +132,6 @@ struct Trainer::Impl {
     int total = 0;
     int pending = 0;
     std::unique_ptr<Work> work;
-    uint64_t progress_seq = 0;  // its collective number in the progress record
     // ZeRO-1: the bucket cut by the ranks' slices (parts[r] elements are rank
     // r's, in rank order); this rank's part is [own_lo, own_hi) of the flat
     // buffers, with its weight-decay runs relative to own_lo.
@@ -139,7 +140,6 @@ struct Trainer::Impl {
     int64_t own_hi = 0;
     std::vector<std::pair<int64_t, int64_t>> own_decay_runs;
     std::unique_ptr<Work> gather;  // the allgather of its updated parameters
-    uint64_t gather_seq = 0;
   };
 
   // Calls back into the trainer when a parameter's gradient has been
@@ -166,8 +166,10 @@ struct Trainer::Impl {
   std::unique_ptr<DeviceStager> stager;     // GPU only: checkpoint staging through pinned memory
   torch::Tensor grad_norm;                  // GPU only: float64 [1], the step's gradient norm
   torch::Tensor shared_dev;                 // GPU only: float32 [3], the step's loss and requests
-  std::unique_ptr<Communicator> comm;
-  ProgressWriter* progress = nullptr;  // not owned
+  // Records every collective of the trainer in `progress` (the GRPO
+  // objective's broadcasts go through comm->unrecorded(), as they always did).
+  std::unique_ptr<ProgressCommunicator> comm;
+  ProgressSink* progress = &NoProgress();  // not owned, never null (SetProgressSink)
   std::function<void()> before_update;  // SetBeforeUpdateHook; runs right before Update (AdamW)
   std::unique_ptr<Dataset> data;
   Gpt model{nullptr};
@@ -308,17 +310,12 @@ struct Trainer::Impl {
   void LaunchReadyBuckets() {
     while (next_launch < static_cast<int>(buckets.size()) && buckets[next_launch].pending == 0) {
       Bucket& b = buckets[next_launch];
-      if (progress != nullptr) {
-        b.progress_seq = progress->IssueCollective(GradCollective(), static_cast<uint64_t>(b.numel) * 4);
-      }
       float* grads = flat_grads.data_ptr<float>() + b.offset;
       b.work = zero ? comm->ReduceScatterAsync(grads, b.parts, ReduceOp::kAvg)
                     : comm->AllreduceAsync(grads, static_cast<size_t>(b.numel), ReduceOp::kAvg);
       ++next_launch;
     }
   }
-
-  CollectiveKind GradCollective() const { return zero ? CollectiveKind::kReduceScatter : CollectiveKind::kAllreduce; }
 
   Status FinishGradSync(double* wait_ms) {
     auto t0 = Clock::now();
@@ -335,9 +332,7 @@ struct Trainer::Impl {
         if (!s.ok() && first.ok()) first = s;
         continue;
       }
-      if (progress != nullptr) progress->WaitCollective(b.progress_seq, GradCollective());
       Status s = b.work->Wait();
-      if (progress != nullptr && s.ok()) progress->CollectiveDone(b.progress_seq);
       b.work.reset();
       if (!s.ok() && first.ok()) first = s;
     }
@@ -365,18 +360,8 @@ struct Trainer::Impl {
     } else {
       totals[3] = SumOfSquares(flat_grads.data_ptr<float>() + own_begin, own_end - own_begin);
     }
-    uint64_t seq = 0;
-    if (progress != nullptr) {
-      seq = progress->IssueCollective(CollectiveKind::kAllreduce, sizeof(totals));
-      progress->WaitCollective(seq, CollectiveKind::kAllreduce);
-    }
+    // On a GPU its completion is also where the gradient buckets are recorded done.
     HF_RETURN_IF_ERROR(comm->AllreduceDoubles(reduce, 4, ReduceOp::kSum).WithContext("loss and norm allreduce"));
-    if (progress != nullptr) {
-      if (cuda) {
-        for (const Bucket& b : buckets) progress->CollectiveDone(b.progress_seq);  // done before this one
-      }
-      progress->CollectiveDone(seq);
-    }
     if (cuda) {
       torch::NoGradGuard no_grad;
       grad_norm.copy_(totals_dev.narrow(0, 3, 1).sqrt());
@@ -437,9 +422,6 @@ struct Trainer::Impl {
           ApplyAdamW(a, b.own_decay_runs, n, grads + b.own_lo, params + b.own_lo, m1, m2);
         }
       }
-      if (progress != nullptr) {
-        b.gather_seq = progress->IssueCollective(CollectiveKind::kAllgather, static_cast<uint64_t>(b.numel) * 4);
-      }
       b.gather = comm->AllgatherAsync(params + b.offset, b.parts);
     }
     return Status::Ok();
@@ -452,9 +434,7 @@ struct Trainer::Impl {
     Status first;
     for (Bucket& b : buckets) {
       if (b.gather == nullptr) continue;
-      if (progress != nullptr) progress->WaitCollective(b.gather_seq, CollectiveKind::kAllgather);
       Status s = cuda ? b.gather->WaitOnDevice() : b.gather->Wait();
-      if (progress != nullptr && s.ok()) progress->CollectiveDone(b.gather_seq);
       b.gather.reset();
       if (!s.ok() && first.ok()) first = s;
     }
@@ -469,13 +449,7 @@ struct Trainer::Impl {
     const int64_t n = static_cast<int64_t>(values->size());
     torch::Tensor buf = torch::from_blob(values->data(), {n}, torch::kFloat64);
     if (cuda) buf = buf.to(device);
-    uint64_t seq = 0;
-    if (progress != nullptr) {
-      seq = progress->IssueCollective(CollectiveKind::kAllreduce, values->size() * sizeof(double));
-      progress->WaitCollective(seq, CollectiveKind::kAllreduce);
-    }
     HF_RETURN_IF_ERROR(comm->AllreduceDoubles(buf.data_ptr<double>(), values->size(), ReduceOp::kSum).WithContext(what));
-    if (progress != nullptr) progress->CollectiveDone(seq);
     if (cuda) std::memcpy(values->data(), buf.to(torch::kCPU).data_ptr<double>(), values->size() * sizeof(double));
     if (op == ReduceOp::kAvg) {
       for (double& v : *values) v /= world();
@@ -489,21 +463,21 @@ struct Trainer::Impl {
     StepMetrics m;
     double loss_sum = 0;
     torch::Tensor loss_dev;  // GPU: the step's loss summed on the device (read once, at the end)
-    if (progress != nullptr) progress->BeginStep();
+    progress->BeginStep();
     HF_RETURN_IF_ERROR(objective->BeginStep(step, cursor).WithContext(std::string(objective->name()) + " objective"));
     flat_grads.zero_();
     for (int micro = 0; micro < accum; ++micro) {
-      if (progress != nullptr && micro > 0) progress->SetPhase(Phase::kData);
+      if (micro > 0) progress->SetPhase(Phase::kData);
       const uint64_t first = cursor + (static_cast<uint64_t>(micro) * world() + rank()) * B;
       syncing = world() > 1 && cfg.dist.overlap && micro == accum - 1;
       if (syncing) {
         next_launch = 0;
         for (Bucket& b : buckets) b.pending = b.total;
       }
-      if (progress != nullptr) progress->SetPhase(Phase::kForward);
+      progress->SetPhase(Phase::kForward);
       auto loss = objective->MicroLoss(model, first, B);  // loads the batch, then forward
       if (accum > 1) loss = loss / accum;
-      if (progress != nullptr) progress->SetPhase(Phase::kBackward);
+      progress->SetPhase(Phase::kBackward);
       loss.backward();
       if (cuda) {
         loss_dev = loss_dev.defined() ? loss_dev + loss.detach().to(torch::kFloat64) : loss.detach().to(torch::kFloat64);
@@ -530,18 +504,8 @@ struct Trainer::Impl {
         shared_dev.narrow(0, 0, 1).copy_(loss_dev.to(torch::kFloat32).view({1}));
         reduce = shared_dev.data_ptr<float>();
       }
-      uint64_t seq = 0;
-      if (progress != nullptr) {
-        seq = progress->IssueCollective(CollectiveKind::kAllreduce, sizeof(shared));
-        progress->WaitCollective(seq, CollectiveKind::kAllreduce);
-      }
+      // On a GPU its completion is also where the gradient buckets are recorded done.
       HF_RETURN_IF_ERROR(comm->Allreduce(reduce, 3, ReduceOp::kAvg).WithContext("loss allreduce"));
-      if (progress != nullptr) {
-        if (cuda) {
-          for (const Bucket& b : buckets) progress->CollectiveDone(b.progress_seq);  // done before the loss's
-        }
-        progress->CollectiveDone(seq);
-      }
       if (cuda) {
         auto host = shared_dev.to(torch::kCPU);
         std::memcpy(shared, host.data_ptr<float>(), sizeof(shared));
@@ -562,7 +526,7 @@ struct Trainer::Impl {
       const std::vector<std::string> names = objective->StepMetricNames();
       for (size_t i = 0; i < names.size() && i < extra.size(); ++i) m.extra.emplace_back(names[i], extra[i]);
     }
-    if (progress != nullptr) progress->SetPhase(Phase::kOptimizer);
+    progress->SetPhase(Phase::kOptimizer);
     double grad_scale = 1.0;
     {
       torch::NoGradGuard no_grad;
@@ -591,7 +555,7 @@ struct Trainer::Impl {
     if (cuda) m.grad_norm = grad_norm.item<double>();
     cursor += static_cast<uint64_t>(B) * accum * world();
     step += 1;
-    if (progress != nullptr) progress->EndStep(step);
+    progress->EndStep(step);
     m.step = step;
     m.loss = loss_sum;
     m.lr = lr;
@@ -607,7 +571,7 @@ struct Trainer::Impl {
                                      " objective has no held-out data to evaluate on: set eval.holdout");
     }
     const auto t0 = Clock::now();
-    if (progress != nullptr) progress->SetPhase(Phase::kEval);
+    progress->SetPhase(Phase::kEval);
     uint64_t limit = objective->EvalSize();
     if (cfg.eval.samples > 0) limit = std::min<uint64_t>(limit, static_cast<uint64_t>(cfg.eval.samples));
     // The objective splits the held-out samples among the ranks; the sums
@@ -633,7 +597,7 @@ struct Trainer::Impl {
     r.ms = MsSince(t0);
     eval_step = step;
     eval_metrics = r.metrics;
-    if (progress != nullptr) progress->SetPhase(Phase::kData);
+    progress->SetPhase(Phase::kData);
     return r;
   }
 
@@ -667,7 +631,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, st
                                                   const DevicePlacement& placement) {
   auto impl = std::make_unique<Impl>();
   impl->cfg = config;
-  impl->comm = std::move(comm);
+  impl->comm = std::make_unique<ProgressCommunicator>(std::move(comm));
   impl->placement = placement;
   impl->accum = config.train.grad_accum;
   if (placement.cuda) {
@@ -746,7 +710,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, st
       if (grpo) {
         // The policy the objective publishes to the rollout workers is this model.
         Result<std::unique_ptr<Objective>> rl =
-            rl::MakeGrpoObjective(env, impl->comm.get(), impl->model, std::move(reference));
+            rl::MakeGrpoObjective(env, impl->comm->unrecorded(), impl->model, std::move(reference));
         if (!rl.ok()) return rl.status();
         impl->objective = std::move(rl).value();
       } else {
@@ -792,7 +756,10 @@ std::map<std::string, double> Trainer::LatestEvalMetrics() const {
   return out;
 }
 
-void Trainer::SetProgressWriter(ProgressWriter* progress) { impl_->progress = progress; }
+void Trainer::SetProgressSink(ProgressSink& progress) {
+  impl_->progress = &progress;
+  impl_->comm->SetProgressSink(progress);
+}
 void Trainer::SetBeforeUpdateHook(std::function<void()> hook) { impl_->before_update = std::move(hook); }
 void Trainer::SetInterruptCheck(std::function<bool()> check) { impl_->objective->SetInterruptCheck(std::move(check)); }
 int64_t Trainer::step() const { return impl_->step; }

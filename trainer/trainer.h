@@ -26,7 +26,7 @@
 namespace holdfast {
 
 class Communicator;
-class ProgressWriter;
+class ProgressSink;
 
 struct StepMetrics {
   int64_t step = 0;        // completed steps after this one (1-based)
@@ -101,9 +101,12 @@ class Trainer {
   // kept across a resume (saved in the checkpoint's meta). Empty before any.
   std::map<std::string, double> LatestEvalMetrics() const;
 
-  // Reports phases and collectives to the supervisor's shared-memory record.
-  // `progress` is not owned and must outlive the Trainer; nullptr = none.
-  void SetProgressWriter(ProgressWriter* progress);
+  // Reports phases and collectives to the supervisor's shared-memory record
+  // (trainer/progress_sink.h): the step's phases here, every collective
+  // through the communicator wrapper (trainer/comm/progress_communicator.h).
+  // `progress` is not owned and must outlive the Trainer; until this is
+  // called, NoProgress().
+  void SetProgressSink(ProgressSink& progress);
 
   // Runs `hook` on the training thread inside each Step, just before the AdamW
   // update: the only point where a Step changes the parameters and moments

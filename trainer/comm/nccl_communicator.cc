@@ -19,7 +19,8 @@
 // version (and NCCL_ALGO/NCCL_PROTO), so results repeat bit for bit on the
 // same machines.
 //
-// ncclResult_t becomes a Status in exactly one function (cudaError_t: common/cuda_status.h).
+// ncclResult_t becomes a Status in exactly one function, NcclStatus
+// (trainer/comm/nccl_status.h; cudaError_t: common/cuda_status.h).
 #include "trainer/comm/communicator.h"
 
 #if HOLDFAST_HAVE_NCCL
@@ -27,6 +28,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include "common/cuda_status.h"
+#include "trainer/comm/nccl_status.h"
 #include "trainer/comm/parts.h"
 
 #include <atomic>
@@ -41,29 +43,6 @@ namespace holdfast {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-
-// The one place an ncclResult_t becomes a Status. `comm` (may be null) adds
-// NCCL's last error text.
-Status NcclError(const std::string& context, ncclResult_t res, ncclComm_t comm) {
-  if (res == ncclSuccess) return Status::Ok();
-  std::string msg = context + ": NCCL error: " + ncclGetErrorString(res);
-  const char* last = ncclGetLastError(comm);
-  if (last != nullptr && last[0] != '\0') msg += std::string(" (") + last + ")";
-  switch (res) {
-    case ncclRemoteError:
-      return UnavailableError(msg + "; a peer rank failed or went away");
-    case ncclSystemError:
-      return UnavailableError(msg + "; a network or system call failed");
-    case ncclInvalidArgument:
-    case ncclInvalidUsage:
-      return InvalidArgumentError(msg);
-    case ncclUnhandledCudaError:
-    case ncclInternalError:
-    default:
-      return InternalError(msg);
-  }
-}
 
 class NcclCommunicator;
 
@@ -98,7 +77,7 @@ class NcclCommunicator final : public Communicator {
         res = ncclCommFinalize(comm_);
       }
       Status s = res == ncclSuccess || res == ncclInProgress ? WaitIdle("nccl: finalize")
-                                                              : Fail(NcclError("nccl: finalize", res, comm_));
+                                                              : Fail(NcclStatus("nccl: finalize", res, comm_));
       if (s.ok()) ncclCommDestroy(comm_);
     }
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
@@ -120,7 +99,7 @@ class NcclCommunicator final : public Communicator {
     ncclUniqueId id;
     const std::string key = "nccl/unique_id";
     if (options_.rank == 0) {
-      HF_RETURN_IF_ERROR(NcclError(who + ": ncclGetUniqueId", ncclGetUniqueId(&id), nullptr));
+      HF_RETURN_IF_ERROR(NcclStatus(who + ": ncclGetUniqueId", ncclGetUniqueId(&id), nullptr));
       std::vector<uint8_t> bytes(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof(id));
       HF_RETURN_IF_ERROR(options_.store->Set(key, bytes).WithContext(who + ": publishing the ncclUniqueId"));
     } else {
@@ -141,7 +120,7 @@ class NcclCommunicator final : public Communicator {
       res = ncclCommInitRankConfig(&comm_, options_.world_size, id, options_.rank, &config);
     }
     if (res != ncclSuccess && res != ncclInProgress) {
-      return Fail(NcclError(who + ": ncclCommInitRankConfig", res, comm_));
+      return Fail(NcclStatus(who + ": ncclCommInitRankConfig", res, comm_));
     }
     return WaitIdle(who + ": ncclCommInitRankConfig (waiting for every rank to join)");
   }
@@ -290,7 +269,7 @@ class NcclCommunicator final : public Communicator {
     if (res == ncclInProgress) {
       HF_RETURN_IF_ERROR(WaitIdle(what));
     } else if (res != ncclSuccess) {
-      return Fail(NcclError(what, res, comm_));
+      return Fail(NcclStatus(what, res, comm_));
     }
     HF_ASSIGN_OR_RETURN(*event, TakeEvent(what));
     return Fail(CudaStatus(what + ": cudaEventRecord", cudaEventRecord(*event, stream_)));
@@ -321,9 +300,9 @@ class NcclCommunicator final : public Communicator {
         if (failed_.load()) return FailedStatus(what);
         res = ncclCommGetAsyncError(comm_, &state);
       }
-      if (res != ncclSuccess) return Fail(NcclError(what + ": ncclCommGetAsyncError", res, comm_));
+      if (res != ncclSuccess) return Fail(NcclStatus(what + ": ncclCommGetAsyncError", res, comm_));
       if (state == ncclSuccess) return Status::Ok();
-      if (state != ncclInProgress) return Fail(NcclError(what, state, comm_));
+      if (state != ncclInProgress) return Fail(NcclStatus(what, state, comm_));
       if (Clock::now() >= deadline) {
         return Fail(TimeoutError(what + ": not done within " + std::to_string(options_.timeout.count()) +
                                  " ms; the NCCL communicator was aborted"));
@@ -340,8 +319,8 @@ class NcclCommunicator final : public Communicator {
       if (failed_.load()) return FailedStatus(what);
       res = ncclCommGetAsyncError(comm_, &state);
     }
-    if (res != ncclSuccess) return Fail(NcclError(what + ": ncclCommGetAsyncError", res, comm_));
-    if (state != ncclSuccess && state != ncclInProgress) return Fail(NcclError(what, state, comm_));
+    if (res != ncclSuccess) return Fail(NcclStatus(what + ": ncclCommGetAsyncError", res, comm_));
+    if (state != ncclSuccess && state != ncclInProgress) return Fail(NcclStatus(what, state, comm_));
     return Status::Ok();
   }
 

@@ -22,6 +22,7 @@
 #include "common/atomic_file.h"
 #include "common/launch_contract.h"
 #include "common/progress_record.h"
+#include "trainer/progress_sink.h"
 #include "trainer/rl/reward_server.h"
 #include "trainer/rl/task.h"
 
@@ -115,15 +116,11 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  std::unique_ptr<ProgressWriter> progress;
-  const std::string progress_path = Env(kEnvProgressPath);
-  if (!progress_path.empty()) {
-    const std::string rank = Env(kEnvRank);
-    auto w = ProgressWriter::Open(progress_path, rank.empty() ? 0 : std::atoi(rank.c_str()));
-    if (!w.ok()) return Fail(kRankExitFailed, "progress record: " + w.status().message());
-    progress = std::move(*w);
-    progress->SetPhase(Phase::kStarting);
-  }
+  const std::string rank = Env(kEnvRank);
+  auto opened = OpenProgressSink(Env(kEnvProgressPath), rank.empty() ? 0 : std::atoi(rank.c_str()));
+  if (!opened.ok()) return Fail(kRankExitFailed, "progress record: " + opened.status().message());
+  const std::unique_ptr<ProgressSink> progress = std::move(opened).value();
+  progress->SetPhase(Phase::kStarting);
 
   // spdlog builds its logger registry on first use. Build it here, before the
   // server's loop thread can log: created after that thread started, it is
@@ -136,7 +133,7 @@ int main(int argc, char** argv) {
   options.port = hp->port;
   options.tasks = specs;
   options.log_every = log_every;
-  auto server = RewardServer::Start(options, progress.get());
+  auto server = RewardServer::Start(options, *progress);
   if (!server.ok()) {
     return Fail(server.status().code() == StatusCode::kInvalidArgument ? kRankExitUsage : kRankExitFailed,
                 server.status().message());
@@ -163,6 +160,6 @@ int main(int argc, char** argv) {
                                : "SIGHUP",
                stats.requests, stats.items, stats.errors);
   (*server)->Stop();
-  if (progress) progress->SetPhase(Phase::kDone);
+  progress->SetPhase(Phase::kDone);
   return kRankExitOk;
 }

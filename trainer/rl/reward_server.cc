@@ -195,7 +195,7 @@ Result<HostPort> ParseListenAddress(const std::string& text, const std::string& 
 
 class RewardServer::Impl : public std::enable_shared_from_this<RewardServer::Impl> {
  public:
-  Impl(const RewardServerOptions& options, std::unique_ptr<RewardHandler> handler, ProgressWriter* progress)
+  Impl(const RewardServerOptions& options, std::unique_ptr<RewardHandler> handler, ProgressSink& progress)
       : options_(options), handler_(std::move(handler)), progress_(progress), acceptor_(io_), heartbeat_(io_) {}
 
   Status Listen();
@@ -217,7 +217,7 @@ class RewardServer::Impl : public std::enable_shared_from_this<RewardServer::Imp
 
   const RewardServerOptions options_;
   const std::unique_ptr<RewardHandler> handler_;
-  ProgressWriter* const progress_;  // not owned; loop thread only
+  ProgressSink& progress_;  // not owned; loop thread only
   asio::io_context io_;
   tcp::acceptor acceptor_;
   asio::steady_timer heartbeat_;
@@ -331,7 +331,7 @@ Status RewardServer::Impl::Listen() {
 }
 
 void RewardServer::Impl::Run() {
-  if (progress_ != nullptr) progress_->SetPhase(Phase::kData);
+  progress_.SetPhase(Phase::kData);
   Accept();
   Heartbeat();
   thread_ = std::thread([self = shared_from_this()] { self->io_.run(); });
@@ -376,17 +376,16 @@ void RewardServer::Impl::Accept() {
 }
 
 void RewardServer::Impl::Heartbeat() {
-  if (progress_ == nullptr) return;
   heartbeat_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(options_.heartbeat_s * 1000)));
   heartbeat_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
     if (e || self->stopping_) return;
-    self->progress_->SetPhase(Phase::kData);  // idle but alive: waiting for requests
+    self->progress_.SetPhase(Phase::kData);  // idle but alive: waiting for requests
     self->Heartbeat();
   });
 }
 
 std::string RewardServer::Impl::Answer(std::string_view line) {
-  if (progress_ != nullptr) progress_->BeginStep();
+  progress_.BeginStep();
   RewardHandler::Answer a = handler_->Handle(line);
   uint64_t requests = 0, errors = 0;
   {
@@ -400,7 +399,7 @@ std::string RewardServer::Impl::Answer(std::string_view line) {
     requests = stats_.requests;
     errors = stats_.errors;
   }
-  if (progress_ != nullptr) progress_->EndStep(static_cast<int64_t>(requests + errors));
+  progress_.EndStep(static_cast<int64_t>(requests + errors));
   if (!a.ok) {
     spdlog::warn("reward service: answered a bad request: {}", a.line.substr(0, 300));
     return std::move(a.line);
@@ -423,7 +422,7 @@ RewardServer::RewardServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) 
 RewardServer::~RewardServer() { Stop(); }
 
 Result<std::unique_ptr<RewardServer>> RewardServer::Start(const RewardServerOptions& options,
-                                                          ProgressWriter* progress) {
+                                                          ProgressSink& progress) {
   if (options.max_line_bytes < 64) return InvalidArgumentError("reward service: max_line_bytes must be >= 64");
   if (!(options.heartbeat_s > 0)) return InvalidArgumentError("reward service: heartbeat_s must be > 0");
   HF_ASSIGN_OR_RETURN(std::unique_ptr<RewardHandler> handler, RewardHandler::Create(options.tasks));

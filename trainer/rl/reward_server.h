@@ -31,7 +31,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/progress_record.h"
+#include "trainer/progress_sink.h"
 #include "common/status.h"
 #include "common/tcp_store.h"
 #include "trainer/rl/task.h"
@@ -81,10 +81,11 @@ struct RewardServerStats {
 
 class RewardServer {
  public:
-  // Binds, listens and starts the loop thread. `progress` (not owned; may be
-  // null) must outlive the server.
+  // Binds, listens and starts the loop thread. `progress` (not owned) must
+  // outlive the server; it hears a step per request answered and a heartbeat
+  // (phase kData) every options.heartbeat_s while idle.
   static Result<std::unique_ptr<RewardServer>> Start(const RewardServerOptions& options,
-                                                     ProgressWriter* progress = nullptr);
+                                                     ProgressSink& progress = NoProgress());
   ~RewardServer();  // Stop()
   RewardServer(const RewardServer&) = delete;
   RewardServer& operator=(const RewardServer&) = delete;

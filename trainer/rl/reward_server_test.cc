@@ -62,7 +62,7 @@ class TempDir {
 };
 
 std::unique_ptr<RewardServer> StartServer(const std::vector<std::string>& tasks, size_t max_line = size_t{64} << 20,
-                                          ProgressWriter* progress = nullptr) {
+                                          ProgressSink& progress = NoProgress()) {
   RewardServerOptions o;
   o.host = "127.0.0.1";
   for (const auto& t : tasks) o.tasks.push_back(Spec(t));
@@ -297,9 +297,9 @@ TEST(RewardServerTest, WritesProgressStepPerRequest) {
   TempDir dir;
   const std::string record = dir / "progress";
   ASSERT_TRUE(CreateProgressFile(record, 0).ok());
-  auto writer = ProgressWriter::Open(record, 0);
-  ASSERT_TRUE(writer.ok());
-  auto server = StartServer({"add2"}, size_t{64} << 20, writer->get());
+  auto sink = OpenProgressSink(record, 0);
+  ASSERT_TRUE(sink.ok());
+  auto server = StartServer({"add2"}, size_t{64} << 20, **sink);
   Advertise(*server, dir / "reward.addr");
   RewardClient client(dir / "reward.addr");
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(client.Score("add2", {{0, Split::kTrain, "1\n"}}).ok());
