@@ -1,7 +1,8 @@
 // NCCL all-reduce bus bandwidth across the node's GPUs, one process, one
 // communicator per GPU (ncclCommInitAll). busbw follows nccl-tests
 // (doc/PERFORMANCE.md): algbw = bytes / time, busbw = algbw * 2(n-1)/n.
-// ncclResult_t becomes a Status in one function (cudaError_t: common/cuda_status.h).
+// ncclResult_t becomes a Status in one function, NcclStatus (common/nccl_status.h; cudaError_t:
+// common/cuda_status.h).
 #include "health/gpu_probes.h"
 
 #if HOLDFAST_HAVE_NCCL
@@ -14,15 +15,10 @@
 #include <string>
 #include <vector>
 #include "common/cuda_status.h"
+#include "common/nccl_status.h"
 
 namespace holdfast::health {
 namespace {
-
-
-Status NcclError(const std::string& context, ncclResult_t res) {
-  if (res == ncclSuccess) return Status::Ok();
-  return InternalError(context + ": NCCL error: " + ncclGetErrorString(res));
-}
 
 struct Measurement {
   double busbw_gbps = 0;
@@ -35,7 +31,7 @@ Result<Measurement> Measure(int ndev, size_t bytes) {
   std::vector<ncclComm_t> comms(ndev, nullptr);
   std::vector<float*> send(ndev, nullptr), recv(ndev, nullptr);
   std::vector<cudaStream_t> streams(ndev, nullptr);
-  Status st = NcclError("ncclCommInitAll", ncclCommInitAll(comms.data(), ndev, nullptr));
+  Status st = NcclStatus("ncclCommInitAll", ncclCommInitAll(comms.data(), ndev, nullptr));
   // A known value in the first elements lets us check the sum, not just time it.
   const size_t checked = std::min<size_t>(count, 1 << 16);
   std::vector<float> ones(checked, 1.0f), got(checked, 0.0f);
@@ -50,12 +46,12 @@ Result<Measurement> Measure(int ndev, size_t bytes) {
   }
   auto run = [&](int iters) -> Status {
     for (int i = 0; i < iters; ++i) {
-      HF_RETURN_IF_ERROR(NcclError("ncclGroupStart", ncclGroupStart()));
+      HF_RETURN_IF_ERROR(NcclStatus("ncclGroupStart", ncclGroupStart()));
       for (int d = 0; d < ndev; ++d) {
-        HF_RETURN_IF_ERROR(NcclError("ncclAllReduce", ncclAllReduce(send[d], recv[d], count, ncclFloat, ncclSum,
+        HF_RETURN_IF_ERROR(NcclStatus("ncclAllReduce", ncclAllReduce(send[d], recv[d], count, ncclFloat, ncclSum,
                                                                     comms[d], streams[d])));
       }
-      HF_RETURN_IF_ERROR(NcclError("ncclGroupEnd", ncclGroupEnd()));
+      HF_RETURN_IF_ERROR(NcclStatus("ncclGroupEnd", ncclGroupEnd()));
     }
     for (int d = 0; d < ndev; ++d) {
       HF_RETURN_IF_ERROR(CudaStatus("cudaSetDevice", cudaSetDevice(d)));

@@ -20,7 +20,7 @@
 // same machines.
 //
 // ncclResult_t becomes a Status in exactly one function, NcclStatus
-// (trainer/comm/nccl_status.h; cudaError_t: common/cuda_status.h).
+// (common/nccl_status.h; cudaError_t: common/cuda_status.h).
 #include "trainer/comm/communicator.h"
 
 #if HOLDFAST_HAVE_NCCL
@@ -28,7 +28,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include "common/cuda_status.h"
-#include "trainer/comm/nccl_status.h"
+#include "common/nccl_status.h"
 #include "trainer/comm/parts.h"
 
 #include <atomic>

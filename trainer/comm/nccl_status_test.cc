@@ -1,6 +1,6 @@
 // NcclStatus: the one conversion of ncclResult_t, and its codes. Needs NCCL's
 // library (ncclGetErrorString), not a GPU.
-#include "trainer/comm/nccl_status.h"
+#include "common/nccl_status.h"
 
 #include <gtest/gtest.h>
 

@@ -1,11 +1,8 @@
-// The one place an ncclResult_t becomes a Status, as common/cuda_status.h is
-// for cudaError_t: every NCCL call of the trainer (the NCCL communicator) is
-// converted here, with one mapping of NCCL's results to our codes.
-// Header-only, so that the library that includes it links NCCL and nothing
-// else has to; include it only where <nccl.h> is available (compiled with
-// HOLDFAST_HAVE_NCCL). Written without trainer dependencies, so that it can
-// move to common/ beside cuda_status.h once health/nccl_probe.cc, which has
-// its own conversion, uses it too.
+// The one place an ncclResult_t becomes a Status, as cuda_status.h is for
+// cudaError_t: every NCCL call (the trainer's NCCL communicator, the health
+// probe) is converted here, with one mapping of NCCL's results to our codes.
+// Header-only so that common/ itself links no NCCL library; include it only
+// where <nccl.h> is available (compiled with HOLDFAST_HAVE_NCCL).
 #pragma once
 
 #include <nccl.h>
