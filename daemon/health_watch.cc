@@ -9,7 +9,8 @@
 
 namespace holdfast {
 
-HealthWatch::HealthWatch(boost::asio::io_context* io, const JobConfig* job) : job_(job), timer_(*io) {}
+HealthWatch::HealthWatch(boost::asio::io_context* io, const JobConfig* job, const TimeSource* clock)
+    : clock_(clock), job_(job), timer_(*io) {}
 
 Status HealthWatch::SetUp() {
   auto cfg = health::ParseHealthConfig(job_->text, job_->source);
@@ -26,7 +27,7 @@ Status HealthWatch::SetUp() {
   paths_.sysfs_root = job_->supervise.health_sysfs_root;
   if (job_->supervise.health_poll_s > 0) {
     monitor_ = std::make_unique<health::HealthMonitor>(cfg_, paths_);
-    (void)monitor_->Poll(std::chrono::steady_clock::now());  // the baseline for counter deltas
+    (void)monitor_->Poll(Now());  // the baseline for counter deltas
   }
   return Status::Ok();
 }
@@ -61,7 +62,7 @@ void HealthWatch::Arm() {
   timer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(job_->supervise.health_poll_s * 1000)));
   timer_.async_wait([this](const boost::system::error_code& e) {
     if (e || stopped_) return;
-    health::HealthMonitor::PollResult poll = monitor_->Poll(std::chrono::steady_clock::now());
+    health::HealthMonitor::PollResult poll = monitor_->Poll(Now());
     if (!poll.changed.empty() && on_change_) on_change_(poll.changed, Decide(poll.results));
     Arm();
   });

@@ -7,6 +7,7 @@
 // Thread-safety: loop thread only.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include <boost/asio.hpp>
 
 #include "common/status.h"
+#include "common/time_source.h"
 #include "daemon/job_config.h"
 #include "health/check.h"
 #include "health/config.h"
@@ -31,7 +33,8 @@ class HealthWatch {
   using OnChange = std::function<void(const std::vector<health::CheckResult>& changed, const health::Decision& decision)>;
 
   // `io` and `job` are not owned and must outlive the watch.
-  HealthWatch(boost::asio::io_context* io, const JobConfig* job);
+  // `clock` (not owned, outlives this) times the counter deltas of the periodic checks.
+  HealthWatch(boost::asio::io_context* io, const JobConfig* job, const TimeSource* clock = RealTimeSource::Get());
 
   // Reads the [health] sections (and the checkpoint root for the disk checks).
   Status SetUp();
@@ -42,6 +45,11 @@ class HealthWatch {
   void Stop();
 
  private:
+  // The monitor's time: CLOCK_MONOTONIC as a steady_clock reading.
+  std::chrono::steady_clock::time_point Now() const {
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(clock_->MonotonicNs()));
+  }
+  const TimeSource* clock_;  // not owned
   void Arm();
 
   const JobConfig* job_;  // not owned

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/time_source.h"
+
 namespace holdfast {
 namespace {
 
@@ -129,11 +131,13 @@ Result<std::unique_ptr<RunLock>> RunLock::Acquire(const std::string& run_dir, bo
 
 Result<std::unique_ptr<RunLock>> RunLock::AcquireWithin(const std::string& run_dir, std::chrono::milliseconds timeout,
                                                         int node_id) {
-  const auto start = std::chrono::steady_clock::now();
+  // Real time: this waits for another process (the time source's real clock, not an injected one).
+  const TimeSource* real = RealTimeSource::Get();
+  const int64_t start_ns = real->MonotonicNs();
   for (;;) {
     auto lock = Acquire(run_dir, /*wait=*/false, node_id);
     if (lock.ok() || lock.status().code() != StatusCode::kFailedPrecondition) return lock;
-    const auto waited = std::chrono::steady_clock::now() - start;
+    const auto waited = std::chrono::nanoseconds(real->MonotonicNs() - start_ns);
     if (waited >= timeout) {
       const auto s = std::chrono::duration_cast<std::chrono::seconds>(waited).count();
       return FailedPreconditionError(lock.status().message() + " (waited " + std::to_string(s) + " s for it to exit)");

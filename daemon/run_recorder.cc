@@ -41,19 +41,13 @@ Result<std::unique_ptr<RunRecorder>> RunRecorder::Open(const RecorderOptions& op
   return r;
 }
 
-Status RunRecorder::OpenRun() {
-  const JobConfig& job = *opts_.job;
-  LineageOptions lo;
-  lo.journal_mode = job.journal_mode;
-  lo.clock = [c = clock_] { return c->UnixMs(); };
-  HF_ASSIGN_OR_RETURN(db_, LineageDb::Open(opts_.run_dir + "/lineage.db", lo));
+Result<std::optional<RunRecord>> RunRecorder::RunToContinue(std::string* kind) {
   std::optional<RunRecord> existing;
-  std::string kind;
   if (!opts_.resume_run.empty()) {
     auto r = db_->FindRun(opts_.resume_run);
     if (!r.ok()) return r.status().WithContext("resume " + opts_.resume_run);
     existing = *r;
-    kind = event_kind::kResume;
+    *kind = event_kind::kResume;
   } else if (opts_.allocation.scheduler == SchedulerKind::kSlurm) {
     // Under Slurm the run directory is the run: a requeued or rerun job finds
     // its run by job id, whatever its last attempt ended as; a new submission
@@ -66,17 +60,28 @@ Status RunRecorder::OpenRun() {
     }
     if (found) {
       existing = *found;
-      kind = found->state == RunState::kRunning ? event_kind::kDaemonRestart : event_kind::kResume;
+      *kind = found->state == RunState::kRunning ? event_kind::kDaemonRestart : event_kind::kResume;
     }
   } else {
     auto r = db_->LatestRun();
     if (r.ok() && (r->state == RunState::kRunning || r->state == RunState::kPreempted)) {
       existing = *r;  // an unfinished run in this directory: this daemon continues it
-      kind = r->state == RunState::kRunning ? event_kind::kDaemonRestart : event_kind::kResume;
+      *kind = r->state == RunState::kRunning ? event_kind::kDaemonRestart : event_kind::kResume;
     } else if (!r.ok() && r.status().code() != StatusCode::kNotFound) {
       return r.status();
     }
   }
+  return existing;
+}
+
+Status RunRecorder::OpenRun() {
+  const JobConfig& job = *opts_.job;
+  LineageOptions lo;
+  lo.journal_mode = job.journal_mode;
+  lo.clock = [c = clock_] { return c->UnixMs(); };
+  HF_ASSIGN_OR_RETURN(db_, LineageDb::Open(opts_.run_dir + "/lineage.db", lo));
+  std::string kind;
+  HF_ASSIGN_OR_RETURN(const std::optional<RunRecord> existing, RunToContinue(&kind));
   const std::vector<std::string> hosts = opts_.allocation.hosts();
   if (existing.has_value()) {
     run_id_ = existing->run_id;
@@ -517,12 +522,13 @@ void RunRecorder::Flush() {
 
 void RunRecorder::FlushBeforeExit() {
   // Real time, not the injected clock: this waits for another process.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kExitWaitMs);
+  const TimeSource* real = RealTimeSource::Get();
+  const int64_t deadline_ns = real->MonotonicNs() + int64_t{kExitWaitMs} * 1'000'000;
   if (!held_.empty()) {
     spdlog::warn("lineage.db is still locked; waiting up to {} s to write {} held record(s)", kExitWaitMs / 1000,
                  held_.size());
   }
-  while (!held_.empty() && std::chrono::steady_clock::now() < deadline) {
+  while (!held_.empty() && real->MonotonicNs() < deadline_ns) {
     Flush();
     if (!held_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }

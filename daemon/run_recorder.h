@@ -133,6 +133,10 @@ class RunRecorder {
  private:
   RunRecorder(const RecorderOptions& options, const TimeSource* clock);
   Status OpenRun();
+  // The run this daemon continues (--resume, the Slurm job's, or this
+  // directory's unfinished one), nullopt for a new run; *kind is the event
+  // that says so (resume or daemon_restart).
+  Result<std::optional<RunRecord>> RunToContinue(std::string* kind);
   // The run that has an attempt of Slurm job `job_id` (newest first), if any.
   Result<std::optional<RunRecord>> RunOfSlurmJob(const std::string& job_id);
   void RecordCommitted(int64_t step, int world_size);

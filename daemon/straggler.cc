@@ -83,6 +83,38 @@ StragglerVerdict StragglerDetector::Observe(int64_t now_ns, const std::vector<Ra
   return verdict;
 }
 
+void StragglerDetector::AccountWaits(const std::vector<CollectiveRecord>& ring, int64_t split_at, Track* t,
+                                     int64_t* wait_before, int64_t* wait_after) {
+  // Blocked time: for each completion not yet accounted, the time since the
+  // rank's previous event (it could not issue or complete anything while
+  // blocked), or since it was seen starting to wait on that collective.
+  struct Event {
+    int64_t t;
+    bool done;
+    uint64_t seq;
+  };
+  std::vector<Event> events;
+  events.reserve(ring.size() * 2);
+  for (const CollectiveRecord& e : ring) {
+    events.push_back({e.issued_ns, false, e.seq});
+    if (e.completed_ns != 0) events.push_back({e.completed_ns, true, e.seq});
+  }
+  // At equal times an issue sorts first: it cannot have happened while blocked.
+  std::stable_sort(events.begin(), events.end(),
+                   [](const Event& a, const Event& b) { return a.t != b.t ? a.t < b.t : !a.done && b.done; });
+  int64_t last_event = INT64_MIN;
+  for (const Event& ev : events) {
+    if (ev.done && ev.t > t->accounted_until_ns) {
+      int64_t from = std::max(last_event, t->accounted_until_ns);
+      if (ev.seq == t->wait_seq) from = std::max(from, t->wait_started_ns);
+      from = std::min(from, ev.t);
+      Split(from, ev.t, split_at, wait_before, wait_after);
+      t->accounted_until_ns = ev.t;
+    }
+    last_event = std::max(last_event, ev.t);
+  }
+}
+
 void StragglerDetector::ObserveRank(int64_t now_ns, const RankView& view, Track* t) {
   if (!view.alive || !view.progress.valid || view.progress.torn) return;
   if (view.progress.step < 0) return;  // not a count of completed steps
@@ -141,34 +173,7 @@ void StragglerDetector::ObserveRank(int64_t now_ns, const RankView& view, Track*
     t->wait_started_ns = p.phase_started_ns;
   }
 
-  // Blocked time: for each completion not yet accounted, the time since the
-  // rank's previous event (it could not issue or complete anything while
-  // blocked), or since it was seen starting to wait on that collective.
-  struct Event {
-    int64_t t;
-    bool done;
-    uint64_t seq;
-  };
-  std::vector<Event> events;
-  events.reserve(ring.size() * 2);
-  for (const CollectiveRecord& e : ring) {
-    events.push_back({e.issued_ns, false, e.seq});
-    if (e.completed_ns != 0) events.push_back({e.completed_ns, true, e.seq});
-  }
-  // At equal times an issue sorts first: it cannot have happened while blocked.
-  std::stable_sort(events.begin(), events.end(),
-                   [](const Event& a, const Event& b) { return a.t != b.t ? a.t < b.t : !a.done && b.done; });
-  int64_t last_event = INT64_MIN;
-  for (const Event& ev : events) {
-    if (ev.done && ev.t > t->accounted_until_ns) {
-      int64_t from = std::max(last_event, t->accounted_until_ns);
-      if (ev.seq == t->wait_seq) from = std::max(from, t->wait_started_ns);
-      from = std::min(from, ev.t);
-      Split(from, ev.t, split_at, &wait_before, &wait_after);
-      t->accounted_until_ns = ev.t;
-    }
-    last_event = std::max(last_event, ev.t);
-  }
+  AccountWaits(ring, split_at, t, &wait_before, &wait_after);
   if (!ring.empty()) t->max_seq = std::max(t->max_seq, ring.back().seq);
 
   if (!stepped) {
@@ -203,6 +208,10 @@ void StragglerDetector::ObserveRank(int64_t now_ns, const RankView& view, Track*
     t->step = p.step;
   }
 
+  UpdatePace(now_ns, view.rank, t);
+}
+
+void StragglerDetector::UpdatePace(int64_t now_ns, int rank, Track* t) const {
   // Slide the window, keeping at least min_samples.
   const int64_t window_ns = static_cast<int64_t>(config_.window_s * 1e9);
   while (t->samples.size() > static_cast<size_t>(std::max(config_.min_samples, 1)) &&
@@ -215,7 +224,7 @@ void StragglerDetector::ObserveRank(int64_t now_ns, const RankView& view, Track*
     return;
   }
   RankPace pace;
-  pace.rank = view.rank;
+  pace.rank = rank;
   pace.samples = static_cast<int>(t->samples.size());
   int64_t steps = 0;
   std::vector<double> step_ms, period_ms, compute_ms, wait_ms;

@@ -138,6 +138,12 @@ class StragglerDetector {
   };
 
   void ObserveRank(int64_t now_ns, const RankView& view, Track* track);
+  // Blocked time since the last look, from the ring's completions, split at
+  // `split_at` (a step's end) into the sample before and the one after.
+  static void AccountWaits(const std::vector<CollectiveRecord>& ring, int64_t split_at, Track* track,
+                           int64_t* wait_before, int64_t* wait_after);
+  // Slides the track's window and recomputes its pace (none below min_samples).
+  void UpdatePace(int64_t now_ns, int rank, Track* track) const;
   void Assess(int64_t now_ns, StragglerVerdict* verdict);
   // Rank `rank`'s compute p50 over the median of the others' (with paces).
   double RatioOf(int rank, double* own_ms, double* others_ms) const;

@@ -184,6 +184,58 @@ std::string DescribeWaitStatus(int wstatus) {
 // A follower's report older than this (and than half the stall) marks its node silent.
 constexpr double kSilentNodeMinS = 2.0;
 
+namespace {
+
+// Nodes that sent nothing for much of the stall: their ranks are the culprits.
+void BlameSilentNodes(int64_t now_ns, const std::vector<RankView>& ranks, const std::vector<int>& silent,
+                      const std::vector<std::string>& silent_hosts, double silent_s, uint64_t w,
+                      const std::string& kind, TriageReport* report) {
+  TriageReport& inc = *report;
+  inc.culprits = silent;
+  std::string hosts;
+  for (const std::string& h : silent_hosts) hosts += (hosts.empty() ? "" : ", ") + h;
+  std::string line = hosts + (silent_hosts.size() == 1 ? " has" : " have") + " sent nothing for " +
+                     Fixed1(silent_s) + " s (cut off from the network, or its holdfastd is stuck)";
+  for (const RankView& r : ranks) {
+    if (std::find(silent.begin(), silent.end(), r.rank) != silent.end()) {
+      line += "; rank " + std::to_string(r.rank) + " last reported " + Doing(now_ns, r);
+    }
+  }
+  std::vector<int> others;
+  for (const RankView& r : ranks) {
+    if (std::find(silent.begin(), silent.end(), r.rank) == silent.end()) others.push_back(r.rank);
+  }
+  line += "; " + std::string(others.size() == 1 ? "rank " : "ranks ") + RankList(others) +
+          (w != 0 ? " waiting in " + kind + " #" + std::to_string(w) : std::string(" waiting for it"));
+  inc.summary = line;
+}
+
+// Nobody is in a collective: a stopped process, or the slowest compute.
+void BlameCompute(int64_t now_ns, const std::vector<RankView>& ranks, TriageReport* report) {
+  TriageReport& inc = *report;
+  for (const RankView& r : ranks) {
+    if (ProcStateWords(r.proc_state) != nullptr || !r.progress.valid) inc.culprits.push_back(r.rank);
+  }
+  if (inc.culprits.empty()) {
+    const RankView* slowest = nullptr;
+    for (const RankView& r : ranks) {
+      if (slowest == nullptr || r.progress.phase_started_ns < slowest->progress.phase_started_ns) {
+        slowest = &r;
+      }
+    }
+    if (slowest != nullptr) inc.culprits.push_back(slowest->rank);
+  }
+  std::string line;
+  for (int c : inc.culprits) {
+    for (const RankView& r : ranks) {
+      if (r.rank == c) line += std::string(line.empty() ? "" : "; ") + "rank " + std::to_string(c) + " " + Doing(now_ns, r);
+    }
+  }
+  inc.summary = line + "; no rank is in a collective";
+}
+
+}  // namespace
+
 TriageReport TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const HangDetector::Verdict& verdict) {
   TriageReport inc;
   inc.event = event_kind::kHang;
@@ -221,23 +273,7 @@ TriageReport TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, cons
     }
   }
   if (!silent.empty() && silent.size() < ranks.size()) {
-    inc.culprits = silent;
-    std::string hosts;
-    for (const std::string& h : silent_hosts) hosts += (hosts.empty() ? "" : ", ") + h;
-    std::string line = hosts + (silent_hosts.size() == 1 ? " has" : " have") + " sent nothing for " +
-                       Fixed1(silent_s) + " s (cut off from the network, or its holdfastd is stuck)";
-    for (const RankView& r : ranks) {
-      if (std::find(silent.begin(), silent.end(), r.rank) != silent.end()) {
-        line += "; rank " + std::to_string(r.rank) + " last reported " + Doing(now_ns, r);
-      }
-    }
-    std::vector<int> others;
-    for (const RankView& r : ranks) {
-      if (std::find(silent.begin(), silent.end(), r.rank) == silent.end()) others.push_back(r.rank);
-    }
-    line += "; " + std::string(others.size() == 1 ? "rank " : "ranks ") + RankList(others) +
-            (w != 0 ? " waiting in " + kind + " #" + std::to_string(w) : std::string(" waiting for it"));
-    inc.summary = line;
+    BlameSilentNodes(now_ns, ranks, silent, silent_hosts, silent_s, w, kind, &inc);
   } else if (w != 0) {
     for (const RankView& r : ranks) {
       if (!r.progress.valid || r.progress.collectives_issued < w) {
@@ -283,26 +319,7 @@ TriageReport TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, cons
             " for " + Fixed1(wait_s) + " s";
     inc.summary = line;
   } else {
-    // Nobody is in a collective: a stopped process, or the slowest compute.
-    for (const RankView& r : ranks) {
-      if (ProcStateWords(r.proc_state) != nullptr || !r.progress.valid) inc.culprits.push_back(r.rank);
-    }
-    if (inc.culprits.empty()) {
-      const RankView* slowest = nullptr;
-      for (const RankView& r : ranks) {
-        if (slowest == nullptr || r.progress.phase_started_ns < slowest->progress.phase_started_ns) {
-          slowest = &r;
-        }
-      }
-      if (slowest != nullptr) inc.culprits.push_back(slowest->rank);
-    }
-    std::string line;
-    for (int c : inc.culprits) {
-      for (const RankView& r : ranks) {
-        if (r.rank == c) line += std::string(line.empty() ? "" : "; ") + "rank " + std::to_string(c) + " " + Doing(now_ns, r);
-      }
-    }
-    inc.summary = line + "; no rank is in a collective";
+    BlameCompute(now_ns, ranks, &inc);
   }
   inc.summary += " (no step for " + Fixed1(verdict.stalled_s) + " s; " + verdict.allowance + " allowance " +
                  Fixed1(verdict.timeout_s) + " s)";
