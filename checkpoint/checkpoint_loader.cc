@@ -158,17 +158,19 @@ const char* InspectDepthName(InspectDepth depth) {
   return "?";
 }
 
+std::optional<std::string> CheckpointLoader::CorruptReason(const std::string& dir) const {
+  auto marker = storage_->OpenReadable(dir + "/" + kCorruptMarkerFileName);
+  if (!marker.ok()) return std::nullopt;
+  std::string text(static_cast<size_t>(std::min<uint64_t>((*marker)->size(), 4096)), '\0');
+  if (!text.empty() && !(*marker)->ReadAt(0, text.size(), text.data()).ok()) text.clear();
+  return text.substr(0, text.find_first_of("\r\n"));
+}
+
 Result<Manifest> CheckpointLoader::Inspect(int64_t step, InspectDepth depth, const LoadOptions& options) const {
   const std::string dir = StepDir(step);
-  {
-    // A trainer that found the step corrupt marked it: it never loads again.
-    auto marker = storage_->OpenReadable(dir + "/" + kCorruptMarkerFileName);
-    if (marker.ok()) {
-      std::string why(static_cast<size_t>(std::min<uint64_t>((*marker)->size(), 4096)), '\0');
-      if (!why.empty() && !(*marker)->ReadAt(0, why.size(), why.data()).ok()) why.clear();
-      while (!why.empty() && (why.back() == '\n' || why.back() == '\r')) why.pop_back();
-      return CorruptionError(dir + " is marked corrupt by a trainer" + (why.empty() ? "" : ": " + why));
-    }
+  // A trainer that found the step corrupt marked it: it never loads again.
+  if (const std::optional<std::string> why = CorruptReason(dir)) {
+    return CorruptionError(dir + " is marked corrupt by a trainer" + (why->empty() ? "" : ": " + *why));
   }
   HF_ASSIGN_OR_RETURN(Manifest m, ReadManifest(step));
   if (depth == InspectDepth::kManifest) return m;

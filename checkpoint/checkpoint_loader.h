@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -207,6 +208,12 @@ class CheckpointLoader {
   static int VerifyingRank(int shard, int saved_world, int world_size);
 
   std::string StepDir(int64_t step) const;
+
+  // The one reader of a corrupt marker (kCorruptMarkerFileName): the reason a
+  // trainer wrote into folder `dir` (a step folder, or one moved aside) when
+  // it found it corrupt — its first line ("" when it wrote none); nullopt when
+  // `dir` is not marked.
+  std::optional<std::string> CorruptReason(const std::string& dir) const;
 
  private:
   // The manifest of step, checked against options.expected_world_size.

@@ -30,12 +30,14 @@ std::vector<int64_t> CheckpointTracker::StepsOnDisk() const {
   return out;
 }
 
+namespace {
+// A marked folder's reason as lineage records it.
+std::string ReasonOf(const std::string& written) { return written.empty() ? "marked corrupt by a trainer" : written; }
+}  // namespace
+
 std::string CheckpointTracker::CorruptMark(int64_t step) const {
-  std::ifstream in(std::filesystem::path(StepDir(step)) / kCorruptMarkerFileName);
-  if (!in) return "";
-  std::string reason;
-  std::getline(in, reason);
-  return reason.empty() ? "marked corrupt by a trainer" : reason;
+  const std::optional<std::string> why = CheckpointLoader(root_).CorruptReason(StepDir(step));
+  return why ? ReasonOf(*why) : "";
 }
 
 std::vector<CheckpointTracker::CorruptFolder> CheckpointTracker::CorruptFolders() const {
@@ -47,11 +49,9 @@ std::vector<CheckpointTracker::CorruptFolder> CheckpointTracker::CorruptFolders(
     int64_t step = ParseCorruptStepDirName(name);
     if (step < 0) step = ParseStepDirName(name);
     if (step < 0) continue;
-    std::ifstream in(e.path() / kCorruptMarkerFileName);
-    if (!in) continue;
-    std::string reason;
-    std::getline(in, reason);
-    out.push_back({step, e.path().string(), reason.empty() ? "marked corrupt by a trainer" : reason});
+    const std::optional<std::string> why = CheckpointLoader(root_).CorruptReason(e.path().string());
+    if (!why) continue;
+    out.push_back({step, e.path().string(), ReasonOf(*why)});
   }
   return out;
 }
