@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/time_source.h"
+#include "daemon/asio_timer.h"
 #include "daemon/exit_codes.h"
 #include "daemon/follower.h"
 #include "daemon/job_config.h"
@@ -177,6 +178,7 @@ int main(int argc, char** argv) {
 
   boost::asio::io_context io;
   const TimeSource* clock = RealTimeSource::Get();
+  AsioTimerFactory timers(&io);
   auto fail = [](const Status& s) {
     spdlog::error("{}", s.ToString());
     return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kFailedPrecondition ||
@@ -189,7 +191,7 @@ int main(int argc, char** argv) {
     fo.run_dir = run_dir;
     fo.job = std::move(job).value();
     fo.allocation = *alloc;
-    Follower follower(&io, std::move(fo), &scheduler, clock);
+    Follower follower(&io, std::move(fo), &scheduler, clock, &timers);
     if (Status s = follower.Start(); !s.ok()) return fail(s);
     io.run();
     return follower.exit_code();
@@ -203,7 +205,7 @@ int main(int argc, char** argv) {
   so.cluster_port = cluster_port;
   so.metrics_addr = metrics_addr;
   so.metrics_textfile = metrics_textfile;
-  Supervisor supervisor(&io, std::move(so), &scheduler, clock);
+  Supervisor supervisor(&io, std::move(so), &scheduler, clock, &timers);
   if (Status s = supervisor.Start(); !s.ok()) return fail(s);
   io.run();
   return supervisor.exit_code();
