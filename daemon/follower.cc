@@ -25,15 +25,16 @@ namespace asio = boost::asio;
 
 class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
  public:
-  Impl(asio::io_context* io, FollowerOptions options, Scheduler* scheduler, const TimeSource* clock)
+  Impl(asio::io_context* io, FollowerOptions options, Scheduler* scheduler, const TimeSource* clock,
+       TimerFactory* timers)
       : io_(*io),
         opts_(std::move(options)),
         scheduler_(scheduler),
         clock_(clock),
         signals_(io_),
-        poll_timer_(io_),
-        kill_timer_(io_),
-        retry_timer_(io_),
+        poll_timer_(timers->NewTimer()),
+        kill_timer_(timers->NewTimer()),
+        retry_timer_(timers->NewTimer()),
         ranks_(&opts_.job, opts_.run_dir),
         health_(&io_, &opts_.job) {}
 
@@ -60,7 +61,7 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   Scheduler* scheduler_;     // not owned
   const TimeSource* clock_;  // not owned
   DaemonSignals signals_;
-  asio::steady_timer poll_timer_, kill_timer_, retry_timer_;
+  std::unique_ptr<Timer> poll_timer_, kill_timer_, retry_timer_;
   RankGroup ranks_;
   HealthWatch health_;
   std::shared_ptr<LineConnection> conn_;
@@ -146,10 +147,7 @@ void Follower::Impl::Connect() {
         self->Done(kDaemonExitFailed);
         return;
       }
-      self->retry_timer_.expires_after(std::chrono::milliseconds(100));
-      self->retry_timer_.async_wait([self](const boost::system::error_code& te) {
-        if (!te) self->Connect();
-      });
+      self->retry_timer_->Arm(0.1, [self] { self->Connect(); });
       return;
     }
     ::fcntl(sock->native_handle(), F_SETFD, FD_CLOEXEC);
@@ -198,7 +196,7 @@ void Follower::Impl::OnMessage(const ClusterMessage& msg) {
       RemoveProgressRecords(opts_.job.supervise.progress_dir, run_id_, &mine);
     }
     generation_ = m->generation;
-    kill_timer_.cancel();  // the previous generation's
+    kill_timer_->Cancel();  // the previous generation's
     GenerationSpec spec;
     spec.run_id = m->run_id;
     spec.attempt = m->attempt;
@@ -253,16 +251,14 @@ void Follower::Impl::StopRanks(double grace_s) {
   if (!ranks_.AnyAlive()) return;
   ranks_.SignalAll(SIGTERM);
   ranks_.SignalAll(SIGCONT);
-  kill_timer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
-  kill_timer_.async_wait([self = shared_from_this(), gen = generation_](const boost::system::error_code& e) {
-    if (!e && self->generation_ == gen) self->ranks_.Kill({});
+  kill_timer_->Arm(grace_s, [self = shared_from_this(), gen = generation_] {
+    if (self->generation_ == gen) self->ranks_.Kill({});
   });
 }
 
 void Follower::Impl::ArmPoll() {
-  poll_timer_.expires_after(std::chrono::milliseconds(opts_.job.supervise.poll_ms));
-  poll_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
-    if (e || self->done_) return;
+  poll_timer_->Arm(opts_.job.supervise.poll_ms / 1000.0, [self = shared_from_this()] {
+    if (self->done_) return;
     self->Reap();
     if (self->conn_ && self->generation_ >= 0) {
       self->Send(ProgressMsg{self->generation_, self->ranks_.Views(self->node(), self->host())});
@@ -273,7 +269,7 @@ void Follower::Impl::ArmPoll() {
 
 void Follower::Impl::Reap() {
   for (ReapedRank& r : ranks_.Reap()) {
-    if (!ranks_.AnyAlive()) kill_timer_.cancel();
+    if (!ranks_.AnyAlive()) kill_timer_->Cancel();
     RankExitMsg x;
     x.generation = generation_;
     x.rank = r.rank;
@@ -289,8 +285,8 @@ void Follower::Impl::Done(int code) {
   done_ = true;
   exit_code_ = code;
   spdlog::info("node {} done", node());
-  poll_timer_.cancel();
-  retry_timer_.cancel();
+  poll_timer_->Cancel();
+  retry_timer_->Cancel();
   health_.Stop();
   signals_.Stop();
   if (conn_) conn_->Close("finished");
@@ -308,12 +304,12 @@ void Follower::Impl::WaitForRanksThenStop() {
     io_.stop();
     return;
   }
-  poll_timer_.expires_after(std::chrono::milliseconds(50));
-  poll_timer_.async_wait([self = shared_from_this()](const boost::system::error_code&) { self->WaitForRanksThenStop(); });
+  poll_timer_->Arm(0.05, [self = shared_from_this()] { self->WaitForRanksThenStop(); });
 }
 
-Follower::Follower(boost::asio::io_context* io, FollowerOptions options, Scheduler* scheduler, const TimeSource* clock)
-    : impl_(std::make_shared<Impl>(io, std::move(options), scheduler, clock)) {}
+Follower::Follower(boost::asio::io_context* io, FollowerOptions options, Scheduler* scheduler, const TimeSource* clock,
+                   TimerFactory* timers)
+    : impl_(std::make_shared<Impl>(io, std::move(options), scheduler, clock, timers)) {}
 Follower::~Follower() = default;
 Status Follower::Start() { return impl_->Start(); }
 int Follower::exit_code() const { return impl_->exit_code(); }

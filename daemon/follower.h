@@ -5,6 +5,9 @@
 // them, kill a hang's culprits — and reports progress, rank exits and health
 // changes back. It decides nothing about the run: every decision is the
 // leader's (daemon/run_controller.h). Losing the leader stops its ranks.
+// Its timers (poll, kill grace, connect retry) come from the injected
+// TimerFactory, so it runs in a unit test on a fake clock
+// (daemon/follower_test.cc).
 //
 // Thread-safety: loop thread only.
 #pragma once
@@ -14,6 +17,7 @@
 
 #include "common/status.h"
 #include "common/time_source.h"
+#include "common/timer.h"
 #include "daemon/job_config.h"
 #include "scheduler/scheduler.h"
 
@@ -31,8 +35,10 @@ struct FollowerOptions {
 
 class Follower {
  public:
-  // `io`, `scheduler` and `clock` are not owned and must outlive the Follower.
-  Follower(boost::asio::io_context* io, FollowerOptions options, Scheduler* scheduler, const TimeSource* clock);
+  // `io`, `scheduler`, `clock` and `timers` are not owned and must outlive the
+  // Follower; `timers` makes timers that fire on `io`'s thread (as for the Supervisor).
+  Follower(boost::asio::io_context* io, FollowerOptions options, Scheduler* scheduler, const TimeSource* clock,
+           TimerFactory* timers);
   ~Follower();
   Status Start();
   int exit_code() const;

@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/time_source.h"
+#include "daemon/asio_timer.h"
 #include "daemon/exit_codes.h"
 #include "daemon/follower.h"
 #include "daemon/job_config.h"
@@ -36,6 +37,84 @@ namespace {
 int Usage(const std::string& message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
   return holdfast::kDaemonExitUsage;
+}
+
+// The scheduler --scheduler names ("auto": Slurm inside a Slurm job step);
+// an error is a usage error whose message says what to change.
+holdfast::Result<std::unique_ptr<holdfast::Scheduler>> MakeScheduler(const std::string& scheduler_name,
+                                                                     const holdfast::LocalSchedulerOptions& local,
+                                                                     const std::string& run_dir,
+                                                                     const std::string& requeue_path,
+                                                                     double slurm_timeout_s) {
+  using namespace holdfast;
+  const bool in_slurm_job = std::getenv("SLURM_JOB_ID") != nullptr && std::getenv("SLURM_STEP_ID") != nullptr;
+  const bool use_slurm = scheduler_name == "slurm" || (scheduler_name == "auto" && in_slurm_job);
+  if (use_slurm) {
+#ifdef HOLDFAST_HAVE_SLURM
+    if (local.nodes != 1 || local.node_id != 0 || !local.leader.empty() || !local.host.empty()) {
+      return holdfast::InvalidArgumentError("--nodes, --node-id, --leader and --host come from Slurm under --scheduler slurm: drop them "
+                   "(or use --scheduler local)");
+    }
+    SlurmSchedulerOptions so;
+    so.run_dir = run_dir;
+    so.addr = local.addr;
+    so.requeue_path = ParseRequeuePath(requeue_path).value();
+    so.rpc_deadline_s = slurm_timeout_s;
+    return std::unique_ptr<Scheduler>(std::make_unique<SlurmScheduler>(so));
+#else
+    return holdfast::InvalidArgumentError("this holdfastd was built without libslurm (install libslurm-dev and rebuild), so --scheduler slurm "
+                 "is not available; use --scheduler local");
+#endif
+  } else {
+    return std::unique_ptr<Scheduler>(std::make_unique<LocalScheduler>(local));
+  }
+}
+
+// The job config of the recorded run `resume` names, as lineage keeps it: its
+// file when still there, else a copy of the recorded text in the run dir.
+holdfast::Result<std::string> RecordedConfigPath(const std::string& run_dir, const std::string& resume) {
+  using namespace holdfast;
+  LineageOptions lo;
+  lo.read_only = true;
+  auto db = LineageDb::Open(run_dir + "/lineage.db", lo);
+  auto run = db.ok() ? (*db)->FindRun(resume) : Result<RunRecord>(db.status());
+  if (!run.ok()) return run.status();
+  std::string config_path = run->config_path;
+  if (!std::filesystem::exists(config_path)) {
+    config_path = run_dir + "/job-" + run->run_id + ".toml";
+    std::ofstream(config_path) << run->config_text;
+  }
+  return config_path;
+}
+
+// Runs this node's daemon — the leader's Supervisor, or a Follower (the
+// allocation says which) — on one event loop until the run is over.
+int RunDaemon(holdfast::SupervisorOptions so, holdfast::Scheduler* scheduler) {
+  using namespace holdfast;
+  boost::asio::io_context io;
+  const TimeSource* clock = RealTimeSource::Get();
+  AsioTimerFactory timers(&io);
+  auto fail = [](const Status& s) {
+    spdlog::error("{}", s.ToString());
+    return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kFailedPrecondition ||
+                   s.code() == StatusCode::kNotFound
+               ? kDaemonExitUsage
+               : kDaemonExitFailed;
+  };
+  if (!so.allocation.leader()) {
+    FollowerOptions fo;
+    fo.run_dir = so.run_dir;
+    fo.job = std::move(so.job);
+    fo.allocation = so.allocation;
+    Follower follower(&io, std::move(fo), scheduler, clock, &timers);
+    if (Status s = follower.Start(); !s.ok()) return fail(s);
+    io.run();
+    return follower.exit_code();
+  }
+  Supervisor supervisor(&io, std::move(so), scheduler, clock, &timers);
+  if (Status s = supervisor.Start(); !s.ok()) return fail(s);
+  io.run();
+  return supervisor.exit_code();
 }
 
 }  // namespace
@@ -110,29 +189,9 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(run_dir, ec);
   if (ec) return Usage("cannot create run dir " + run_dir + ": " + ec.message());
 
-  const bool in_slurm_job = std::getenv("SLURM_JOB_ID") != nullptr && std::getenv("SLURM_STEP_ID") != nullptr;
-  const bool use_slurm = scheduler_name == "slurm" || (scheduler_name == "auto" && in_slurm_job);
-  std::unique_ptr<Scheduler> scheduler_owner;
-  if (use_slurm) {
-#ifdef HOLDFAST_HAVE_SLURM
-    if (local.nodes != 1 || local.node_id != 0 || !local.leader.empty() || !local.host.empty()) {
-      return Usage("--nodes, --node-id, --leader and --host come from Slurm under --scheduler slurm: drop them "
-                   "(or use --scheduler local)");
-    }
-    SlurmSchedulerOptions so;
-    so.run_dir = run_dir;
-    so.addr = local.addr;
-    so.requeue_path = ParseRequeuePath(requeue_path).value();
-    so.rpc_deadline_s = slurm_timeout_s;
-    scheduler_owner = std::make_unique<SlurmScheduler>(so);
-#else
-    return Usage("this holdfastd was built without libslurm (install libslurm-dev and rebuild), so --scheduler slurm "
-                 "is not available; use --scheduler local");
-#endif
-  } else {
-    scheduler_owner = std::make_unique<LocalScheduler>(local);
-  }
-  Scheduler& scheduler = *scheduler_owner;
+  auto scheduler_owner = MakeScheduler(scheduler_name, local, run_dir, requeue_path, slurm_timeout_s);
+  if (!scheduler_owner.ok()) return Usage(scheduler_owner.status().message());
+  Scheduler& scheduler = **scheduler_owner;
   auto alloc = scheduler.Discover();
   if (!alloc.ok()) return Usage(alloc.status().message());
   if (alloc->this_node > 0) {
@@ -142,17 +201,9 @@ int main(int argc, char** argv) {
 
   if (config_path.empty()) {
     if (resume.empty()) return Usage("--config job.toml is required (or --resume RUN to continue a recorded run)");
-    // The run's own job config, as recorded in lineage.
-    LineageOptions lo;
-    lo.read_only = true;
-    auto db = LineageDb::Open(run_dir + "/lineage.db", lo);
-    auto run = db.ok() ? (*db)->FindRun(resume) : Result<RunRecord>(db.status());
-    if (!run.ok()) return Usage("cannot resume " + resume + ": " + run.status().message());
-    config_path = run->config_path;
-    if (!std::filesystem::exists(config_path)) {
-      config_path = run_dir + "/job-" + run->run_id + ".toml";
-      std::ofstream(config_path) << run->config_text;
-    }
+    auto recorded = RecordedConfigPath(run_dir, resume);
+    if (!recorded.ok()) return Usage("cannot resume " + resume + ": " + recorded.status().message());
+    config_path = *recorded;
   }
   auto job = LoadJobConfig(config_path);
   if (!job.ok()) return Usage(job.status().message());
@@ -175,25 +226,6 @@ int main(int argc, char** argv) {
     lock = std::move(l).value();
   }
 
-  boost::asio::io_context io;
-  const TimeSource* clock = RealTimeSource::Get();
-  auto fail = [](const Status& s) {
-    spdlog::error("{}", s.ToString());
-    return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kFailedPrecondition ||
-                   s.code() == StatusCode::kNotFound
-               ? kDaemonExitUsage
-               : kDaemonExitFailed;
-  };
-  if (!alloc->leader()) {
-    FollowerOptions fo;
-    fo.run_dir = run_dir;
-    fo.job = std::move(job).value();
-    fo.allocation = *alloc;
-    Follower follower(&io, std::move(fo), &scheduler, clock);
-    if (Status s = follower.Start(); !s.ok()) return fail(s);
-    io.run();
-    return follower.exit_code();
-  }
   SupervisorOptions so;
   so.run_dir = run_dir;
   so.job = std::move(job).value();
@@ -203,8 +235,5 @@ int main(int argc, char** argv) {
   so.cluster_port = cluster_port;
   so.metrics_addr = metrics_addr;
   so.metrics_textfile = metrics_textfile;
-  Supervisor supervisor(&io, std::move(so), &scheduler, clock);
-  if (Status s = supervisor.Start(); !s.ok()) return fail(s);
-  io.run();
-  return supervisor.exit_code();
+  return RunDaemon(std::move(so), &scheduler);
 }

@@ -9,11 +9,16 @@
 //   ControlServer  (control_server.h)   runctl's socket
 //   HealthWatch    (health_watch.h)     this node's health checks
 //   Scheduler      (scheduler/)         the allocation, requeue, drain
-//   RunMetrics     (metrics.h)          Prometheus metrics: /metrics, a textfile
+//   MetricsReporter (metrics_reporter.h) Prometheus metrics: /metrics, a textfile
+//   ClusterMembership (cluster_membership.h) active and spare nodes, the plan,
+//                  hello checks, lost nodes, the followers' views
+//   ControlHandler (control_handler.h)  who may do what on the control socket
 //
 // The followers' side is daemon/follower.h. Both run on one asio event loop
-// (Envoy style): signals through asio::signal_set, timers through
-// steady_timer, nothing blocks the loop for long.
+// (Envoy style): signals through asio::signal_set, timers from the injected
+// TimerFactory (common/timer.h; AsioTimerFactory in holdfastd), the time from
+// the injected TimeSource, nothing blocks the loop for long — so a whole
+// Supervisor runs in a unit test on a fake clock (daemon/supervisor_test.cc).
 //
 // Thread-safety: loop thread only.
 #pragma once
@@ -24,6 +29,7 @@
 
 #include "common/status.h"
 #include "common/time_source.h"
+#include "common/timer.h"
 #include "daemon/job_config.h"
 #include "scheduler/scheduler.h"
 
@@ -47,8 +53,11 @@ struct SupervisorOptions {
 
 class Supervisor {
  public:
-  // `io`, `scheduler` and `clock` are not owned and must outlive the Supervisor.
-  Supervisor(boost::asio::io_context* io, SupervisorOptions options, Scheduler* scheduler, const TimeSource* clock);
+  // `io`, `scheduler`, `clock` and `timers` are not owned and must outlive the
+  // Supervisor; `timers` makes timers that fire on `io`'s thread (holdfastd:
+  // AsioTimerFactory over `io`; tests: FakeTimerFactory over a FakeTimeSource).
+  Supervisor(boost::asio::io_context* io, SupervisorOptions options, Scheduler* scheduler, const TimeSource* clock,
+             TimerFactory* timers);
   ~Supervisor();
 
   // Opens lineage, finds or creates the run, starts the store, the control
