@@ -36,7 +36,7 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
         kill_timer_(timers->NewTimer()),
         retry_timer_(timers->NewTimer()),
         ranks_(&opts_.job, opts_.run_dir),
-        health_(&io_, &opts_.job) {}
+        health_(timers, &opts_.job, clock) {}
 
   Status Start();
   int exit_code() const { return exit_code_; }

@@ -9,8 +9,8 @@
 
 namespace holdfast {
 
-HealthWatch::HealthWatch(boost::asio::io_context* io, const JobConfig* job, const TimeSource* clock)
-    : clock_(clock), job_(job), timer_(*io) {}
+HealthWatch::HealthWatch(TimerFactory* timers, const JobConfig* job, const TimeSource* clock)
+    : clock_(clock), job_(job), timer_(timers->NewTimer()) {}
 
 Status HealthWatch::SetUp() {
   auto cfg = health::ParseHealthConfig(job_->text, job_->source);
@@ -54,14 +54,13 @@ void HealthWatch::StartPolling(OnChange on_change) {
 
 void HealthWatch::Stop() {
   stopped_ = true;
-  timer_.cancel();
+  timer_->Cancel();
 }
 
 void HealthWatch::Arm() {
   if (!monitor_ || stopped_) return;
-  timer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(job_->supervise.health_poll_s * 1000)));
-  timer_.async_wait([this](const boost::system::error_code& e) {
-    if (e || stopped_) return;
+  timer_->Arm(job_->supervise.health_poll_s, [this] {
+    if (stopped_) return;
     health::HealthMonitor::PollResult poll = monitor_->Poll(Now());
     if (!poll.changed.empty() && on_change_) on_change_(poll.changed, Decide(poll.results));
     Arm();

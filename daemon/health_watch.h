@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include <boost/asio.hpp>
 
 #include "common/status.h"
 #include "common/time_source.h"
+#include "common/timer.h"
 #include "daemon/job_config.h"
 #include "health/check.h"
 #include "health/config.h"
@@ -32,9 +32,9 @@ class HealthWatch {
   // health policy over all current results.
   using OnChange = std::function<void(const std::vector<health::CheckResult>& changed, const health::Decision& decision)>;
 
-  // `io` and `job` are not owned and must outlive the watch.
-  // `clock` (not owned, outlives this) times the counter deltas of the periodic checks.
-  HealthWatch(boost::asio::io_context* io, const JobConfig* job, const TimeSource* clock = RealTimeSource::Get());
+  // `timers`, `job` and `clock` are not owned and must outlive the watch;
+  // `clock` times the counter deltas of the periodic checks.
+  HealthWatch(TimerFactory* timers, const JobConfig* job, const TimeSource* clock);
 
   // Reads the [health] sections (and the checkpoint root for the disk checks).
   Status SetUp();
@@ -56,7 +56,7 @@ class HealthWatch {
   health::HealthConfig cfg_;
   health::HostPaths paths_;
   std::unique_ptr<health::HealthMonitor> monitor_;
-  boost::asio::steady_timer timer_;
+  std::unique_ptr<Timer> timer_;
   OnChange on_change_;
   bool stopped_ = false;
 };

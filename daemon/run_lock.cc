@@ -64,7 +64,7 @@ std::string ThisHost() {
 }
 
 std::string NowUtc() {
-  const std::time_t now = std::time(nullptr);
+  const auto now = static_cast<std::time_t>(RealTimeSource::Get()->UnixMs() / 1000);  // for people: the wall clock
   std::tm tm {};
   gmtime_r(&now, &tm);
   char buf[32];

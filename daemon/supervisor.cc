@@ -52,7 +52,7 @@ Supervisor::Impl::Impl(asio::io_context* io, SupervisorOptions options, Schedule
       control_handler_(this, getuid()),
       members_(opts_.allocation, opts_.job.nproc),
       ranks_(&job_, opts_.run_dir),
-      health_(&io_, &job_),
+      health_(timers_, &job_, clock_),
       metrics_(&job_, opts_.metrics_addr, opts_.metrics_textfile) {}
 
 Status Supervisor::Impl::Start() {
