@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up, builds (warnings are errors) and runs every test suite: the main build's ctest (unit,
+# Sets up, builds (warnings are errors), checks the structure rules (scripts/check_structure.py)
+# and runs every test suite: the main build's ctest (unit,
 # integration, the quick soak over the fault matrix, the Slurm suite), then the sanitizer builds
 # (scripts/sanitize.sh: ASan/UBSan of everything without LibTorch, TSan of the threaded suites)
 # and a short run of every fuzz target (scripts/fuzz.sh). Every stage runs even when an earlier
@@ -9,6 +10,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh || exit 1
 BUILD_DIR=${BUILD_DIR:-build} scripts/build.sh -DHOLDFAST_WERROR=ON || exit 1
 failed=()
+python3 scripts/check_structure.py || failed+=(structure)
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "${JOBS:-2}" "$@" || failed+=(ctest)
 if [ $# -eq 0 ]; then  # with ctest arguments (a selection), only ctest runs
   scripts/sanitize.sh --keep-going || failed+=(sanitizers)
