@@ -85,22 +85,22 @@ struct Encoder {
     return j;
   }
   ojson operator()(const StartMsg& m) const {
-    CheckRange(m.attempt, 0, kIntMax, "StartMsg::attempt");
-    CheckRange(m.generation, 0, kIntMax, "StartMsg::generation");
-    CheckRange(m.world_size, 1, kMaxClusterWorldSize, "StartMsg::world_size");
-    CheckRange(m.resume_step, -1, kInt64Max, "StartMsg::resume_step");
+    CheckRange(m.spec.attempt, 0, kIntMax, "StartMsg::attempt");
+    CheckRange(m.spec.generation, 0, kIntMax, "StartMsg::generation");
+    CheckRange(m.spec.world_size, 1, kMaxClusterWorldSize, "StartMsg::world_size");
+    CheckRange(m.spec.resume_step, -1, kInt64Max, "StartMsg::resume_step");
     CheckCount(m.ranks.size(), kMaxClusterNodeRanks, "rank placements");
     ojson j = Header("start");
-    j["run_id"] = Text(m.run_id, kMaxClusterTextBytes);
-    j["attempt"] = m.attempt;
-    j["generation"] = m.generation;
-    j["world_size"] = m.world_size;
-    j["store_addr"] = Text(m.store_addr, kMaxClusterTextBytes);
-    j["master_port"] = m.master_port;
-    j["resume_step"] = m.resume_step;
+    j["run_id"] = Text(m.spec.run_id, kMaxClusterTextBytes);
+    j["attempt"] = m.spec.attempt;
+    j["generation"] = m.spec.generation;
+    j["world_size"] = m.spec.world_size;
+    j["store_addr"] = Text(m.spec.store_addr, kMaxClusterTextBytes);
+    j["master_port"] = m.spec.master_port;
+    j["resume_step"] = m.spec.resume_step;
     ojson ranks = ojson::array();
     for (const RankPlacement& r : m.ranks) {
-      CheckRange(r.global_rank, 0, m.world_size - 1, "RankPlacement::global_rank");
+      CheckRange(r.global_rank, 0, m.spec.world_size - 1, "RankPlacement::global_rank");
       CheckRange(r.local_rank, 0, kMaxClusterNodeRanks - 1, "RankPlacement::local_rank");
       CheckRange(r.node, 0, kMaxClusterNodes - 1, "RankPlacement::node");
       CheckRange(r.device, -1, kMaxClusterNodeRanks - 1, "RankPlacement::device");
@@ -214,13 +214,13 @@ Result<ClusterMessage> ParseReject(const json& j) {
 Result<ClusterMessage> ParseStart(const json& j) {
   Fields f(j, "start");
   StartMsg m;
-  HF_RETURN_IF_ERROR(f.Text("run_id", kMaxClusterTextBytes, &m.run_id));
-  HF_RETURN_IF_ERROR(f.Int("attempt", 0, kIntMax, &m.attempt));
-  HF_RETURN_IF_ERROR(f.Int("generation", 0, kIntMax, &m.generation));
-  HF_RETURN_IF_ERROR(f.Int("world_size", 1, kMaxClusterWorldSize, &m.world_size));
-  HF_RETURN_IF_ERROR(f.Text("store_addr", kMaxClusterTextBytes, &m.store_addr));
-  HF_RETURN_IF_ERROR(f.Int("master_port", 0, 65535, &m.master_port));
-  HF_RETURN_IF_ERROR(f.Int("resume_step", -1, kInt64Max, &m.resume_step));
+  HF_RETURN_IF_ERROR(f.Text("run_id", kMaxClusterTextBytes, &m.spec.run_id));
+  HF_RETURN_IF_ERROR(f.Int("attempt", 0, kIntMax, &m.spec.attempt));
+  HF_RETURN_IF_ERROR(f.Int("generation", 0, kIntMax, &m.spec.generation));
+  HF_RETURN_IF_ERROR(f.Int("world_size", 1, kMaxClusterWorldSize, &m.spec.world_size));
+  HF_RETURN_IF_ERROR(f.Text("store_addr", kMaxClusterTextBytes, &m.spec.store_addr));
+  HF_RETURN_IF_ERROR(f.Int("master_port", 0, 65535, &m.spec.master_port));
+  HF_RETURN_IF_ERROR(f.Int("resume_step", -1, kInt64Max, &m.spec.resume_step));
   HF_ASSIGN_OR_RETURN(const json* ranks, f.Array("ranks", kMaxClusterNodeRanks));
   for (size_t i = 0; i < ranks->size(); ++i) {
     const json& r = (*ranks)[i];
@@ -228,7 +228,7 @@ Result<ClusterMessage> ParseStart(const json& j) {
     if (!r.is_object()) return InvalidArgumentError(at + " must be an object, got " + Shown(r));
     Fields pf(r, at);
     RankPlacement p;
-    HF_RETURN_IF_ERROR(pf.Int("global_rank", 0, m.world_size - 1, &p.global_rank));
+    HF_RETURN_IF_ERROR(pf.Int("global_rank", 0, m.spec.world_size - 1, &p.global_rank));
     HF_RETURN_IF_ERROR(pf.Int("local_rank", 0, kMaxClusterNodeRanks - 1, &p.local_rank));
     HF_RETURN_IF_ERROR(pf.Int("node", 0, kMaxClusterNodes - 1, &p.node));
     HF_RETURN_IF_ERROR(pf.Text("host", kMaxClusterHostBytes, &p.host));

@@ -108,13 +108,7 @@ struct RejectMsg {
 
 // Start generation `generation`: launch this node's ranks.
 struct StartMsg {
-  std::string run_id;
-  int attempt = 0;
-  int generation = 0;
-  int world_size = 0;
-  std::string store_addr;   // host:port of the rendezvous store
-  uint16_t master_port = 0;  // MASTER_PORT for PyTorch jobs (0 = none)
-  int64_t resume_step = -1;  // -1 = newest committed checkpoint
+  GenerationSpec spec;  // the generation (scheduler/launch_plan.h); node_addr is not sent
   std::vector<RankPlacement> ranks;  // this node's ranks
 };
 

@@ -93,13 +93,13 @@ TEST(ClusterProtocolTest, LeaderMessagesRoundTrip) {
 
   const StartMsg& start = std::get<StartMsg>(all[5]);
   StartMsg s = RoundTrip(start);
-  EXPECT_EQ(s.run_id, start.run_id);
-  EXPECT_EQ(s.attempt, 2);
-  EXPECT_EQ(s.generation, 5);
-  EXPECT_EQ(s.world_size, 16);
-  EXPECT_EQ(s.store_addr, "10.0.0.1:29500");
-  EXPECT_EQ(s.master_port, 29501);
-  EXPECT_EQ(s.resume_step, -1);
+  EXPECT_EQ(s.spec.run_id, start.spec.run_id);
+  EXPECT_EQ(s.spec.attempt, 2);
+  EXPECT_EQ(s.spec.generation, 5);
+  EXPECT_EQ(s.spec.world_size, 16);
+  EXPECT_EQ(s.spec.store_addr, "10.0.0.1:29500");
+  EXPECT_EQ(s.spec.master_port, 29501);
+  EXPECT_EQ(s.spec.resume_step, -1);
   ASSERT_EQ(s.ranks.size(), 2u);
   EXPECT_EQ(s.ranks[1].global_rank, 9);
   EXPECT_EQ(s.ranks[1].local_rank, 1);

@@ -131,13 +131,13 @@ inline std::vector<ClusterMessage> OneOfEach() {
   exit.log_tail = {"step 100 loss 2.1", "Traceback (most recent call last):"};
   exit.ranks = {MakeView(16, 3), MakeView(17, 40)};
   StartMsg start;
-  start.run_id = "r-20240601-abc";
-  start.attempt = 2;
-  start.generation = 5;
-  start.world_size = 16;
-  start.store_addr = "10.0.0.1:29500";
-  start.master_port = 29501;
-  start.resume_step = -1;
+  start.spec.run_id = "r-20240601-abc";
+  start.spec.attempt = 2;
+  start.spec.generation = 5;
+  start.spec.world_size = 16;
+  start.spec.store_addr = "10.0.0.1:29500";
+  start.spec.master_port = 29501;
+  start.spec.resume_step = -1;
   start.ranks = {RankPlacement{8, 0, 1, "gpu-b02", 0}, RankPlacement{9, 1, 1, "gpu-b02", 1}};
   return {hello,
           ProgressMsg{4, {MakeView(0, 0), MakeView(1, 5), MakeView(2, 1000)}},

@@ -188,23 +188,16 @@ void Follower::Impl::Connect() {
 void Follower::Impl::OnMessage(const ClusterMessage& msg) {
   if (const auto* m = std::get_if<StartMsg>(&msg)) {
     if (run_id_.empty()) {
-      run_id_ = m->run_id;
+      run_id_ = m->spec.run_id;
       // A dead daemon's leftovers, of this node's ranks only: nodes on one
       // machine share the progress dir, and the leader's ranks are running.
       std::vector<int> mine;
       for (const RankPlacement& p : m->ranks) mine.push_back(p.global_rank);
       RemoveProgressRecords(opts_.job.supervise.progress_dir, run_id_, &mine);
     }
-    generation_ = m->generation;
+    generation_ = m->spec.generation;
     kill_timer_->Cancel();  // the previous generation's
-    GenerationSpec spec;
-    spec.run_id = m->run_id;
-    spec.attempt = m->attempt;
-    spec.generation = m->generation;
-    spec.world_size = m->world_size;
-    spec.store_addr = m->store_addr;
-    spec.master_port = m->master_port;
-    spec.resume_step = m->resume_step;
+    GenerationSpec spec = m->spec;
     spec.node_addr = opts_.allocation.self().addr;
     Status s = ranks_.Launch(spec, m->ranks);
     if (!s.ok()) {

@@ -130,10 +130,10 @@ class FollowerTest : public ::testing::Test {
 
   void StartGeneration(int generation) {
     StartMsg m;
-    m.run_id = "20260101-f011ow";
-    m.generation = generation;
-    m.world_size = 2;
-    m.store_addr = "127.0.0.1:1";
+    m.spec.run_id = "20260101-f011ow";
+    m.spec.generation = generation;
+    m.spec.world_size = 2;
+    m.spec.store_addr = "127.0.0.1:1";
     RankPlacement p;
     p.global_rank = 1;
     p.node = 1;

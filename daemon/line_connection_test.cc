@@ -71,7 +71,7 @@ TEST(LineConnectionTest, MessagesRoundTrip) {
   ASSERT_EQ(at_follower.size(), 1u);
   Result<ClusterMessage> start = ParseClusterMessage(at_follower[0], kSenderNow);
   ASSERT_TRUE(start.ok()) << start.status().ToString();
-  EXPECT_EQ(std::get<StartMsg>(*start).run_id, "r-20240601-abc");
+  EXPECT_EQ(std::get<StartMsg>(*start).spec.run_id, "r-20240601-abc");
   Result<ClusterMessage> progress = ParseClusterMessage(at_leader[1], kReceiverNow);
   ASSERT_TRUE(progress.ok());
   EXPECT_EQ(std::get<ProgressMsg>(*progress).ranks.size(), 3u);

@@ -21,16 +21,7 @@
 
 namespace holdfast {
 
-struct GenerationSpec {
-  std::string run_id;
-  int attempt = 0;
-  int generation = 0;
-  int world_size = 0;
-  std::string store_addr;   // host:port of the rendezvous store
-  uint16_t master_port = 0; // MASTER_PORT for PyTorch jobs
-  int64_t resume_step = -1; // HOLDFAST_RESUME_FROM_STEP; -1 = newest
-  std::string node_addr;    // this node's reachable address (HOLDFAST_NODE_ADDR)
-};
+// (GenerationSpec: scheduler/launch_plan.h.)
 
 // A rank that left: reaped by Reap().
 struct ReapedRank {

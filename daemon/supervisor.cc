@@ -151,13 +151,8 @@ Status Supervisor::Impl::LaunchGeneration(int generation, int64_t resume_step) {
   for (int n : members_.joined_nodes()) {
     if (members_.plan().ForNode(n).empty()) continue;  // a spare, or a node that left the run
     StartMsg m;
-    m.run_id = spec.run_id;
-    m.attempt = spec.attempt;
-    m.generation = generation;
-    m.world_size = spec.world_size;
-    m.store_addr = spec.store_addr;
-    m.master_port = spec.master_port;
-    m.resume_step = resume_step;
+    m.spec = spec;
+    m.spec.node_addr.clear();  // each node sets its own
     m.ranks = members_.plan().ForNode(n);
     link_->Send(n, m);
   }

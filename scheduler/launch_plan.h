@@ -18,6 +18,7 @@
 // Thread-safety: plain values and pure functions.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,23 @@ struct RankPlacement {
   int node = 0;       // index into Allocation::nodes
   std::string host;   // Allocation::nodes[node].host
   int device = -1;    // CUDA ordinal within the rank's CUDA_VISIBLE_DEVICES; -1 = CPU
+};
+
+// What a generation's ranks are started with, on every node: the leader makes
+// it, its own ranks get it, and the cluster protocol's start message carries it
+// to the followers (daemon/cluster_protocol.h StartMsg) — one value, so the
+// nodes cannot start one generation with two different stores or steps.
+struct GenerationSpec {
+  std::string run_id;
+  int attempt = 0;
+  int generation = 0;
+  int world_size = 0;
+  std::string store_addr;   // host:port of the rendezvous store
+  uint16_t master_port = 0; // MASTER_PORT for PyTorch jobs
+  int64_t resume_step = -1; // HOLDFAST_RESUME_FROM_STEP; -1 = newest
+  // This node's reachable address (HOLDFAST_NODE_ADDR): each node sets its
+  // own; the leader's start message does not carry it.
+  std::string node_addr;
 };
 
 struct LaunchPlan {

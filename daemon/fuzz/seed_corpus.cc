@@ -371,7 +371,7 @@ void ClusterSeeds(const std::vector<ProgressSnapshot>& records, const fs::path& 
   put("rank_exit.json", RankExitMsg{3, 3, 9, "", {"step 120 loss 2.31", "Killed"}, views});
   put("health.json", HealthMsg{3, "{\"status\":\"fail\",\"decision\":{\"action\":\"drain\",\"reason\":\"ib.port_state\"}}"});
   put("reject.json", RejectMsg{"node 1 is already connected"});
-  put("start.json", StartMsg{"r-20261130-1", 1, 3, 4, "10.0.0.1:29500", 29501, -1,
+  put("start.json", StartMsg{GenerationSpec{"r-20261130-1", 1, 3, 4, "10.0.0.1:29500", 29501, -1, ""},
                              {{2, 0, 1, "gpu-b02", 0}, {3, 1, 1, "gpu-b02", 1}}});
   put("stop.json", StopMsg{3, "rank 1 hung in allreduce #18", 3.0});
   put("signal.json", SignalMsg{3, 10});
