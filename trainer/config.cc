@@ -47,6 +47,9 @@ struct KeyDef {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// One of the schema's choices (validated before this is called).
+InFlightPolicy ParseInFlightPolicy(const std::string& s) { return s == "skip" ? InFlightPolicy::kSkip : InFlightPolicy::kWait; }
+
 #define HF_INT(sec, field, lo, hi, math)                                                      \
   KeyDef{#sec, #field, Kind::kInt, lo, hi, nullptr, math,                                     \
          [](TrainerConfig& c, const Value& v) {                                               \
@@ -61,6 +64,12 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
   KeyDef{#sec, #field, Kind::kBool, 0, 0, nullptr, math,                                      \
          [](TrainerConfig& c, const Value& v) { c.sec.field = std::get<bool>(v); },           \
          [](const TrainerConfig& c) -> Value { return c.sec.field; }}
+// A key with a fixed set of choices read into an enum: `parse` maps a valid
+// choice to its value, `name` back (what prints and what the hash sees).
+#define HF_ENUM(sec, field, choices, math, parse, name)                                      \
+  KeyDef{#sec, #field, Kind::kString, 0, 0, choices, math,                                    \
+         [](TrainerConfig& c, const Value& v) { c.sec.field = parse(std::get<std::string>(v)); }, \
+         [](const TrainerConfig& c) -> Value { return std::string(name(c.sec.field)); }}
 #define HF_STRING(sec, field, choices, math)                                                  \
   KeyDef{#sec, #field, Kind::kString, 0, 0, choices, math,                                    \
          [](TrainerConfig& c, const Value& v) { c.sec.field = std::get<std::string>(v); },    \
@@ -106,7 +115,7 @@ const std::vector<KeyDef>& Schema() {
       HF_INT(checkpoint, every_steps, 0, 1e15, false),
       HF_INT(checkpoint, keep_last, 1, 1e9, false),
       HF_INT(checkpoint, keep_every, 0, 1e15, false),
-      HF_STRING(checkpoint, policy, "wait|skip", false),
+      HF_ENUM(checkpoint, policy, "wait|skip", false, ParseInFlightPolicy, InFlightPolicyName),
       HF_INT(checkpoint, commit_timeout_s, 1, 86400, false),
       HF_STRING(output, dir, nullptr, false),
       HF_STRING(output, metrics, nullptr, false),
@@ -136,6 +145,7 @@ const std::vector<KeyDef>& Schema() {
 #undef HF_FLOAT
 #undef HF_BOOL
 #undef HF_STRING
+#undef HF_ENUM
 
 std::string KnownKeys(const std::string& section) {
   std::string out;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_writer.h"  // InFlightPolicy
 #include "common/status.h"
 
 namespace holdfast {
@@ -89,7 +90,7 @@ struct CheckpointConfig {
   int64_t every_steps = 0;   // 0 = only on preemption (SIGTERM/SIGUSR1)
   int64_t keep_last = 3;
   int64_t keep_every = 0;    // also keep every N-th step (0 = none)
-  std::string policy = "wait";  // a save requested while one is in flight: wait | skip
+  InFlightPolicy policy = InFlightPolicy::kWait;  // a save requested while one is in flight: "wait" | "skip"
   int64_t commit_timeout_s = 600;
 };
 

@@ -375,7 +375,7 @@ StageExit SetUpCheckpoints(const Flags& flags, const TrainerConfig& cfg, RankRun
     wo.world_size = run->world;
     wo.layout = trainer.Layout();
     wo.config_hash = trainer.ConfigHashHex();
-    wo.policy = cfg.checkpoint.policy == "skip" ? InFlightPolicy::kSkip : InFlightPolicy::kWait;
+    wo.policy = cfg.checkpoint.policy;
     wo.retention.keep_last = static_cast<int>(cfg.checkpoint.keep_last);
     wo.retention.keep_every = cfg.checkpoint.keep_every;
     wo.store = run->store;
