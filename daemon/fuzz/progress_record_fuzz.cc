@@ -176,13 +176,14 @@ void CheckCarried(const std::vector<RankView>& views, int64_t now) {
 }
 
 // What on-call reads back with `runctl triage`.
-void CheckEvidence(const Incident& inc, const std::vector<RankView>& views) {
-  HF_CHECK(!inc.summary.empty() && !inc.runbook.empty());
-  Result<IncidentEvidence> ev = ParseIncidentEvidence(inc.evidence_json);
+void CheckEvidence(const TriageReport& inc, const std::vector<RankView>& views) {
+  HF_CHECK(!inc.summary.empty() && *RunbookFor(inc.event) != '\0');
+  const std::string written = ToJson(inc.evidence);  // as RunRecorder::Record writes it
+  Result<IncidentEvidence> ev = ParseIncidentEvidence(written);
   HF_CHECK_MSG(ev.ok(), ev.status().ToString());
   HF_CHECK(ev->ranks.size() == views.size());
-  HF_CHECK(ev->culprits == inc.culprits || inc.kind != "hang");
-  HF_CHECK(ToJson(*ev) == inc.evidence_json);
+  HF_CHECK(ev->culprits == inc.culprits || inc.event != "hang");
+  HF_CHECK(ToJson(*ev) == written);
   HF_CHECK(!inc.culprits.empty());
   for (int c : inc.culprits) HF_CHECK(c >= 0 && c < static_cast<int>(views.size()));
 }
