@@ -122,6 +122,22 @@ TEST(JobConfigTest, BadInputNamesFileLineAndKey) {
   EXPECT_EQ(LoadJobConfig("/nonexistent/job.toml").status().code(), StatusCode::kNotFound);
 }
 
+// A journal mode that is not one of the choices is refused when the file
+// loads, naming the key and the choices (it used to be a string compared later).
+TEST(JobConfigTest, AJournalModeOutsideItsChoicesIsRefusedAtLoad) {
+  auto bad = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[lineage]\njournal_mode = \"WAL2\"\n"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("journal_mode"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("wal|delete|truncate"), std::string::npos) << bad.status().message();
+  auto absent = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n"));
+  ASSERT_TRUE(absent.ok()) << absent.status().ToString();
+  EXPECT_EQ(absent->journal_mode, JournalMode::kWal);
+  auto truncate = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[lineage]\njournal_mode = \"truncate\"\n"));
+  ASSERT_TRUE(truncate.ok()) << truncate.status().ToString();
+  EXPECT_EQ(truncate->journal_mode, JournalMode::kTruncate);
+}
+
 TEST(JobConfigTest, ReadsRoleGroups) {
   auto cfg = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\nenv = { A = \"1\" }\n"
                                  "[[roles]]\nname = \"rollout\"\ncommand = [\"/bin/sleep\", \"9\"]\ncount = 2\n"

@@ -213,7 +213,8 @@ void RunController::OnNodeLost(const std::string& host, const std::vector<int>& 
   f.report.event = event_kind::kNodeLost;
   f.report.summary = host + "'s holdfastd is gone (" + why + ")";
   spdlog::error("NODE LOST: {}", f.report.summary);
-  switch (Redecide(f.cause, health::Action::kNone, /*from_role=*/false)) {
+  const Redecision redecision = Redecide(f.cause, health::Action::kNone, /*from_role=*/false);
+  switch (redecision) {
     case Redecision::kDecide:
       // A restart in place is no longer possible as planned (or nothing was pending).
       pending_.reset();
@@ -238,7 +239,7 @@ void RunController::OnNodeLost(const std::string& host, const std::vector<int>& 
   // an incident of the run, and a requeue does not come back to it (found by
   // bench/soak_slurm.py: lineage had no node_lost, and the requeue excluded nothing).
   std::string action = pending_ ? "already stopping [recovery: " + pending_->reason + "]" : "already stopping";
-  if (Redecide(f.cause, health::Action::kNone, false) == Redecision::kJoinPendingRequeue) {
+  if (redecision == Redecision::kJoinPendingRequeue) {
     std::vector<std::string>& ex = pending_->exclude_hosts;
     if (std::find(ex.begin(), ex.end(), host) == ex.end()) ex.push_back(host);
     action += "; the requeue excludes " + host;
