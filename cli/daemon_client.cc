@@ -1,16 +1,7 @@
 #include "cli/daemon_client.h"
 
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "cli/waiter.h"
 
 namespace holdfast {
 
@@ -32,19 +23,6 @@ Reply<T> Typed(const Reply<std::string>& raw, Read read) {
   return Reply<T>::Failed(raw.status());
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 }  // namespace
 
@@ -102,47 +80,7 @@ Reply<StopAnswer> DaemonClient::Stop(const std::string& run_id) const {
 }
 
 Result<std::string> DaemonClient::SendLine(const std::string& line) const {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (socket_path_.size() >= sizeof(addr.sun_path)) {
-    return InvalidArgumentError("control socket path " + socket_path_ + " is too long for a Unix socket");
-  }
-  std::memcpy(addr.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
-  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) return ErrnoError("socket(AF_UNIX)", errno);
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return UnavailableError("no daemon is listening on " + socket_path_ + " (" + std::strerror(errno) + ")");
-  }
-  const std::string out = line + "\n";
-  size_t sent = 0;
-  while (sent < out.size()) {
-    const ssize_t n = ::send(fd.get(), out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // the daemon may hang up on a hostile line: read what it said
-    sent += static_cast<size_t>(n);
-  }
-  Clock* clock = RealClock::Get();
-  const int64_t deadline = clock->MonotonicNs() + std::chrono::nanoseconds(timeout_).count();
-  std::string in;
-  char buf[4096];
-  for (;;) {
-    const int64_t left_ms = (deadline - clock->MonotonicNs() + 999'999) / 1'000'000;
-    if (left_ms <= 0) {
-      return TimeoutError("holdfastd on " + socket_path_ + " sent no reply line within " +
-                          std::to_string(timeout_.count()) + " ms");
-    }
-    pollfd p{fd.get(), POLLIN, 0};
-    const int rc = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left_ms, 24LL * 3600 * 1000)));
-    if (rc < 0 && errno != EINTR) return ErrnoError("poll on " + socket_path_, errno);
-    if (rc <= 0) continue;
-    const ssize_t n = ::recv(fd.get(), buf, sizeof(buf), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return UnavailableError("holdfastd on " + socket_path_ + " closed the connection without a whole reply");
-    }
-    in.append(buf, static_cast<size_t>(n));
-    if (size_t nl = in.find('\n'); nl != std::string::npos) return in.substr(0, nl);
-  }
+  return SendControlLine(socket_path_, line, timeout_);
 }
 
 }  // namespace holdfast

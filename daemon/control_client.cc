@@ -53,10 +53,12 @@ Status WaitFor(int fd, short events, Clock::time_point deadline, const std::stri
   }
 }
 
-}  // namespace
-
-Result<ControlResponse> CallDaemon(const std::string& socket_path, const ControlRequest& request,
-                                   std::chrono::milliseconds timeout) {
+// One line out, one reply line back (with its '\n'), bounded by `timeout`.
+// `what` names the request in the timeout message. `raw`: the line is sent as
+// it is, and the daemon hanging up while it is sent is not an error — what it
+// answered before closing is read (it refuses a hostile line and closes).
+Result<std::string> Exchange(const std::string& socket_path, const std::string& out, std::chrono::milliseconds timeout,
+                             const std::string& what, bool raw) {
   const Clock::time_point deadline = Clock::now() + timeout;
   struct sockaddr_un addr {};
   addr.sun_family = AF_UNIX;
@@ -96,10 +98,8 @@ Result<ControlResponse> CallDaemon(const std::string& socket_path, const Control
     }
   }
 
-  const std::string out = EncodeRequest(request);
-  const std::string timeout_msg = "holdfastd on " + socket_path + " did not answer '" +
-                                  request.op + "' within " + std::to_string(timeout.count()) +
-                                  " ms";
+  const std::string timeout_msg =
+      "holdfastd on " + socket_path + " did not answer " + what + " within " + std::to_string(timeout.count()) + " ms";
   size_t sent = 0;
   while (sent < out.size()) {
     ssize_t n = ::send(fd.get(), out.data() + sent, out.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -109,6 +109,7 @@ Result<ControlResponse> CallDaemon(const std::string& socket_path, const Control
       HF_RETURN_IF_ERROR(WaitFor(fd.get(), POLLOUT, deadline, timeout_msg));
     } else if (n < 0 && errno != EINTR) {
       int err = errno;
+      if ((err == EPIPE || err == ECONNRESET) && raw) break;  // read what it said
       if (err == EPIPE || err == ECONNRESET) {
         return UnavailableError("holdfastd on " + socket_path +
                                 " closed the connection before reading the request");
@@ -148,6 +149,22 @@ Result<ControlResponse> CallDaemon(const std::string& socket_path, const Control
                                   " bytes without a newline");
     }
   }
+  return in;
+}
+
+}  // namespace
+
+Result<std::string> SendControlLine(const std::string& socket_path, const std::string& line,
+                                    std::chrono::milliseconds timeout) {
+  HF_ASSIGN_OR_RETURN(std::string reply, Exchange(socket_path, line + "\n", timeout, "a raw line", /*raw=*/true));
+  reply.pop_back();  // the '\n'
+  return reply;
+}
+
+Result<ControlResponse> CallDaemon(const std::string& socket_path, const ControlRequest& request,
+                                   std::chrono::milliseconds timeout) {
+  HF_ASSIGN_OR_RETURN(const std::string in,
+                      Exchange(socket_path, EncodeRequest(request), timeout, "'" + request.op + "'", /*raw=*/false));
   HF_ASSIGN_OR_RETURN(ControlResponse resp, ParseControlResponse(in));
   if (resp.id != request.id && !(resp.id == 0 && !resp.ok)) {
     return InvalidArgumentError("reply from holdfastd carries id " + std::to_string(resp.id) +

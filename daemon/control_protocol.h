@@ -136,6 +136,12 @@ Status CheckPeerAllowed(uid_t peer, uid_t owner);
 // ok=false is a successful call: look at response.ok.
 Result<ControlResponse> CallDaemon(const std::string& socket_path, const ControlRequest& request,
                                    std::chrono::milliseconds timeout);
+// The same exchange for a line as it is (a test's hostile request included):
+// sends `line` and a '\n', returns the reply line without its '\n'. The
+// daemon hanging up while the line is sent is not an error: what it answered
+// before closing is read. Errors as CallDaemon's.
+Result<std::string> SendControlLine(const std::string& socket_path, const std::string& line,
+                                    std::chrono::milliseconds timeout);
 
 // ---- the "status" result ----
 // The daemon fills a RunStatus and sends EncodeStatusResult; runctl parses it
