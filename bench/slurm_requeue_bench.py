@@ -36,22 +36,18 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEP_RX = re.compile(r"^\[(\d\d):(\d\d):(\d\d)\.(\d\d\d)\] \[info\] \[rank \d+\] step +(\d+)/")
-FAULT_RX = re.compile(r"^\[(\d\d):(\d\d):(\d\d)\.(\d\d\d)\] \[warning\] \[rank \d+\] FAULT INJECTED")
+# holdfast-train's log lines: "[2026-12-02T04:16:21.123Z] [info] [rank 1] step ..." (UTC; docs/cli.md).
+STEP_RX = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d\d\d)Z\] \[info\] \[rank \d+\] step +(\d+)/")
+FAULT_RX = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d\d\d)Z\] \[warning\] \[rank \d+\] FAULT INJECTED")
 
 
 def sh(cmd, env=None, check=True):
     return subprocess.run(cmd, env=env, check=check, text=True, capture_output=True)
 
 
-def log_seconds(m, day):
-    h, mi, s, ms = (int(m.group(i)) for i in range(1, 5))
-    return day + h * 3600 + mi * 60 + s + ms / 1000.0
-
-
-def day_start():
-    now = datetime.datetime.now()
-    return datetime.datetime(now.year, now.month, now.day).timestamp()
+def log_seconds(m):
+    t = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f")
+    return t.replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
 def write_files(work, build, steps):
@@ -134,14 +130,13 @@ def run_round(args, work, rnd, path, env):
             break
     if state != "succeeded":
         raise SystemExit(f"round {rnd} ({path}): run ended {state!r}; see {d}")
-    day = day_start()
     logs = os.path.join(d, "run/logs")
     fault_t = None
     for name in ("a1-g1-rank1.log",):
         for line in open(os.path.join(logs, name)):
             m = FAULT_RX.match(line)
             if m:
-                fault_t = log_seconds(m, day)
+                fault_t = log_seconds(m)
     first = None
     for name in sorted(os.listdir(logs)):
         if not name.startswith("a2-g0-rank"):
@@ -149,7 +144,7 @@ def run_round(args, work, rnd, path, env):
         for line in open(os.path.join(logs, name)):
             m = STEP_RX.match(line)
             if m:
-                t = log_seconds(m, day)
+                t = log_seconds(m)
                 first = t if first is None else min(first, t)
                 break
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)

@@ -154,9 +154,14 @@ class Run:
     # -- control socket --
     def status(self, timeout=5.0):
         path = os.path.join(self.run_dir, "holdfastd.sock")
+        dir_fd = None
         try:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(timeout)
+            if len(os.fsencode(path)) > 107:
+                # Past sun_path: through the run dir, as daemon/unix_socket_address.h does.
+                dir_fd = os.open(self.run_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                path = "/proc/self/fd/%d/holdfastd.sock" % dir_fd
             s.connect(path)
             s.sendall(b'{"v":1,"id":1,"op":"status","args":{}}\n')
             buf = b""
@@ -170,6 +175,9 @@ class Run:
             return resp.get("result") if resp.get("ok") else None
         except (OSError, ValueError):
             return None
+        finally:
+            if dir_fd is not None:
+                os.close(dir_fd)
 
     @staticmethod
     def ranks(st):

@@ -224,6 +224,9 @@ poll_ms = 100
 startup_timeout_s = 120
 term_grace_s = 3
 node_timeout_s = {NODE_TIMEOUT_S}
+# The soak requeues one job many times on purpose: the run's bounds are not what it measures.
+max_requeues = 1000000
+max_excluded_nodes = 1000000
 [health]
 checkpoint_min_free_gb = 0.05
 checkpoint_write_mb = 4

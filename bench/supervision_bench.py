@@ -274,7 +274,10 @@ class Daemon:
                "--set", "checkpoint.dir=" + os.path.join(self.dir, "ck")]
         if fault:
             cmd += ["--inject-fault", fault]
-        sup = {"restart_budget": 20}
+        # hang_min_s pinned at 5 s (the default is 60 s, for large jobs): the injected hang's
+        # detection is then this allowance, as in earlier figures, and a ratio run is not
+        # dominated by one minute per hang.
+        sup = {"restart_budget": 20, "hang_min_s": 5}
         sup.update(supervise or {})
         with open(os.path.join(self.dir, "job.toml"), "w") as f:
             f.write("[job]\nname = \"supervision-bench\"\ncommand = [" + ", ".join(json.dumps(c) for c in cmd) +
@@ -622,8 +625,8 @@ def report(args, lat, cpu, ratio):
     out.append("")
     out.append("Job: holdfast-train, 2 layers, 64 wide, 4 heads, context 64, micro_batch 4, 1 thread per rank, "
                f"float32 CPU, checkpoint every {CKPT_EVERY} steps; holdfastd at its defaults (poll_ms 200, "
-               "hang_min_s 5, hang_factor 5, term_grace_s 3, backoff_initial_s 0.25, backoff_max_s 30) except "
-               "restart_budget. The torchrun peer is bench/supervision/ddp_peer.py: the same model, sampler and "
+               "hang_factor 5, stopped_hang_s 1, term_grace_s 3, backoff_initial_s 0.25, backoff_max_s 30) except "
+               "restart_budget and hang_min_s 5 (default 60). The torchrun peer is bench/supervision/ddp_peer.py: the same model, sampler and "
                "AdamW in PyTorch DDP over gloo (tests/reference/gpt_reference.py), rank 0 torch.save-ing model + "
                f"optimizer every {CKPT_EVERY} steps (fsync + rename) and every (re)started worker resuming from "
                "the newest, under `python3 -m torch.distributed.run --nproc_per_node 2 --max_restarts 3 "
@@ -634,7 +637,8 @@ def report(args, lat, cpu, ratio):
     out.append("- **crash detection latency**: the benchmark's SIGKILL of rank 1 → the time stamp of the "
                "daemon's `CRASH:` log line (its own clock; \"recorded\" = the lineage `event.time_ms`).")
     out.append("- **hang detection latency**: the hang's start → the daemon's `HANG:` log line, with the "
-               "allowance that applied (max(hang_min_s, hang_factor × p99 step time), from the HANG line). "
+               "allowance that applied (max(hang_min_s, hang_factor × p99 step time); for a rank in job-control stop, "
+               "stopped_hang_s; from the HANG line). "
                "Two hangs: a SIGSTOP of rank 0 half-way between two checkpoints (start = the kill(2) call), and the trainer's injected "
                "compute hang `--inject-fault hang@1:S`, S = 800-849 (start = the mtime of the fault's marker file, written "
                "just before `FAULT INJECTED` is logged).")
@@ -691,9 +695,10 @@ def report(args, lat, cpu, ratio):
                           else "."))
             out.append("")
         out.append("Reading the table: crash detection is the SIGCHLD path (no polling). Hang detection is the "
-                   "allowance plus up to one poll_ms, minus the part of a step that had run before the fault (the "
-                   "stall counts from the last completed step, so a SIGSTOP can be named slightly before 5 s); "
-                   "at this step time hang_factor × p99 is far below hang_min_s, so hang_min_s decides. After a "
+                   "allowance plus up to one poll_ms. The injected compute hang waits out the step allowance (the "
+                   "stall counts from the last completed step, so it can be named slightly before 5 s; at this "
+                   "step time hang_factor × p99 is far below hang_min_s, so hang_min_s decides); a SIGSTOPped "
+                   "rank is hung once seen stopped for stopped_hang_s (1 s), whatever the step allowance. After a "
                    "hang the daemon SIGKILLs the rank(s) triage names (a rank spinning in compute never acts on "
                    "TERM) and sends TERM to the others, whose collective then fails. What remains of "
                    "crash → next productive step after the relaunch is the new ranks' start-up (loading "

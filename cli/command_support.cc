@@ -10,9 +10,15 @@ const char kExitCodesHelp[] =
     "  1  failure reported by the daemon, a request runctl refuses (the message says why),\n"
     "     or lineage.db unreadable/corrupt\n"
     "  2  usage error (bad flag or argument)\n"
-    "  3  run or lineage.db not found (unknown or ambiguous RUN, no such checkpoint)\n"
+    "  3  run or lineage.db not found (unknown or ambiguous RUN, no such checkpoint or\n"
+    "     incident, no host history)\n"
     "  4  holdfastd not reachable (checkpoint and stop need a live daemon)\n"
-    "  5  stop --wait or checkpoint --wait gave up after --timeout\n";
+    "  5  stop --wait or checkpoint --wait gave up after --timeout\n"
+    "  status only, by the run's health (0: training, or succeeded):\n"
+    "  6  hung: a rank or role process is stopped (SIGSTOP, a tracer), or holdfastd is\n"
+    "     recovering from a hang\n"
+    "  7  the run failed\n"
+    "  8  the run was stopped or preempted (runctl resume continues it)\n";
 
 int Fail(const CliContext& c, int code, const std::string& message) {
   *c.err << "runctl: " << message << "\n";

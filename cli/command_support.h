@@ -46,6 +46,7 @@ Result<RunRecord> ReadRun(const CliContext& c, const std::string& run_id);
 
 // The last recorded state of RUN, for when no daemon answers (`why` says
 // why not); returns the exit code (recorded_commands.cc).
-int PrintRecordedStatus(const CliContext& c, const std::string& spec, const std::string& why);
+int PrintRecordedStatus(const CliContext& c, const std::string& spec, const std::string& why,
+                        const RankSelection& sel = {});
 
 }  // namespace holdfast

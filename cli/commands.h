@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "cli/waiter.h"
+#include "common/host_history.h"
+#include "daemon/control_protocol.h"  // ControlVia
 
 namespace holdfast {
 
@@ -31,6 +33,10 @@ enum RunctlExit : int {
   kRunctlNotFound = 3,     // the run (unknown or ambiguous id) or lineage.db not found
   kRunctlUnreachable = 4,  // no holdfastd answers, for a command that needs one
   kRunctlStillRunning = 5,  // `stop --wait` gave up: the run still runs after --timeout
+  // `status`: the run's health (cli/rank_summary.h RunHealth); 0 while it trains or once it succeeded.
+  kRunctlHung = 6,        // a rank or role process is stopped, or the daemon is recovering from a hang
+  kRunctlRunFailed = 7,   // the run ended failed
+  kRunctlRunStopped = 8,  // the run ended stopped or preempted
 };
 
 // The "Exit codes" block of `runctl --help` and the README.
@@ -40,18 +46,33 @@ struct CliContext {
   std::string run_dir;  // where lineage.db and holdfastd.sock are
   bool json = false;
   std::chrono::milliseconds timeout{5000};  // for each call to the daemon
+  ControlVia via = ControlVia::kAuto;        // how to reach it (--via)
   std::ostream* out = nullptr;  // not owned
   std::ostream* err = nullptr;  // not owned
   // What the commands read the time from and wait on (not owned).
   Clock* clock = RealClock::Get();
 };
 
+// Which ranks `status` and `triage` show one by one. Default (nothing set):
+// status summarises by state and node and lists only the ranks that are not
+// healthy; triage folds the other ranks by state. `all`: every rank, a row
+// each. `ranks` (--rank) or `node` (--node, a host name or a node index):
+// status shows only those ranks' full rows.
+struct RankSelection {
+  bool all = false;
+  std::vector<int> ranks;
+  std::string node;
+  bool any() const { return all || !ranks.empty() || !node.empty(); }
+};
+
 // RUN everywhere: a full run id, a unique prefix of one, or "latest" (also
 // when empty).
-int CmdStatus(const CliContext& ctx, const std::string& run);
+// Exits by the run's health: 0 training or succeeded, 6 hung, 7 failed, 8 stopped.
+int CmdStatus(const CliContext& ctx, const std::string& run, const RankSelection& sel = {});
 int CmdRuns(const CliContext& ctx, int limit);
 int CmdLineage(const CliContext& ctx, const std::string& run, int max_events);
-int CmdTriage(const CliContext& ctx, const std::string& run);
+// `sel.all`: every other rank a line, not folded by state (--json always has every rank).
+int CmdTriage(const CliContext& ctx, const std::string& run, const RankSelection& sel = {});
 // The committed checkpoint of RUN with the best eval `metric` measured at its
 // own step (its manifest's metrics, recorded in lineage): lower is better for
 // a loss, higher for a name with accuracy, reward or margin. Prints step,
@@ -76,5 +97,18 @@ int CmdStop(const CliContext& ctx, const std::string& run, bool wait,
 int CmdResume(const CliContext& ctx, const std::string& run, std::optional<int64_t> from_step, bool force,
               bool wait = false, std::chrono::milliseconds wait_timeout = std::chrono::minutes(10));
 int CmdHealth(const CliContext& ctx, const std::vector<std::string>& passthrough);
+
+// The commands over incidents and hosts (history_commands.cc, docs/incident.md).
+// The write-up of RUN's incident `number` ("": the latest; 1 is the first) as
+// Markdown (`format` "md") or JSON ("json", or --json). No incident, or no
+// such one: exit 3 listing the run's incidents; a bad N or format: exit 2.
+int CmdIncident(const CliContext& ctx, const std::string& run, const std::string& number, const std::string& format);
+// HOST's incidents across runs from the host history (`history_dir`; "": the
+// nearest .holdfast/hosts at or above the run dir), flagged by `rule`.
+int CmdNode(const CliContext& ctx, const std::string& host, const std::string& history_dir, const HistoryRule& rule);
+// Every run of every run directory under `root` (read-only), and the hosts
+// `rule` flags in its host history (`history_dir`; "": ROOT/.holdfast/hosts).
+int CmdRunsAll(const CliContext& ctx, const std::string& root, int limit, const std::string& history_dir,
+               const HistoryRule& rule);
 
 }  // namespace holdfast

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/munge_credential.h"
 
 namespace holdfast {
 
@@ -30,8 +31,9 @@ std::string RunIdArgs(const std::string& run_id) {
   return run_id.empty() ? "{}" : json({{"run_id", run_id}}).dump();
 }
 
-DaemonClient::DaemonClient(const std::string& run_dir, std::chrono::milliseconds timeout)
-    : socket_path_(ControlSocketPath(run_dir)), timeout_(timeout) {}
+DaemonClient::DaemonClient(const std::string& run_dir, std::chrono::milliseconds timeout, ControlVia via)
+    : run_dir_(run_dir), socket_path_(ControlSocketPath(run_dir)), timeout_(timeout), via_(via),
+      munge_socket_(MungeSocket()) {}
 
 Reply<std::string> DaemonClient::Call(const std::string& op, const std::string& args_json,
                                       std::chrono::milliseconds timeout) const {
@@ -39,7 +41,7 @@ Reply<std::string> DaemonClient::Call(const std::string& op, const std::string& 
   req.id = next_id_.fetch_add(1);
   req.op = op;
   req.args_json = args_json;
-  Result<ControlResponse> resp = CallDaemon(socket_path_, req, timeout);
+  Result<ControlResponse> resp = CallRunDaemon(run_dir_, req, timeout, via_, munge_socket_);
   if (!resp.ok()) return Reply<std::string>::Failed(resp.status());
   if (!resp->ok) return Reply<std::string>::Refused(resp->error_code, resp->error);
   return Reply<std::string>::Answer(resp->result_json);

@@ -1,5 +1,7 @@
-// DaemonClient: the typed client of one holdfastd's control socket
-// (RUN_DIR/holdfastd.sock, daemon/control_protocol.h, docs/control-protocol.md).
+// DaemonClient: the typed client of one run's holdfastd: its control socket
+// (RUN_DIR/holdfastd.sock, daemon/control_protocol.h, docs/control-protocol.md)
+// or, from another node, its TCP control port with a MUNGE credential
+// (daemon/control_remote.h): CallRunDaemon picks the way (ControlVia).
 //
 // runctl's live commands and the integration suites (tests/support) talk to a
 // daemon only through it: each call encodes one typed request, makes one
@@ -8,8 +10,8 @@
 // on differently — the daemon's answer, its refusal, and no answer at all.
 // Waiting for the daemon to get somewhere is cli/waiter.h's WaitUntil.
 //
-// Thread-safety: a DaemonClient holds only its socket path, its timeout and
-// an atomic request counter; every call may be made from any thread at once.
+// Thread-safety: a DaemonClient holds only its paths, its timeout and an
+// atomic request counter; every call may be made from any thread at once.
 #pragma once
 
 #include <atomic>
@@ -91,9 +93,11 @@ struct StopAnswer {
 
 class DaemonClient {
  public:
-  // The daemon of `run_dir`; `timeout` bounds each exchange.
+  // The daemon of `run_dir`, reached the way `via` says; `timeout` bounds
+  // each exchange. Over TCP the credential comes from munged at MungeSocket().
   explicit DaemonClient(const std::string& run_dir,
-                        std::chrono::milliseconds timeout = std::chrono::seconds(5));
+                        std::chrono::milliseconds timeout = std::chrono::seconds(5),
+                        ControlVia via = ControlVia::kAuto);
   virtual ~DaemonClient() = default;
   DaemonClient(const DaemonClient&) = delete;
   DaemonClient& operator=(const DaemonClient&) = delete;
@@ -125,8 +129,11 @@ class DaemonClient {
   Result<std::string> SendLine(const std::string& line) const;
 
  private:
+  std::string run_dir_;
   std::string socket_path_;
   std::chrono::milliseconds timeout_;
+  ControlVia via_;
+  std::string munge_socket_;
   mutable std::atomic<uint64_t> next_id_{1};
 };
 

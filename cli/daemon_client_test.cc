@@ -2,6 +2,7 @@
 // call's request on the wire, and the three outcomes a caller tells apart —
 // an answer, a refusal, no answer.
 #include "cli/daemon_client.h"
+#include "daemon/unix_socket_address.h"
 
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -23,12 +24,9 @@ class OneShotDaemon {
  public:
   OneShotDaemon(const std::string& dir, std::function<std::string(const std::string&)> answer)
       : fd_(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    const std::string path = ControlSocketPath(dir);
-    HF_CHECK(path.size() < sizeof(addr.sun_path));
-    std::memcpy(addr.sun_path, path.c_str(), path.size());
-    HF_CHECK(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    Result<UnixSocketAddress> addr = UnixSocketAddress::For(ControlSocketPath(dir));
+    HF_CHECK(addr.ok());
+    HF_CHECK(::bind(fd_, addr->addr(), addr->size()) == 0);
     HF_CHECK(::listen(fd_, 1) == 0);
     thread_ = std::thread([this, answer] {
       const int c = ::accept(fd_, nullptr, nullptr);

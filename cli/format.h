@@ -16,12 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "cli/commands.h"
 #include "daemon/control_protocol.h"
 #include "lineage/incident.h"
 #include "lineage/lineage_db.h"
 
 namespace holdfast {
 
+// Rank- or GPU-hours: "0.0056", "0.000059", "12.3", "4210" (never an exponent).
+std::string FormatHours(double hours);
 // "512 B", "1.5 KiB", ... "2.0 TiB".
 std::string FormatBytes(int64_t b);
 // holdfastd names nodes by their index ("0", "1"): those read "node 0"; a
@@ -34,6 +37,10 @@ const char* SignalName(int sig);
 std::string DefaultRunbook(const std::string& kind);
 // The part of a path after its last '/'.
 std::string BaseName(const std::string& path);
+// `word` as one shell word, for a command line runctl prints for a person to
+// paste: as it is when it holds only characters no shell treats specially
+// ("runs/r1"), else in single quotes ('/tmp/hf long/run', a ' as '\'').
+std::string ShellWord(const std::string& word);
 // "failed: budget exhausted"; just the state when there is no cause.
 std::string StateAndCause(const std::string& state, const std::string& cause);
 // "job 42 (restart 1) on n1,n3": a Slurm attempt, live or recorded. The
@@ -69,13 +76,29 @@ nlohmann::json CheckpointJson(const CheckpointRecord& k);
 // Its evidence parsed (as text when it is not JSON), its runbook defaulted.
 nlohmann::json EventJson(const EventRecord& e);
 
-// `runctl status`'s text of a live daemon's status.
-void PrintLiveStatus(std::ostream& os, const RunStatus& s);
+// `runctl status`'s text of a live daemon's status: the run, then its ranks
+// summarised by state and node with only those that are not healthy listed
+// (cli/rank_summary.h); `sel` (--all, --rank, --node) shows full rows instead.
+void PrintLiveStatus(std::ostream& os, const RunStatus& s, const RankSelection& sel = {});
 
-// Culprits: the evidence's list, else its "rank", else the event's rank.
-std::vector<int> Culprits(const EventRecord& e, const IncidentEvidence& ev);
+// "rank 1 on gpu-a17, pid 6101: forward at step 140 (for 5m13s), 9000 issued,
+// heartbeat 5m13s ago, process stopped": one rank at an incident.
+std::string DescribeRankEvidence(const RankEvidence& r);
+
+// (Culprits: lineage/incident.h.)
+// The culprit's log file (common/run_files.h): RUN_DIR/logs/aA-gG-rankR.log
+// of the event's attempt and generation, or a role process's; "" when the
+// event names no rank or no generation.
+std::string CulpritLogPath(const RunRecord& run, const EventRecord& e, const IncidentEvidence& ev);
+
 // `runctl triage`'s text for one incident of `run` (the report shows the
-// same text for each of its incidents).
-void PrintTriage(std::ostream& os, const RunRecord& run, const EventRecord& e);
+// same text for each of its incidents). It opens with what on-call acts on —
+// the incident, culprit, exit or stall, the culprit's log file, action and
+// runbook, in at most 10 lines — then the evidence blocks: save errors, the
+// log's last lines, the other ranks folded by state (`sel.all`: a line each).
+// The runbook is named as its file in `runbooks_dir` (cli/runbook_path.h
+// RunbookDir; "": as recorded).
+void PrintTriage(std::ostream& os, const RunRecord& run, const EventRecord& e, const std::string& runbooks_dir,
+                 const RankSelection& sel = {});
 
 }  // namespace holdfast

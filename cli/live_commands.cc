@@ -17,6 +17,7 @@
 #include "cli/daemon_client.h"
 #include "cli/format.h"
 #include "cli/live_waits.h"
+#include "cli/rank_summary.h"
 #include "common/run_spec.h"
 #include "daemon/resume_point.h"
 #include "daemon/run_lock.h"
@@ -134,7 +135,7 @@ int PrintStopped(const CliContext& c, const RunRecord& run, const json& result) 
          << "  last step " << OptText(run.last_step) << ", newest committed checkpoint "
          << (ckpt ? "step " + std::to_string(*ckpt) : std::string("none")) << "\n";
   if (run.state != RunState::kSucceeded) {
-    *c.out << "  continue it:  runctl --run-dir " << c.run_dir << " resume " << run.run_id << "\n";
+    *c.out << "  continue it:  runctl --run-dir " << ShellWord(c.run_dir) << " resume " << run.run_id << "\n";
   }
   return exit;
 }
@@ -216,32 +217,46 @@ std::vector<char*> Argv(std::vector<std::string>& args) {
 
 }  // namespace
 
-int CmdStatus(const CliContext& c, const std::string& run) {
-  const DaemonClient daemon(c.run_dir, c.timeout);
+int CmdStatus(const CliContext& c, const std::string& run, const RankSelection& sel) {
+  const DaemonClient daemon(c.run_dir, c.timeout, c.via);
   Reply<StatusAnswer> reply = daemon.GetStatus();
-  if (reply.unreachable()) return PrintRecordedStatus(c, run, reply.status().message());
+  if (reply.unreachable()) return PrintRecordedStatus(c, run, reply.status().message(), sel);
   if (reply.refused()) return Fail(c, kRunctlFailure, "holdfastd refused 'status': " + Refusal(reply));
   if (!reply.ok()) return Fail(c, kRunctlFailure, reply.status().message());
   if (!RunSpecNames(run, reply->run_id)) {
     return PrintRecordedStatus(c, run, "holdfastd in " + c.run_dir + " supervises run " + reply->run_id +
-                                           ", not " + run);
-  }
-  if (c.json) {
-    PrintJson(c, {{"live", true}, {"source", "holdfastd"}, {"status", json::parse(reply->result_json, nullptr, false)}});
-    return kRunctlOk;
+                                           ", not " + run, sel);
   }
   if (!reply->status.ok()) {
+    if (c.json) {  // as it came: a newer daemon's status is still shown whole
+      PrintJson(c, {{"live", true}, {"source", "holdfastd"}, {"health", nullptr},
+                    {"status", json::parse(reply->result_json, nullptr, false)}});
+      return kRunctlOk;
+    }
     return Fail(c, kRunctlFailure, "holdfastd's status reply is not one runctl understands (" +
                                        reply->status.status().message() + "); try --json");
   }
-  PrintLiveStatus(*c.out, *reply->status);
-  return kRunctlOk;
+  const RunStatus& st = *reply->status;
+  if (Status ok = CheckSelection(sel, RankRows(st)); !ok.ok()) return Fail(c, kRunctlUsage, ok.message());
+  // A daemon that has finished says how through lineage.
+  std::optional<RunState> recorded;
+  if (st.state == "finished") {
+    if (Result<RunRecord> r = ReadRun(c, st.run_id); r.ok()) recorded = r->state;
+  }
+  const RunHealth health = LiveHealth(st, recorded);
+  if (c.json) {
+    PrintJson(c, {{"live", true}, {"source", "holdfastd"}, {"health", RunHealthName(health)},
+                  {"status", json::parse(reply->result_json, nullptr, false)}});
+  } else {
+    PrintLiveStatus(*c.out, st, sel);
+  }
+  return ExitForHealth(health);
 }
 
 int CmdCheckpoint(const CliContext& c, const std::string& spec, bool wait, std::chrono::milliseconds wait_timeout) {
   std::string run_id;
   if (int exit = RunIdForDaemon(c, spec, &run_id); exit != kRunctlOk) return exit;
-  const DaemonClient daemon(c.run_dir, c.timeout);
+  const DaemonClient daemon(c.run_dir, c.timeout, c.via);
   Reply<CheckpointAnswer> resp = daemon.Checkpoint(run_id);
   if (resp.refused()) return Fail(c, kRunctlFailure, "holdfastd refused: " + Refusal(resp));
   if (!resp.ok()) {
@@ -272,14 +287,14 @@ int CmdCheckpoint(const CliContext& c, const std::string& spec, bool wait, std::
     return kRunctlOk;
   }
   std::string step = requested >= 0 ? std::to_string(requested) : "?";
-  *c.out << "checkpoint requested at step " << step << "; `runctl --run-dir " << c.run_dir
+  *c.out << "checkpoint requested at step " << step << "; `runctl --run-dir " << ShellWord(c.run_dir)
          << " lineage " << (run_id.empty() ? "latest" : run_id)
          << "` shows it once it is committed\n";
   return kRunctlOk;
 }
 
 int CmdStop(const CliContext& c, const std::string& spec, bool wait, std::chrono::milliseconds wait_timeout) {
-  const DaemonClient daemon(c.run_dir, c.timeout);
+  const DaemonClient daemon(c.run_dir, c.timeout, c.via);
   std::string run_id;
   if (spec.empty()) {
     // No RUN: the run the live daemon supervises, which --wait needs to name.
@@ -303,7 +318,7 @@ int CmdStop(const CliContext& c, const std::string& spec, bool wait, std::chrono
   const json result = json::parse(resp->result_json, nullptr, false);
   if (!c.json) {
     *c.out << "asked holdfastd to stop " << which << ": the ranks checkpoint and stop; `runctl --run-dir "
-           << c.run_dir << " status` to follow\n";
+           << ShellWord(c.run_dir) << " status` to follow\n";
   }
   if (!wait) {
     if (c.json) PrintJson(c, {{"run_id", run_id}, {"result", result}});
@@ -350,7 +365,7 @@ int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_
       PrintJson(c, {{"run_id", run.run_id}, {"slurm", *what}, {"from_step", OptJson(from_step)}});
       return kRunctlOk;
     }
-    *c.out << *what << "\n  status:  runctl --run-dir " << c.run_dir << " status\n";
+    *c.out << *what << "\n  status:  runctl --run-dir " << ShellWord(c.run_dir) << " status\n";
     return kRunctlOk;
 #else
     return Fail(c, kRunctlFailure, "run " + run.run_id + " runs under Slurm, and this runctl was built without "
@@ -382,11 +397,11 @@ int CmdResume(const CliContext& c, const std::string& spec, std::optional<int64_
   if (!c.json) {
     *c.out << "started holdfastd resuming run " << run.run_id << " from "
            << from << " as a new attempt\n"
-           << "  follow it:  tail -f " << log << "\n"
-           << "  status:     runctl --run-dir " << c.run_dir << " status\n";
+           << "  follow it:  tail -f " << ShellWord(log) << "\n"
+           << "  status:     runctl --run-dir " << ShellWord(c.run_dir) << " status\n";
   }
   if (!wait) return kRunctlOk;
-  const DaemonClient daemon(c.run_dir, c.timeout);
+  const DaemonClient daemon(c.run_dir, c.timeout, c.via);
   WaitLine line(c, "resuming run " + run.run_id + " (restore, then the first step)");
   Result<Waited> trained = WaitForTraining(
       daemon, [&c, &run] { return ReadRun(c, run.run_id); }, log, wait_timeout, c.clock, [&line] { line.Tick(); });

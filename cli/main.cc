@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/rank_summary.h"
+#include "common/program_cli.h"
 
 namespace {
 
@@ -28,6 +30,7 @@ struct Flags {
   std::string run_dir = ".";
   bool json = false;
   int timeout_ms = 5000;
+  std::string via = "auto";
   std::string run;
   int limit = 50;
   int max_events = 500;
@@ -42,6 +45,15 @@ struct Flags {
   bool resume_wait = false;
   int resume_timeout_s = 600;
   std::vector<std::string> health_args;
+  std::string ranks;      // status --rank
+  std::string node;       // status --node
+  bool all_ranks = false;  // status, triage --all
+  std::string incident_number;        // incident N
+  std::string incident_format = "md";  // incident --format
+  std::string host;                   // node HOST
+  std::string runs_all;               // runs --all ROOT
+  std::string history_dir;            // node, runs --all --history-dir
+  holdfast::HistoryRule history_rule;  // --history-runs, --history-window-days
 };
 
 // The subcommands, to tell which one was given.
@@ -52,6 +64,8 @@ struct Commands {
   CLI::App* triage = nullptr;
   CLI::App* best = nullptr;
   CLI::App* report = nullptr;
+  CLI::App* incident = nullptr;
+  CLI::App* node = nullptr;
   CLI::App* checkpoint = nullptr;
   CLI::App* stop = nullptr;
   CLI::App* resume = nullptr;
@@ -68,15 +82,53 @@ void AddGlobalFlags(CLI::App& app, Flags& f) {
   app.add_flag("--json", f.json, "print one JSON object with stable keys instead of tables");
   app.add_option("--timeout-ms", f.timeout_ms, "how long to wait for holdfastd's answer")
       ->check(CLI::PositiveNumber);
+  app.add_option("--via", f.via,
+                 "how to reach holdfastd: auto (its socket on this node, else over TCP from another node, "
+                 "MUNGE-authenticated), unix, tcp; default auto")
+      ->check(CLI::IsMember({"auto", "unix", "tcp"}));
+}
+
+// --history-dir, --history-runs, --history-window-days of `cmd`.
+void AddHistoryFlags(CLI::App* cmd, Flags& f, const char* dir_default) {
+  cmd->add_option("--history-dir", f.history_dir, std::string("the host history (default: ") + dir_default + ")");
+  cmd->add_option("--history-runs", f.history_rule.runs,
+                  "flag a host credited with incidents in this many runs or more (default 3)");
+  cmd->add_option("--history-window-days", f.history_rule.window_days,
+                  "... within this many days before now (default 7)");
+}
+
+// The write-up of an incident, and the history of hosts across runs.
+void AddHistoryCommands(CLI::App& app, Flags& f, Commands& c) {
+  c.incident = app.add_subcommand("incident", "the write-up of one of RUN's incidents for a postmortem: timeline, "
+                                              "impact, evidence, actions, Slurm jobs, nodes, runbook, open questions");
+  c.incident->add_option("RUN", f.run)->required();
+  c.incident->add_option("N", f.incident_number, "which incident: 1 is the run's first (default: the latest)");
+  c.incident->add_option("--format", f.incident_format, "md (Markdown, the default) or json (same fields as --json)")
+      ->check(CLI::IsMember({"md", "json"}));
+  c.node = app.add_subcommand("node", "HOST's incidents across runs and jobs, from the host history; says whether it "
+                                      "is flagged");
+  c.node->add_option("HOST", f.host, "the host name, as the scheduler names it")->required();
+  AddHistoryFlags(c.node, f, "the nearest .holdfast/hosts at or above --run-dir");
+  AddHistoryFlags(c.runs, f, "ROOT/.holdfast/hosts");
 }
 
 // The commands that show a run: live or recorded state, lineage, triage, best, report.
 void AddShowCommands(CLI::App& app, Flags& f, Commands& c) {
-  c.status = app.add_subcommand("status", "live state from holdfastd; the last recorded state when none answers");
+  c.status = app.add_subcommand("status", "live state from holdfastd (the last recorded state when none answers): the "
+                                          "ranks by state and node, those not healthy; exits 6 hung, 7 failed, 8 stopped");
   c.status->add_option("RUN", f.run, "default: the run holdfastd supervises, else latest");
+  CLI::Option* all = c.status->add_flag("--all", f.all_ranks, "every rank a row, every column (default: the ranks "
+                                                              "summarised by state and node, only the unhealthy listed)");
+  c.status->add_option("--rank", f.ranks, "only these ranks' full rows: R[,R..], ranges too (--rank 3,8-11)")
+      ->excludes(all);
+  c.status->add_option("--node", f.node, "only the full rows of the ranks on this node (host name or index)")
+      ->excludes(all);
 
-  c.runs = app.add_subcommand("runs", "the runs recorded in lineage.db, newest first");
-  c.runs->add_option("--limit", f.limit, "show at most N runs (0: all)");
+  c.runs = app.add_subcommand("runs", "the runs recorded in lineage.db, newest first (--all ROOT: every run dir "
+                                      "under ROOT, and the hosts flagged across them)");
+  c.runs->add_option("--limit", f.limit, "show at most N runs (0: all); with --all, per run directory");
+  c.runs->add_option("--all", f.runs_all, "every run directory (a folder with a lineage.db) under this folder, at "
+                                          "most 3 levels down, and the hosts its host history flags");
 
   c.lineage = app.add_subcommand("lineage", "a run's attempts, generations, checkpoints and events as a timeline");
   c.lineage->add_option("RUN", f.run)->required();
@@ -84,6 +136,7 @@ void AddShowCommands(CLI::App& app, Flags& f, Commands& c) {
 
   c.triage = app.add_subcommand("triage", "the run's last incident: culprit ranks, exit, logs, action, runbook");
   c.triage->add_option("RUN", f.run)->required();
+  c.triage->add_flag("--all", f.all_ranks, "every other rank a line (default: folded by state)");
 
   c.best = app.add_subcommand(
       "best", "RUN's best checkpoint by an eval metric (lower loss, higher accuracy/reward): step, value, path");
@@ -95,6 +148,7 @@ void AddShowCommands(CLI::App& app, Flags& f, Commands& c) {
   c.report->add_option("--out", f.report_out, "the file to write (default: RUN_DIR/report-RUN.html)");
   c.report->add_option("--metrics", f.report_metrics,
                        "the trainer's metrics.jsonl (default: found from the run's job config)");
+  AddHistoryCommands(app, f, c);
 }
 
 // The commands that act: checkpoint, stop, resume, health.
@@ -126,10 +180,24 @@ void AddActionCommands(CLI::App& app, Flags& f, Commands& c) {
 }
 
 int Dispatch(const CliContext& ctx, const Flags& f, const Commands& c) {
-  if (*c.status) return CmdStatus(ctx, f.run);
+  RankSelection sel;
+  sel.all = f.all_ranks;
+  sel.node = f.node;
+  if (!f.ranks.empty()) {
+    Result<std::vector<int>> ranks = ParseRankList(f.ranks);
+    if (!ranks.ok()) {
+      std::cerr << "runctl: " << ranks.status().message() << "\n";
+      return kRunctlUsage;
+    }
+    sel.ranks = *ranks;
+  }
+  if (*c.status) return CmdStatus(ctx, f.run, sel);
+  if (*c.runs && !f.runs_all.empty()) return CmdRunsAll(ctx, f.runs_all, f.limit, f.history_dir, f.history_rule);
   if (*c.runs) return CmdRuns(ctx, f.limit);
+  if (*c.incident) return CmdIncident(ctx, f.run, f.incident_number, f.incident_format);
+  if (*c.node) return CmdNode(ctx, f.host, f.history_dir, f.history_rule);
   if (*c.lineage) return CmdLineage(ctx, f.run, f.max_events);
-  if (*c.triage) return CmdTriage(ctx, f.run);
+  if (*c.triage) return CmdTriage(ctx, f.run, sel);
   if (*c.best) return CmdBest(ctx, f.run, f.best_metric);
   if (*c.report) return CmdReport(ctx, f.run, f.report_out, f.report_metrics);
   if (*c.checkpoint) {
@@ -157,7 +225,11 @@ int main(int argc, char** argv) {
   CLI::App app{
       "runctl: status, lineage and triage of Holdfast training runs.\n"
       "RUN is a run id, a unique prefix of one, or 'latest'."};
-  app.footer(std::string("\n") + kExitCodesHelp);
+#ifdef HOLDFAST_HAVE_SLURM
+  AddProgramConventions(app, "runctl", kBuiltAgainstSlurm, kExitCodesHelp);  // --version, codes in --help
+#else
+  AddProgramConventions(app, "runctl", kBuiltAgainstNothing, kExitCodesHelp);
+#endif
   app.require_subcommand(1);
   app.fallthrough();  // global flags may follow the command: `runctl runs --json`
   Flags flags;
@@ -168,21 +240,16 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kRunctlUsage;
+    // --help/--version exit 0; an unknown command or flag is named with the closest valid one.
+    return HandleParseError(app, e, "runctl", argc, argv, kRunctlUsage);
   }
 
   CliContext ctx;
   ctx.run_dir = Absolute(flags.run_dir);
   ctx.json = flags.json;
   ctx.timeout = std::chrono::milliseconds(flags.timeout_ms);
+  ctx.via = *ParseControlVia(flags.via);  // CLI11 checked it
   ctx.out = &std::cout;
   ctx.err = &std::cerr;
 

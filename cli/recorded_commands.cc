@@ -12,7 +12,11 @@
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "cli/rank_summary.h"
 #include "cli/report.h"
+#include "cli/runbook_path.h"
+#include "cli/run_data.h"
+#include "cli/timeline.h"
 #include "common/toml_reader.h"
 #include "lineage/incident.h"
 #include "lineage/lineage_db.h"
@@ -23,156 +27,51 @@ namespace {
 
 using json = nlohmann::json;
 
-// One line of `runctl lineage`'s timeline.
-struct Item {
-  int64_t seq;  // lineage's write order
-  int64_t t;
-  int order;    // among what one write recorded at once
-  int64_t tie;
-  std::string att, gen, text;
-};
-
-// Lineage's records as one list in the order things were written (lineage's
-// seq: a wall clock that stepped back does not reorder it); what one write
-// recorded at once (ending a generation and its attempt) goes starts, then
-// what happens inside them, then ends.
-std::vector<Item> TimelineItems(const std::vector<AttemptRecord>& attempts,
-                                const std::vector<GenerationRecord>& gens,
-                                const std::vector<CheckpointRecord>& ckpts,
-                                const std::vector<EventRecord>& events) {
-  std::vector<Item> items;
-  auto opt = [](const std::optional<int>& v) { return v ? std::to_string(*v) : std::string("-"); };
-  for (const AttemptRecord& a : attempts) {
-    std::string how = a.resumed_from_step
-                          ? "resumed from step " + std::to_string(*a.resumed_from_step)
-                          : std::string("fresh start");
-    if (a.parent_attempt) how += ", after attempt " + std::to_string(*a.parent_attempt);
-    if (!a.slurm_job_id.empty()) how += ", slurm job " + a.slurm_job_id;
-    if (a.restart_count > 0) how += ", requeue #" + std::to_string(a.restart_count);
-    if (!a.nodes.empty()) how += ", nodes " + Join(a.nodes, ",");
-    items.push_back({a.seq, a.started_ms, 0, 0, std::to_string(a.attempt), "-",
-                     "attempt " + std::to_string(a.attempt) + " started: " + how});
-    if (a.ended_ms) {
-      items.push_back({a.ended_seq.value_or(a.seq), *a.ended_ms, 5, 0, std::to_string(a.attempt),
-                       "-",
-                       "attempt " + std::to_string(a.attempt) + " ended " +
-                           StateAndCause(RunStateName(a.state), a.cause)});
-    }
-  }
-  for (const GenerationRecord& g : gens) {
-    std::string a = std::to_string(g.attempt), n = std::to_string(g.generation);
-    items.push_back({g.seq, g.started_ms, 1, 0, a, n,
-                     "generation " + n + " started from step " + std::to_string(g.start_step)});
-    if (g.ended_ms) {
-      // Older daemons left last_step unset when no step came before the end:
-      // then it ended where it started.
-      items.push_back({g.ended_seq.value_or(g.seq), *g.ended_ms, 4, 0, a, n,
-                       "generation " + n + " ended " + RunStateName(g.state) + " at step " +
-                           std::to_string(g.last_step.value_or(g.start_step)) +
-                           (g.cause.empty() ? "" : ": " + g.cause)});
-    }
-  }
-  for (const CheckpointRecord& k : ckpts) {
-    items.push_back({k.seq, k.committed_ms, 2, k.step, opt(k.attempt), opt(k.generation),
-                     "checkpoint step " + std::to_string(k.step) + " committed (" +
-                         FormatBytes(k.bytes) + ", world " + std::to_string(k.world_size) +
-                         ") " + k.path});
-    if (k.state != CheckpointState::kCommitted) {
-      items.push_back({k.state_seq.value_or(k.seq), k.state_ms.value_or(k.committed_ms), 2, k.step,
-                       opt(k.attempt), opt(k.generation),
-                       "checkpoint step " + std::to_string(k.step) + " marked " +
-                           CheckpointStateName(k.state) +
-                           (k.reason.empty() ? "" : ": " + k.reason)});
-    }
-  }
-  for (const EventRecord& e : events) {
-    std::string who;
-    if (e.rank) who += "rank " + std::to_string(*e.rank);
-    if (!e.node.empty()) who += (who.empty() ? "" : " on ") + NodeLabel(e.node);
-    std::string text = (e.incident ? "[" + e.kind + "] " : e.kind + ": ") +
-                       (who.empty() ? "" : who + ": ") + e.summary;
-    if (!e.action.empty()) text += " -> " + e.action;
-    if (e.incident) {
-      std::string rb = e.runbook.empty() ? DefaultRunbook(e.kind) : e.runbook;
-      if (!rb.empty()) text += " (" + rb + ")";
-    }
-    items.push_back({e.seq, e.time_ms, 3, e.id, opt(e.attempt), opt(e.generation), text});
-  }
-  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
-    if (a.seq != b.seq) return a.seq < b.seq;
-    if (a.order != b.order) return a.order < b.order;
-    return a.tie < b.tie;
-  });
-  return items;
-}
-
 bool HigherIsBetter(const std::string& metric) {
   return metric.find("accuracy") != std::string::npos || metric.find("reward") != std::string::npos ||
          metric.find("margin") != std::string::npos;
 }
 
-// Where the run's trainer wrote metrics.jsonl, read from the job config the
-// run was launched with (lineage's config_text): the ranks' command's
-// `--metrics P`, `--set output.dir=D`, `--set output.metrics=M`, and
-// `--config F`'s [output] when not overridden. Relative paths are the ranks'
-// (holdfastd's working directory, which lineage does not record), so they are
-// tried against the current directory, the run directory and its parents.
-// Returns the first that exists, or "" with *looked listing what was tried.
-std::string FindMetrics(const RunRecord& run, std::vector<std::string>* looked) {
-  namespace fs = std::filesystem;
-  std::vector<fs::path> bases = {fs::current_path()};
-  for (fs::path p = run.run_dir; !p.empty() && p != p.parent_path(); p = p.parent_path()) {
-    bases.push_back(p);
+}  // namespace
+
+namespace {
+
+// The recorded status's ranks: as the last incident's evidence saw them (the
+// only record of every rank lineage keeps), summarised as the live status
+// is, or `sel`'s a line each. Returns the exit code of a bad selection, else
+// kRunctlOk.
+int PrintRecordedRanks(const CliContext& c, const EventRecord* incident, const RankSelection& sel) {
+  Result<IncidentEvidence> ev =
+      incident ? ParseIncidentEvidence(incident->evidence_json) : Result<IncidentEvidence>(IncidentEvidence{});
+  const std::vector<int> culprits = ev.ok() && incident ? Culprits(*incident, *ev) : std::vector<int>{};
+  const std::vector<RankRow> rows = ev.ok() ? RankRows(*ev, culprits) : std::vector<RankRow>{};
+  if (rows.empty()) {
+    if (!sel.any()) return kRunctlOk;
+    return Fail(c, kRunctlNotFound, "no rank was recorded: holdfastd is not running here, and lineage keeps every "
+                                    "rank's state only with an incident (the last has none)");
   }
-  auto resolve = [&](const std::string& rel, bool want_dir) -> std::string {
-    if (rel.empty()) return "";
-    if (fs::path(rel).is_absolute()) return fs::exists(rel) ? rel : "";
-    for (const fs::path& b : bases) {
-      std::error_code ec;
-      const fs::path p = b / rel;
-      if (want_dir ? fs::is_directory(p, ec) : fs::is_regular_file(p, ec)) return p.string();
-    }
-    return "";
-  };
-  std::vector<std::string> candidates;
-  if (Result<toml::table> job = ParseToml(run.config_text, "config"); job.ok()) {
-    std::vector<std::string> cmd;
-    if (const toml::array* a = (*job)["job"]["command"].as_array()) {
-      for (const toml::node& n : *a) {
-        if (const auto* v = n.as_string()) cmd.push_back(v->get());
-      }
-    }
-    std::string metrics_flag, dir, name, config;
-    for (size_t i = 0; i + 1 < cmd.size(); ++i) {
-      const std::string& next = cmd[i + 1];
-      if (cmd[i] == "--metrics") metrics_flag = next;
-      if (cmd[i] == "--config" || cmd[i] == "-c") config = next;
-      if (cmd[i] == "--set" && next.rfind("output.dir=", 0) == 0) dir = next.substr(11);
-      if (cmd[i] == "--set" && next.rfind("output.metrics=", 0) == 0) name = next.substr(15);
-    }
-    if (!config.empty() && (dir.empty() || name.empty())) {
-      if (std::string f = resolve(config, false); !f.empty()) {
-        if (Result<toml::table> t = ParseTomlFile(f); t.ok()) {
-          if (dir.empty()) dir = (*t)["output"]["dir"].value_or(std::string());
-          if (name.empty()) name = (*t)["output"]["metrics"].value_or(std::string());
-        }
-      }
-    }
-    if (name.empty()) name = "metrics.jsonl";
-    if (!metrics_flag.empty()) candidates.push_back(metrics_flag);
-    candidates.push_back((fs::path(dir.empty() ? "." : dir) / name).string());
+  if (Status ok = CheckSelection(sel, rows); !ok.ok()) return Fail(c, kRunctlUsage, ok.message());
+  if (c.json) return kRunctlOk;  // the incident's evidence holds every rank
+  std::ostream& os = *c.out;
+  os << "\nranks at the last incident (" << incident->kind << " at " << FormatTime(incident->time_ms) << "):\n";
+  if (!sel.any()) {
+    PrintRankSummary(os, rows, ContextOf(rows));
+    return kRunctlOk;
   }
-  candidates.push_back((fs::path(run.run_dir) / "metrics.jsonl").string());
-  for (const std::string& c : candidates) {
-    looked->push_back(c);
-    if (std::string p = resolve(c, false); !p.empty()) return p;
+  for (const RankEvidence& r : ev->ranks) {
+    RankRow key;
+    key.rank = r.rank;
+    key.node = r.node;
+    key.host = r.host;
+    if (Selected(sel, key)) os << "  " << DescribeRankEvidence(r) << "\n";
   }
-  return "";
+  return kRunctlOk;
 }
 
 }  // namespace
 
-int PrintRecordedStatus(const CliContext& c, const std::string& spec, const std::string& why) {
+int PrintRecordedStatus(const CliContext& c, const std::string& spec, const std::string& why,
+                        const RankSelection& sel) {
   RunLookup l = LookUp(c, spec);
   if (l.exit != kRunctlOk) return l.exit;
   const RunRecord& run = l.run;
@@ -186,7 +85,11 @@ int PrintRecordedStatus(const CliContext& c, const std::string& spec, const std:
   const AttemptRecord* attempt = attempts->empty() ? nullptr : &attempts->back();
   const GenerationRecord* gen = gens->empty() ? nullptr : &gens->back();
   const bool slurm = attempt != nullptr && !attempt->slurm_job_id.empty();
+  const RunHealth health = RecordedHealth(run.state);
   if (c.json) {
+    if (int exit = PrintRecordedRanks(c, incident->has_value() ? &**incident : nullptr, sel); exit != kRunctlOk) {
+      return exit;
+    }
     // "slurm" repeats the newest attempt's job fields under the live status's names.
     json slurm_json = nullptr;
     if (slurm) {
@@ -197,16 +100,17 @@ int PrintRecordedStatus(const CliContext& c, const std::string& spec, const std:
     PrintJson(c, {{"live", false},
                   {"source", "lineage.db"},
                   {"daemon", why},
+                  {"health", RunHealthName(health)},
                   {"run", RunJson(run)},
                   {"attempt", attempt ? AttemptJson(*attempt) : json(nullptr)},
                   {"slurm", std::move(slurm_json)},
                   {"generation", gen ? GenerationJson(*gen) : json(nullptr)},
                   {"last_checkpoint", *ckpt ? CheckpointJson(**ckpt) : json(nullptr)},
                   {"last_incident", *incident ? EventJson(**incident) : json(nullptr)}});
-    return kRunctlOk;
+    return ExitForHealth(health);
   }
   std::ostream& os = *c.out;
-  os << "holdfastd is not running; last recorded state:\n";
+  os << "no holdfastd answers; last recorded state:\n";
   os << "  (" << why << ")\n";
   Table t({"run", run.run_id + " (" + run.name + ")"});
   t.Add({"state", StateAndCause(RunStateName(run.state), run.cause)});
@@ -235,45 +139,26 @@ int PrintRecordedStatus(const CliContext& c, const std::string& spec, const std:
                            " (runctl triage " + run.run_id + ")"});
   }
   t.Print(os);
-  return kRunctlOk;
+  if (int exit = PrintRecordedRanks(c, incident->has_value() ? &**incident : nullptr, sel); exit != kRunctlOk) {
+    return exit;
+  }
+  return ExitForHealth(health);
 }
 
 int CmdRuns(const CliContext& c, int limit) {
   Result<std::unique_ptr<LineageDb>> db = OpenDb(c);
   if (!db.ok()) return Fail(c, ExitFor(db.status()), db.status().message());
-  Result<std::vector<RunRecord>> runs = (*db)->ListRuns(limit);
+  Result<std::vector<RunSummary>> runs = SummariseRuns(**db, limit, c.clock->UnixMs());
   if (!runs.ok()) return Fail(c, kRunctlFailure, runs.status().message());
-  json out = json::array();
-  Table t({"RUN", "NAME", "STATE", "ATTEMPTS", "LAST STEP", "EFFECTIVE", "STARTED", "CAUSE"});
-  const int64_t now = c.clock->UnixMs();
-  for (const RunRecord& r : *runs) {
-    Result<std::vector<AttemptRecord>> attempts = (*db)->Attempts(r.run_id);
-    Result<std::vector<GenerationRecord>> gens = (*db)->Generations(r.run_id);
-    Result<std::vector<CheckpointRecord>> ckpts = (*db)->Checkpoints(r.run_id);
-    Result<std::vector<EventRecord>> events = (*db)->Events(r.run_id, 0);
-    for (const Status& s : {attempts.status(), gens.status(), ckpts.status(), events.status()}) {
-      if (!s.ok()) return Fail(c, kRunctlFailure, s.message());
-    }
-    // From lineage alone (no metrics.jsonl: listing stays quick), so the step
-    // time is lineage's estimate and checkpoint stalls are not counted; the
-    // report's figure can differ by those (docs/report.md).
-    const TimeAccount time = AccountTime(*attempts, *gens, *ckpts, *events, {}, now);
-    json j = RunJson(r);
-    j["attempts"] = attempts->size();
-    j["effective_s"] = time.effective_s;
-    j["wall_s"] = time.wall_s;
-    out.push_back(std::move(j));
-    char eff[64];
-    std::snprintf(eff, sizeof(eff), "%s (%.0f%%)", FormatDuration(time.effective_s).c_str(),
-                  time.wall_s > 0 ? 100.0 * time.effective_s / time.wall_s : 0.0);
-    t.Add({r.run_id, r.name, RunStateName(r.state), std::to_string(attempts->size()),
-           OptText(r.last_step), time.wall_s > 0 ? eff : "-", FormatTime(r.created_ms), r.cause});
-  }
   if (c.json) {
+    json out = json::array();
+    for (const RunSummary& r : *runs) out.push_back(RunSummaryJson(r));
     PrintJson(c, {{"runs", out}});
   } else if (runs->empty()) {
     *c.out << "no runs recorded in " << DbPath(c) << "\n";
   } else {
+    Table t(RunSummaryHeaders());
+    for (const RunSummary& r : *runs) t.Add(RunSummaryCells(r));
     t.Print(*c.out);
   }
   return kRunctlOk;
@@ -315,7 +200,7 @@ int CmdLineage(const CliContext& c, const std::string& spec, int max_events) {
      << (run.slurm_job_id.empty() ? "" : " job " + run.slurm_job_id) << ", config "
      << run.config_path << "\n\n";
   Table t({"TIME", "ATT", "GEN", "WHAT"});
-  for (const Item& i : TimelineItems(*attempts, *gens, *ckpts, *events)) t.Add({FormatTime(i.t), i.att, i.gen, i.text});
+  for (const TimelineItem& i : TimelineItems(*attempts, *gens, *ckpts, *events)) t.Add({FormatTime(i.t), i.att, i.gen, i.text});
   t.Print(os);
   if (max_events > 0 && static_cast<int>(events->size()) == max_events) {
     os << "(only the newest " << max_events << " events; --events 0 shows all)\n";
@@ -372,10 +257,11 @@ int CmdBest(const CliContext& c, const std::string& spec, const std::string& met
   return kRunctlOk;
 }
 
-int CmdTriage(const CliContext& c, const std::string& spec) {
+int CmdTriage(const CliContext& c, const std::string& spec, const RankSelection& sel) {
   RunLookup l = LookUp(c, spec);
   if (l.exit != kRunctlOk) return l.exit;
-  const RunRecord& run = l.run;
+  RunRecord run = l.run;
+  if (run.run_dir.empty()) run.run_dir = c.run_dir;  // where its logs are
   Result<std::optional<EventRecord>> incident = l.db->LastIncident(run.run_id);
   if (!incident.ok()) return Fail(c, kRunctlFailure, incident.status().message());
   if (!*incident) {
@@ -392,13 +278,19 @@ int CmdTriage(const CliContext& c, const std::string& spec) {
   if (c.json) {
     const Result<IncidentEvidence> parsed = ParseIncidentEvidence(e.evidence_json);
     json j = EventJson(e);
-    j["culprits"] = Culprits(e, parsed.ok() ? *parsed : IncidentEvidence{});
-    j["runbook_file"] = BaseName(e.runbook.empty() ? DefaultRunbook(e.kind) : e.runbook);
+    const IncidentEvidence ev = parsed.ok() ? *parsed : IncidentEvidence{};
+    j["culprits"] = Culprits(e, ev);
+    const std::string log = CulpritLogPath(run, e, ev);
+    j["log_path"] = log.empty() ? json(nullptr) : json(log);
+    const std::string runbook = e.runbook.empty() ? DefaultRunbook(e.kind) : e.runbook;
+    j["runbook_file"] = BaseName(runbook);
+    const std::string file = RunbookFile(RunbookDir(), runbook);
+    j["runbook_path"] = file == runbook ? json(nullptr) : json(file);
     PrintJson(c, {{"run", RunJson(run)}, {"incident", j}});
     return kRunctlOk;
   }
 
-  PrintTriage(*c.out, run, e);
+  PrintTriage(*c.out, run, e, RunbookDir(), sel);
   return kRunctlOk;
 }
 
@@ -407,39 +299,9 @@ int CmdReport(const CliContext& c, const std::string& spec, const std::string& o
   RunLookup l = LookUp(c, spec);
   if (l.exit != kRunctlOk) return l.exit;
   ReportData d;
-  d.run = l.run;
+  if (int exit = LoadRunData(c, l, metrics_path, &d); exit != kRunctlOk) return exit;
   const std::string& id = d.run.run_id;
-  auto attempts = l.db->Attempts(id);
-  auto gens = l.db->Generations(id);
-  auto ckpts = l.db->Checkpoints(id);
-  auto events = l.db->Events(id, 0);
-  for (const Status& s : {attempts.status(), gens.status(), ckpts.status(), events.status()}) {
-    if (!s.ok()) return Fail(c, kRunctlFailure, s.message());
-  }
-  d.attempts = std::move(attempts).value();
-  d.generations = std::move(gens).value();
-  d.checkpoints = std::move(ckpts).value();
-  d.events = std::move(events).value();
-  d.generated_ms = c.clock->UnixMs();
-
-  std::string metrics = metrics_path;
-  std::vector<std::string> looked;
-  if (metrics.empty()) metrics = FindMetrics(d.run, &looked);
-  if (!metrics.empty()) {
-    std::ifstream in(metrics);
-    if (!in) return Fail(c, kRunctlNotFound, "cannot read metrics file " + metrics);
-    d.metrics = ParseMetricsJsonl(in);
-    d.metrics_source = metrics;
-  } else {
-    d.metrics_source = "no metrics.jsonl found (looked for " + Join(looked, ", ") + "; pass --metrics PATH)";
-  }
-  for (const EventRecord& e : d.events) {
-    if (!e.incident) continue;
-    std::ostringstream os;
-    PrintTriage(os, d.run, e);
-    d.triage[e.id] = os.str();
-  }
-  d.time = AccountTime(d.attempts, d.generations, d.checkpoints, d.events, d.metrics, d.generated_ms);
+  const std::string& metrics = d.metrics_file;
 
   const std::string out = out_path.empty() ? c.run_dir + "/report-" + id + ".html" : out_path;
   {

@@ -21,6 +21,17 @@ std::string FormatTime(int64_t ms) {
   return buf;
 }
 
+std::string FormatTimeMs(int64_t ms, bool iso) {
+  if (ms <= 0) return "-";
+  time_t secs = static_cast<time_t>(ms / 1000);
+  struct tm tm {};
+  gmtime_r(&secs, &tm);
+  char buf[32], out[48];
+  std::strftime(buf, sizeof(buf), iso ? "%Y-%m-%dT%H:%M:%S" : "%Y-%m-%d %H:%M:%S", &tm);
+  std::snprintf(out, sizeof(out), "%s.%03dZ", buf, static_cast<int>(ms % 1000));
+  return out;
+}
+
 std::string FormatDuration(double s) {
   char buf[64];
   if (!(s > 0)) s = 0;
@@ -180,11 +191,16 @@ TimeAccount AccountTime(const std::vector<AttemptRecord>& attempts_in,
   std::sort(gens.begin(), gens.end(), [](const GenerationRecord& a, const GenerationRecord& b) {
     return a.attempt != b.attempt ? a.attempt < b.attempt : a.generation < b.generation;
   });
+  // The incident that ended g: the last of its incidents recorded before its
+  // end. One that did not stop it (a failed save the run trained on after)
+  // comes earlier, or g went on to succeed or still runs: then none.
   auto incident_of = [&](const GenerationRecord& g) -> const EventRecord* {
+    if (!g.ended_ms || g.state == RunState::kSucceeded) return nullptr;
     const EventRecord* best = nullptr;
     for (const EventRecord& e : events) {
       if (!e.incident || e.attempt != g.attempt || e.generation != g.generation) continue;
-      if (best == nullptr || e.seq < best->seq) best = &e;
+      const bool before_end = g.ended_seq ? e.seq <= *g.ended_seq : e.time_ms <= *g.ended_ms;
+      if (before_end && (best == nullptr || e.seq > best->seq)) best = &e;
     }
     return best;
   };
@@ -207,6 +223,13 @@ TimeAccount AccountTime(const std::vector<AttemptRecord>& attempts_in,
       l.incident_id = inc->id;
       const int64_t progress = std::max(g.started_ms, g.last_step_ms.value_or(g.started_ms));
       l.detection_s = std::max<int64_t>(0, inc->time_ms - progress) / 1000.0;
+      // A hang's evidence holds how long no step completed before it was
+      // declared (the generation's last step report is written at its end,
+      // after the incident): that, within the generation's own time.
+      if (Result<IncidentEvidence> ev = ParseIncidentEvidence(inc->evidence_json); ev.ok() && ev->stalled_s) {
+        const double ran_s = std::max<int64_t>(0, inc->time_ms - g.started_ms) / 1000.0;
+        l.detection_s = std::max(l.detection_s, std::min(*ev->stalled_s, ran_s));
+      }
       restart_from = inc->time_ms;
     }
     if (next != nullptr) {

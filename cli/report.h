@@ -25,6 +25,8 @@ namespace holdfast {
 
 // "2025-01-01 12:00:05Z" (UTC); "-" for 0 or less.
 std::string FormatTime(int64_t unix_ms);
+// With the milliseconds: "2025-01-01 12:00:05.123Z"; `iso`: "2025-01-01T12:00:05.123Z".
+std::string FormatTimeMs(int64_t unix_ms, bool iso = false);
 // "4.2s", "3m07s", "2h05m"; negative is 0.
 std::string FormatDuration(double seconds);
 
@@ -52,7 +54,7 @@ std::optional<double> MedianStepMs(const std::vector<MetricPoint>& points);
 struct LossRecord {
   int attempt = 0;
   int generation = 0;           // the generation that failed
-  std::optional<int64_t> incident_id;  // the incident that ended it, when one was recorded
+  std::optional<int64_t> incident_id;  // the incident that ended it (the last before its end), when one was recorded
   double detection_s = 0;       // its last step report -> the incident
   double restart_s = 0;         // the incident (or its end) -> the next generation's start
   int64_t redone_from = 0;      // steps (redone_from, redone_to] were computed again
@@ -93,6 +95,7 @@ struct ReportData {
   std::vector<EventRecord> events;  // oldest first (seq)
   std::vector<MetricPoint> metrics;
   std::string metrics_source;  // the file read, or why there is none
+  std::string metrics_file;    // the file read; "" when none was found
   std::map<int64_t, std::string> triage;  // event id -> `runctl triage` text of that incident
   TimeAccount time;
   int64_t generated_ms = 0;

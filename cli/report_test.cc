@@ -167,6 +167,20 @@ TEST(ReportTest, TheTimeOfARunningAttemptCountsUpToNow) {
   EXPECT_DOUBLE_EQ(t.wall_s, 150);
 }
 
+// Run dirs and checkpoint paths may hold any character: they are text on the page, never markup.
+TEST(ReportTest, PathsWithMarkupQuotesSpacesAndNonAsciiAreEscaped) {
+  ReportData d = Sample();
+  d.run.run_dir = "/tmp/hf long/ünïcode <b>dir</b> & 'it' \"q\"/run";
+  ASSERT_FALSE(d.checkpoints.empty());
+  d.checkpoints[0].path = d.run.run_dir + "/ck/step-25";
+  const std::string html = RenderReportHtml(d);
+  const std::string escaped = "/tmp/hf long/ünïcode &lt;b&gt;dir&lt;/b&gt; &amp; &#39;it&#39; &quot;q&quot;/run";
+  EXPECT_TRUE(Has(html, escaped)) << "the run dir, escaped";
+  EXPECT_TRUE(Has(html, escaped + "/ck/step-25")) << "the checkpoint path, escaped";
+  EXPECT_FALSE(Has(html, "<b>dir"));
+  EXPECT_FALSE(Has(html, "'it'"));
+}
+
 TEST(ReportTest, ThePageHasEveryIncidentCheckpointAndNumberEscaped) {
   const std::string html = RenderReportHtml(Sample());
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);

@@ -1,5 +1,7 @@
 // Runs the real runctl binary against a stand-in daemon on a real Unix
 // socket: status, checkpoint, stop, resume and health.
+#include <algorithm>
+
 #include "cli/runctl_test_fixture.h"
 
 namespace holdfast {
@@ -44,11 +46,23 @@ TEST_F(RunctlTest, StatusFromALiveDaemonShowsTheRanks) {
     Outcome o = Run({"status"});  // no lineage.db needed while the daemon answers
     ASSERT_EQ(o.exit, 0) << o.err;
     for (const char* want : {"run r-20250101-aaaa (gpt-small)  running  attempt 2, generation 1, step 1234",
-                             "restarts 1/3", "last checkpoint step 1200", "up 1h02m", "PID",
-                             "WAITING ON", "4242", "#9001", "812 ms", "forward"}) {
+                             "restarts 1/3", "last checkpoint step 1200", "up 1h02m",
+                             "\n\n2 ranks on 1 node: 2 running at step 1234\n",
+                             "waiting in collectives: 1 in #9001\n", "nodes: the one node healthy\n"}) {
       EXPECT_TRUE(Has(o.out, want)) << "missing '" << want << "' in\n" << o.out;
     }
+    EXPECT_FALSE(Has(o.out, "PID")) << "healthy ranks are summarised, not listed:\n" << o.out;
     EXPECT_FALSE(Has(o.out, "slurm")) << "a local run has no slurm line:\n" << o.out;
+  }
+  {
+    FakeDaemon daemon(dir_, [&](const ControlRequest& req) {
+      return EncodeOkResponse(req.id, EncodeStatusResult(s));
+    });
+    Outcome o = Run({"status", "--all"});  // every rank, every column
+    ASSERT_EQ(o.exit, 0) << o.err;
+    for (const char* want : {"PID", "STEPS/S", "WAITING ON", "4242", "4243", "#9001", "812 ms", "forward"}) {
+      EXPECT_TRUE(Has(o.out, want)) << "missing '" << want << "' in\n" << o.out;
+    }
   }
   {
     FakeDaemon daemon(dir_, [&](const ControlRequest& req) {
@@ -82,6 +96,71 @@ TEST_F(RunctlTest, StatusFromALiveDaemonShowsTheRanks) {
     EXPECT_EQ(j["status"]["restart_count"], 0);
     EXPECT_EQ(j["status"]["hosts"], json::array({"n1", "n3"}));
   }
+}
+
+// 512 ranks on 64 nodes, rank 137 stopped (SIGSTOP): the daemon's reply is
+// far past 64 KiB; runctl summarises it on one screen and exits 6 (hung).
+TEST_F(RunctlTest, StatusOf512LiveRanksIsOneScreenAndExitsHung) {
+  RunStatus s;
+  s.run_id = kRunA;
+  s.name = "gpt-512";
+  s.state = "running";
+  s.step = 1234;
+  s.world_size = 512;
+  for (int n = 0; n < 64; ++n) {
+    NodeStatus node;
+    node.node = n;
+    char host[32];
+    std::snprintf(host, sizeof(host), "gpu-a%02d", n);
+    node.host = host;
+    for (int i = 0; i < 8; ++i) {
+      RankStatus r;
+      r.rank = n * 8 + i;
+      r.pid = 10000 + r.rank;
+      r.state = r.rank == 137 ? "stopped (SIGSTOP)" : "running";
+      r.step = 1234;
+      r.phase = r.rank == 137 ? "forward" : "collective";
+      r.heartbeat_age_s = r.rank == 137 ? 62 : 0.2;
+      if (r.rank != 137) r.waiting_on = 9001;
+      r.steps_per_s = 1.2;
+      r.step_ms_p50 = 810;
+      r.step_ms_p99 = 840;
+      r.compute_ms_p50 = 200;
+      r.wait_ms_p50 = 600;
+      node.ranks.push_back(r);
+    }
+    s.nodes.push_back(node);
+  }
+  const std::string reply = EncodeOkResponse(1, EncodeStatusResult(s));
+  ASSERT_GT(reply.size(), kMaxControlMessageBytes) << "the point: a reply longer than any request";
+  FakeDaemon daemon(dir_, [&](const ControlRequest& req) { return EncodeOkResponse(req.id, EncodeStatusResult(s)); },
+                    -1);
+  auto lines = [](const std::string& text) { return std::count(text.begin(), text.end(), '\n'); };
+  Outcome o = Run({"status"});
+  EXPECT_EQ(o.exit, 6) << o.err;
+  EXPECT_LE(lines(o.out), 40) << o.out;
+  EXPECT_TRUE(Has(o.out, "512 ranks on 64 nodes: 511 running at step 1234, 1 stopped (SIGSTOP)\n")) << o.out;
+  EXPECT_TRUE(Has(o.out, "gpu-a17  137   10137  stopped (SIGSTOP)")) << o.out;
+
+  o = Run({"status", "--rank", "137,138"});
+  EXPECT_EQ(o.exit, 6) << o.err;
+  EXPECT_EQ(lines(o.out), 3 + 1 + 2) << "the run's lines, the table's header and two rows:\n" << o.out;
+  o = Run({"status", "--node", "gpu-a17"});
+  EXPECT_EQ(lines(o.out), 3 + 1 + 8) << o.out;
+  o = Run({"status", "--all"});
+  EXPECT_EQ(lines(o.out), 3 + 1 + 512) << o.out;
+  o = Run({"status", "--rank", "512"});
+  EXPECT_EQ(o.exit, 2);
+  EXPECT_TRUE(Has(o.err, "--rank: no rank 512 in this run (it has ranks 0-511)")) << o.err;
+  EXPECT_EQ(o.out, "");
+  o = Run({"status", "--node", "gpu-b00"});
+  EXPECT_EQ(o.exit, 2);
+
+  json j = RunJson({"status"}, 6);  // --json keeps every rank
+  EXPECT_EQ(j["health"], "hung");
+  size_t ranks = 0;
+  for (const json& n : j["status"]["nodes"]) ranks += n["ranks"].size();
+  EXPECT_EQ(ranks, 512u);
 }
 
 TEST_F(RunctlTest, CheckpointAsksTheDaemonAndNeedsOne) {

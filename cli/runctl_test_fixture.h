@@ -29,6 +29,7 @@
 #include "checkpoint/format.h"
 #include "common/memory_store.h"
 #include "daemon/control_protocol.h"
+#include "daemon/unix_socket_address.h"
 #include "lineage/lineage_db.h"
 
 extern char** environ;
@@ -71,7 +72,7 @@ class RunctlTest : public ::testing::Test {
   // runctl --run-dir DIR ARGS..., with `env` added to the environment.
   Outcome Run(std::vector<std::string> args, std::vector<std::string> env = {},
               bool with_run_dir = true) {
-    std::vector<std::string> argv = {RUNCTL_PATH};
+    std::vector<std::string> argv = {runctl_};
     if (with_run_dir) {
       argv.push_back("--run-dir");
       argv.push_back(dir_);
@@ -91,7 +92,7 @@ class RunctlTest : public ::testing::Test {
     posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     pid_t pid = 0;
-    int rc = posix_spawn(&pid, RUNCTL_PATH, &fa, nullptr, cargv.data(), cenv.data());
+    int rc = posix_spawn(&pid, runctl_.c_str(), &fa, nullptr, cargv.data(), cenv.data());
     posix_spawn_file_actions_destroy(&fa);
     Outcome o;
     if (rc != 0) {
@@ -107,10 +108,11 @@ class RunctlTest : public ::testing::Test {
     return o;
   }
 
-  json RunJson(std::vector<std::string> args) {
+  // runctl --json ARGS..., which must exit `want_exit`.
+  json RunJson(std::vector<std::string> args, int want_exit = 0) {
     args.push_back("--json");
     Outcome o = Run(args);
-    EXPECT_EQ(o.exit, 0) << o.err;
+    EXPECT_EQ(o.exit, want_exit) << o.err;
     json j = json::parse(o.out, nullptr, false);
     EXPECT_FALSE(j.is_discarded()) << o.out;
     return j;
@@ -252,6 +254,7 @@ class RunctlTest : public ::testing::Test {
   }
 
   std::string dir_;
+  std::string runctl_ = RUNCTL_PATH;  // the runctl binary Run starts
 };
 
 inline bool Has(const std::string& text, const std::string& needle) {
@@ -266,13 +269,11 @@ class FakeDaemon {
   FakeDaemon(const std::string& dir, std::function<std::string(const ControlRequest&)> answer,
              int connections = 1)
       : fd_(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)), forever_(connections < 0) {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
     std::string path = ControlSocketPath(dir);
-    HF_CHECK(path.size() < sizeof(addr.sun_path));
-    memcpy(addr.sun_path, path.c_str(), path.size());
+    Result<UnixSocketAddress> addr = UnixSocketAddress::For(path);
+    HF_CHECK(addr.ok());
     unlink(path.c_str());  // an earlier stand-in's socket file
-    HF_CHECK(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    HF_CHECK(bind(fd_, addr->addr(), addr->size()) == 0);
     HF_CHECK(listen(fd_, 4) == 0);
     thread_ = std::thread([this, answer, connections] {
       for (int i = 0; forever_ || i < connections; ++i) {

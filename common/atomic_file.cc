@@ -8,7 +8,7 @@
 
 namespace holdfast {
 
-Status WriteFileAtomically(const std::string& path, const std::string& text, mode_t mode) {
+Status WriteFileAtomically(const std::string& path, const std::string& text, mode_t mode, bool durable) {
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return ErrnoError("create " + tmp, errno);
@@ -24,6 +24,12 @@ Status WriteFileAtomically(const std::string& path, const std::string& text, mod
     }
     done += static_cast<size_t>(n);
   }
+  if (durable && fsync(fd) != 0) {
+    const int err = errno;
+    close(fd);
+    unlink(tmp.c_str());
+    return ErrnoError("fsync " + tmp, err);
+  }
   if (close(fd) != 0) {
     const int err = errno;
     unlink(tmp.c_str());
@@ -33,6 +39,16 @@ Status WriteFileAtomically(const std::string& path, const std::string& text, mod
     const int err = errno;
     unlink(tmp.c_str());
     return ErrnoError("rename " + tmp + " to " + path, err);
+  }
+  if (durable) {
+    // The rename itself, durable: fsync the directory (best effort; some file systems refuse it).
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      (void)fsync(dfd);
+      close(dfd);
+    }
   }
   return Status::Ok();
 }

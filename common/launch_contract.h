@@ -1,7 +1,7 @@
 // The launch contract between a supervisor (holdfastd, or holdfast-train's
 // local launcher) and the ranks (and role processes) it starts: environment variable names and the
 // exit codes the supervisor acts on. One definition for both sides;
-// documented for any job in docs/progress-record.md.
+// documented for any job in docs/job-contract.md and docs/progress-record.md.
 #pragma once
 
 namespace holdfast {
@@ -10,6 +10,10 @@ inline constexpr const char* kEnvRank = "HOLDFAST_RANK";
 inline constexpr const char* kEnvLocalRank = "HOLDFAST_LOCAL_RANK";
 inline constexpr const char* kEnvWorldSize = "HOLDFAST_WORLD_SIZE";
 inline constexpr const char* kEnvStoreAddr = "HOLDFAST_STORE_ADDR";
+// The file holding the run's key (common/peer_auth.h), which the store at
+// HOLDFAST_STORE_ADDR asks every client to prove it holds: RUN_DIR/cluster.key
+// under holdfastd, a private temporary file under holdfast-train --nproc.
+inline constexpr const char* kEnvStoreKeyFile = "HOLDFAST_STORE_KEY_FILE";
 inline constexpr const char* kEnvGeneration = "HOLDFAST_GENERATION";
 // Path of this rank's shared-memory progress record (common/progress_record.h).
 inline constexpr const char* kEnvProgressPath = "HOLDFAST_PROGRESS_PATH";

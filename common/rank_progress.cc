@@ -42,7 +42,11 @@ RankProgress DecodeProgress(const ProgressSnapshot& snapshot) {
   out.checkpoint_step = p.checkpoint_step;
   out.checkpoint_failures = p.checkpoint_failures;
   out.checkpoint_failed_step = p.checkpoint_failed_step;
-  out.checkpoint_error = ValidUtf8(std::string_view(p.checkpoint_error, strnlen(p.checkpoint_error, sizeof(p.checkpoint_error))));
+  // At most the field less its NUL, as the writer leaves it (and as the cluster
+  // protocol carries it): a record without a NUL loses its last byte, so the
+  // leader's view of a follower's rank equals the follower's own (fuzz).
+  out.checkpoint_error =
+      ValidUtf8(std::string_view(p.checkpoint_error, strnlen(p.checkpoint_error, sizeof(p.checkpoint_error) - 1)));
   out.ring_head = p.ring_head;
   out.ring.reserve(n);
   for (uint64_t i = 0; i < n; ++i) {

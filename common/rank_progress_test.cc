@@ -88,7 +88,7 @@ TEST(RankProgressTest, ACheckpointErrorIsValidUtf8AndNeverReadsPastTheField) {
   std::memset(s.record.checkpoint_error, 'x', sizeof(s.record.checkpoint_error));  // no NUL at all
   s.record.checkpoint_error[0] = '\xff';
   const RankProgress p = DecodeProgress(s);
-  EXPECT_EQ(p.checkpoint_error.size(), 3u + kProgressErrorSize - 1);
+  EXPECT_EQ(p.checkpoint_error.size(), 3u + kProgressErrorSize - 2) << "the field less its NUL, as the wire carries it";
   EXPECT_EQ(p.checkpoint_error.substr(0, 3), "\xEF\xBF\xBD");
   EXPECT_EQ(p.checkpoint_failed_step, 40);
 }

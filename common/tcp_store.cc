@@ -14,10 +14,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
 
+#include "common/launch_contract.h"
 #include "common/tcp_store_wire.h"
 
 namespace holdfast {
@@ -86,8 +88,8 @@ bool PollUntil(int fd, short events, Clock::time_point deadline) {
 
 class TcpStoreClient final : public Store {
  public:
-  TcpStoreClient(HostPort address, milliseconds connect_timeout)
-      : address_(std::move(address)), connect_timeout_(connect_timeout) {}
+  TcpStoreClient(HostPort address, RunKey key, milliseconds connect_timeout)
+      : address_(std::move(address)), key_(std::move(key)), connect_timeout_(connect_timeout) {}
   ~TcpStoreClient() override { CloseLocked(); }
 
   Status Connect() {
@@ -211,7 +213,11 @@ class TcpStoreClient final : public Store {
         if (!s.ok()) last_error = s.message();
       }
       if (res) ::freeaddrinfo(res);
-      if (fd_ >= 0) return Status::Ok();
+      if (fd_ >= 0) {
+        Status auth = Authenticate(deadline);
+        if (!auth.ok()) CloseLocked();
+        return auth;
+      }
       if (Clock::now() + backoff >= deadline) break;
       // The server may simply not be up yet; a connect retry has no event to wait on.
       std::this_thread::sleep_for(backoff);
@@ -244,6 +250,44 @@ class TcpStoreClient final : public Store {
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     fd_ = fd;
+    return Status::Ok();
+  }
+
+  // The handshake of tcp_store_wire.h on a fresh connection: answer the
+  // server's challenge, check its proof back.
+  Status Authenticate(Clock::time_point deadline) {
+    const std::string where = Where() + ": authenticate with the run's key";
+    deadline = std::max(deadline, Clock::now() + std::chrono::seconds(10));
+    uint8_t header[wire::kHeaderBytes];
+    std::string err = RecvAll(header, sizeof(header), deadline);
+    if (!err.empty()) return UnavailableError(where + ": " + err + " (before its challenge)");
+    if (header[0] != wire::kMagic0 || header[1] != wire::kMagic1 || header[2] != wire::kVersion ||
+        header[3] != wire::kChallenge || wire::HeaderLength(header) != kAuthNonceBytes) {
+      return FailedPreconditionError(where + ": the server did not challenge this client (is it a holdfast store v" +
+                                     std::to_string(wire::kVersion) + "?)");
+    }
+    std::string server_nonce(kAuthNonceBytes, '\0');
+    err = RecvAll(reinterpret_cast<uint8_t*>(server_nonce.data()), kAuthNonceBytes, deadline);
+    if (!err.empty()) return UnavailableError(where + ": " + err);
+    HF_ASSIGN_OR_RETURN(const std::string client_nonce, RandomBytes(kAuthNonceBytes));
+    const std::string body = client_nonce + key_.Proof(wire::kClientLabel, server_nonce, client_nonce);
+    wire::EncodeHeader(wire::kAuth, static_cast<uint32_t>(body.size()), header);
+    iovec iov[2] = {{header, sizeof(header)}, {const_cast<char*>(body.data()), body.size()}};
+    err = SendAll(iov, 2, deadline);
+    if (err.empty()) err = RecvAll(header, sizeof(header), deadline);
+    const uint32_t length = err.empty() ? wire::HeaderLength(header) : 0;
+    if (err.empty() && (header[3] != wire::kReplyOk && header[3] != wire::kReplyError)) err = "a malformed reply";
+    if (err.empty() && length > 4096) err = "an oversized reply";
+    std::string reply(length, '\0');
+    if (err.empty()) err = RecvAll(reinterpret_cast<uint8_t*>(reply.data()), length, deadline);
+    if (!err.empty()) return UnavailableError(where + ": " + err);
+    if (header[3] == wire::kReplyError) {
+      return FailedPreconditionError(where + ": " + (reply.empty() ? std::string("refused") : reply.substr(1)));
+    }
+    if (!key_.Verify(wire::kServerLabel, server_nonce, client_nonce, reply)) {
+      return FailedPreconditionError(where + ": the server did not prove it holds the run's key: it is not this "
+                                     "run's store (a stale HOLDFAST_STORE_ADDR, or another run's daemon on the port)");
+    }
     return Status::Ok();
   }
 
@@ -342,6 +386,7 @@ class TcpStoreClient final : public Store {
   }
 
   const HostPort address_;
+  const RunKey key_;
   const milliseconds connect_timeout_;
   std::mutex mu_;
   int fd_ = -1;  // guarded by mu_; -1 = not connected
@@ -349,10 +394,21 @@ class TcpStoreClient final : public Store {
 
 }  // namespace
 
-Result<std::shared_ptr<Store>> ConnectTcpStore(const std::string& host, uint16_t port, milliseconds connect_timeout) {
-  auto client = std::make_shared<TcpStoreClient>(HostPort{host, port}, connect_timeout);
+Result<std::shared_ptr<Store>> ConnectTcpStore(const std::string& host, uint16_t port, const RunKey& key,
+                                               milliseconds connect_timeout) {
+  auto client = std::make_shared<TcpStoreClient>(HostPort{host, port}, key, connect_timeout);
   HF_RETURN_IF_ERROR(client->Connect());
   return std::shared_ptr<Store>(std::move(client));
+}
+
+Result<RunKey> StoreKeyFromEnvironment() {
+  const char* path = std::getenv(kEnvStoreKeyFile);
+  if (path == nullptr || *path == '\0') {
+    return InvalidArgumentError(std::string(kEnvStoreKeyFile) +
+                                " is not set: the store takes only clients that hold the run's key; start ranks "
+                                "through holdfastd or holdfast-train --nproc N, which set it");
+  }
+  return ReadRunKey(path);
 }
 
 }  // namespace holdfast

@@ -5,8 +5,11 @@
 // client with ConnectTcpStore. Waiting calls (Get, Wait) are parked on the
 // server and answered when the key is set or the timeout passes, so nobody
 // polls. Wire format and limits: common/tcp_store_wire.h (keys up to 4 KiB,
-// values up to 64 MiB). This header stays free of Boost so the trainer can
-// include it; the event-loop-hosted server is in common/tcp_store_server.h.
+// values up to 64 MiB). Only clients that hold the run's key are served: each
+// connection opens with a challenge-response on it (common/peer_auth.h,
+// docs/cluster-protocol.md "Trust"), in which the server proves it holds the
+// key too. This header stays free of Boost so the trainer can include it; the
+// event-loop-hosted server is in common/tcp_store_server.h.
 //
 // Thread-safety: a client may be shared by several threads; one mutex
 // serialises its requests, so a long Get on one thread delays the others'
@@ -19,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "common/peer_auth.h"
 #include "common/status.h"
 #include "common/store.h"
 
@@ -35,11 +39,19 @@ Result<HostPort> ParseHostPort(const std::string& text);
 
 // Connects to the store server at host:port, retrying refused/unreachable
 // connects until connect_timeout has passed (ranks may start before the
-// server). A client that loses its connection reconnects on its next call.
-// Non-waiting calls give up after kTcpStoreRequestTimeout; Get/Wait after
-// their own timeout plus a grace period for the server's reply.
-Result<std::shared_ptr<Store>> ConnectTcpStore(const std::string& host, uint16_t port,
+// server), and proves it holds `key`. A client that loses its connection
+// reconnects (and proves it again) on its next call. Non-waiting calls give
+// up after kTcpStoreRequestTimeout; Get/Wait after their own timeout plus a
+// grace period for the server's reply. kFailedPrecondition when the server
+// refuses this client's proof, or does not prove the key itself (another
+// run's store): retrying cannot help.
+Result<std::shared_ptr<Store>> ConnectTcpStore(const std::string& host, uint16_t port, const RunKey& key,
                                                std::chrono::milliseconds connect_timeout);
+
+// The key of the store this process's supervisor started: the file
+// HOLDFAST_STORE_KEY_FILE names (common/launch_contract.h). kInvalidArgument
+// when the variable is not set, ReadRunKey's errors otherwise.
+Result<RunKey> StoreKeyFromEnvironment();
 
 constexpr std::chrono::milliseconds kTcpStoreRequestTimeout{std::chrono::seconds(60)};
 
@@ -64,7 +76,8 @@ class TcpStoreServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// Binds host:port (port 0 = any free port) and starts serving on a new thread.
-Result<std::unique_ptr<TcpStoreServer>> StartTcpStoreServer(const std::string& host, uint16_t port);
+// Binds host:port (port 0 = any free port) and starts serving, on a new
+// thread, the clients that hold `key`.
+Result<std::unique_ptr<TcpStoreServer>> StartTcpStoreServer(const std::string& host, uint16_t port, const RunKey& key);
 
 }  // namespace holdfast

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/memory_store.h"
+#include "common/peer_auth.h"
 #include "common/tcp_store.h"
 #include "common/tcp_store_wire.h"
 
@@ -57,7 +58,7 @@ class Connection;
 // Everything below runs on the io_context's thread.
 class AsioTcpStoreServer::Impl : public std::enable_shared_from_this<AsioTcpStoreServer::Impl> {
  public:
-  explicit Impl(asio::io_context* io) : io_(*io), acceptor_(*io), retry_timer_(*io) {}
+  Impl(asio::io_context* io, RunKey key) : io_(*io), key_(std::move(key)), acceptor_(*io), retry_timer_(*io) {}
 
   Status Open(const std::string& host, uint16_t port);
   void Accept();
@@ -78,14 +79,19 @@ class AsioTcpStoreServer::Impl : public std::enable_shared_from_this<AsioTcpStor
   }
   size_t connection_count() const { return connections_.size(); }
   uint16_t local_port() const { return acceptor_.local_endpoint().port(); }
+  const RunKey& key() const { return key_; }
+  // Logs a refused client, the same refusal once per address: a peer that keeps knocking does not flood the log.
+  void LogRefusal(const std::string& ip, const std::string& peer, const std::string& why);
 
  private:
   void Park(const std::shared_ptr<Connection>& conn, const std::vector<std::string>& keys);
   void SetKey(const std::string& key, std::vector<uint8_t> value);
 
   asio::io_context& io_;
+  const RunKey key_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_timer_;  // paces accept after errors such as EMFILE
+  std::set<std::string> refused_;  // "ip why" of the refusals logged so far
   bool shut_down_ = false;
   std::map<std::string, std::vector<uint8_t>> data_;
   std::set<std::shared_ptr<Connection>> connections_;
@@ -103,10 +109,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
       : server_(std::move(server)), socket_(std::move(socket)), timer_(socket_.get_executor()) {
     boost::system::error_code ec;
     auto ep = socket_.remote_endpoint(ec);
-    peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+    ip_ = ec ? "?" : ep.address().to_string();
+    peer_ = ec ? "?" : ip_ + ":" + std::to_string(ep.port());
   }
 
-  void Start() { ReadHeader(); }
+  // Challenges the client first: nothing else is read until it proves it holds the run's key.
+  void Start() {
+    Result<std::string> nonce = RandomBytes(kAuthNonceBytes);
+    if (!nonce.ok()) {
+      spdlog::error("store server: {}", nonce.status().message());
+      return Close();
+    }
+    nonce_ = std::move(nonce).value();
+    Send(Frame(wire::kChallenge, std::vector<uint8_t>(nonce_.begin(), nonce_.end())));
+    ReadHeader();
+  }
 
   void Send(std::vector<uint8_t> frame) {
     if (closed_) return;
@@ -119,6 +136,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     spdlog::warn("store server: closing connection from {}: {}", peer_, message);
     close_after_write_ = true;
     Send(ErrorFrame(code, message));
+  }
+
+  // A client that did not prove it holds the run's key: told why, logged once per address, closed.
+  void Refuse(const std::string& why) {
+    server_->LogRefusal(ip_, peer_, why);
+    close_after_write_ = true;
+    Send(ErrorFrame(StatusCode::kFailedPrecondition, "the store refused this client: " + why));
   }
 
   void Close() {
@@ -166,6 +190,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void OnHeader() {
+    if (!authenticated_) return OnAuthHeader();
     if (header_[0] != wire::kMagic0 || header_[1] != wire::kMagic1) {
       return FailAndClose(StatusCode::kInvalidArgument, "not a holdfast store message (bad magic bytes)");
     }
@@ -203,6 +228,35 @@ class Connection : public std::enable_shared_from_this<Connection> {
                      });
   }
 
+  // The first message must be kAuth with the client's nonce and proof.
+  void OnAuthHeader() {
+    constexpr size_t kBody = kAuthNonceBytes + kAuthProofBytes;
+    if (header_[0] != wire::kMagic0 || header_[1] != wire::kMagic1 || header_[2] != wire::kVersion) {
+      return Refuse("it does not speak holdfast store protocol v" + std::to_string(wire::kVersion) +
+                    " (its first bytes are no store v" + std::to_string(wire::kVersion) + " message)");
+    }
+    if (header_[3] != wire::kAuth || wire::HeaderLength(header_.data()) != kBody) {
+      return Refuse(std::string("it sent ") + wire::MsgTypeName(header_[3]) +
+                    " before proving it holds the run's key (ranks read it from HOLDFAST_STORE_KEY_FILE)");
+    }
+    body_.resize(kBody);
+    asio::async_read(socket_, asio::buffer(body_), [self = shared_from_this()](const boost::system::error_code& ec,
+                                                                              size_t) {
+      if (self->closed_) return;
+      if (ec) return self->Close();
+      const std::string client_nonce(self->body_.begin(), self->body_.begin() + kAuthNonceBytes);
+      const std::string proof(self->body_.begin() + kAuthNonceBytes, self->body_.end());
+      const RunKey& key = self->server_->key();
+      if (!key.Verify(wire::kClientLabel, self->nonce_, client_nonce, proof)) {
+        return self->Refuse("its proof does not match the run's key (another run's key, or none)");
+      }
+      self->authenticated_ = true;
+      const std::string mine = key.Proof(wire::kServerLabel, self->nonce_, client_nonce);
+      self->Send(Frame(wire::kReplyOk, std::vector<uint8_t>(mine.begin(), mine.end())));
+      self->ReadHeader();
+    });
+  }
+
   void WriteNext() {
     writing_ = true;
     asio::async_write(socket_, asio::buffer(out_.front()),
@@ -225,7 +279,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<AsioTcpStoreServer::Impl> server_;
   tcp::socket socket_;
   asio::steady_timer timer_;
-  std::string peer_;
+  std::string ip_;    // the client's address, for the once-per-address refusal log
+  std::string peer_;  // address:port
+  std::string nonce_;  // this connection's challenge
+  bool authenticated_ = false;  // the client proved it holds the run's key
   std::array<uint8_t, wire::kHeaderBytes> header_{};
   std::vector<uint8_t> body_;
   std::deque<std::vector<uint8_t>> out_;
@@ -285,6 +342,12 @@ void AsioTcpStoreServer::Impl::Shutdown() {
   connections_.clear();
   waiters_.clear();
   data_.clear();
+}
+
+void AsioTcpStoreServer::Impl::LogRefusal(const std::string& ip, const std::string& peer, const std::string& why) {
+  if (!refused_.insert(ip + " " + why).second) return;
+  spdlog::warn("store server: refused a client at {}: {} (the run goes on; the same refusal of {} is not logged again)",
+               peer, why, ip);
 }
 
 void AsioTcpStoreServer::Impl::Forget(Connection* conn) {
@@ -433,8 +496,8 @@ AsioTcpStoreServer::AsioTcpStoreServer(std::shared_ptr<Impl> impl, uint16_t port
 AsioTcpStoreServer::~AsioTcpStoreServer() { Shutdown(); }
 
 Result<std::unique_ptr<AsioTcpStoreServer>> AsioTcpStoreServer::Listen(asio::io_context* io, const std::string& host,
-                                                                       uint16_t port) {
-  auto impl = std::make_shared<Impl>(io);
+                                                                       uint16_t port, const RunKey& key) {
+  auto impl = std::make_shared<Impl>(io, key);
   HF_RETURN_IF_ERROR(impl->Open(host, port));
   uint16_t bound = impl->local_port();
   impl->Accept();
@@ -471,9 +534,9 @@ void TcpStoreServer::Stop() {
   impl_->thread.join();
 }
 
-Result<std::unique_ptr<TcpStoreServer>> StartTcpStoreServer(const std::string& host, uint16_t port) {
+Result<std::unique_ptr<TcpStoreServer>> StartTcpStoreServer(const std::string& host, uint16_t port, const RunKey& key) {
   auto impl = std::make_unique<TcpStoreServer::Impl>();
-  HF_ASSIGN_OR_RETURN(impl->server, AsioTcpStoreServer::Listen(&impl->io, host, port));
+  HF_ASSIGN_OR_RETURN(impl->server, AsioTcpStoreServer::Listen(&impl->io, host, port, key));
   impl->address = HostPort{host, impl->server->port()};
   impl->thread = std::thread([io = &impl->io] { io->run(); });
   return std::make_unique<TcpStoreServer>(std::move(impl));

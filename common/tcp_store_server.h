@@ -4,7 +4,10 @@
 // store shares the daemon's single event-loop thread (Envoy style: that thread
 // owns all of the store's state; other threads post() to it). For a server with
 // its own thread use StartTcpStoreServer in common/tcp_store.h. Wire format:
-// common/tcp_store_wire.h.
+// common/tcp_store_wire.h. Every connection is challenged first: a client
+// that does not prove it holds the run's key (common/peer_auth.h) is answered
+// with an error, closed and logged (the same refusal once per address); the store and its
+// other clients carry on.
 //
 // Thread-safety: Listen may be called from any thread before the loop serves
 // the server; port() from any thread; Shutdown and the destructor only on the
@@ -16,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "common/peer_auth.h"
 #include "common/status.h"
 
 namespace holdfast {
@@ -23,9 +27,10 @@ namespace holdfast {
 class AsioTcpStoreServer {
  public:
   // Binds host:port (0 = any free port) and starts accepting on `io` (not
-  // owned; must outlive the server and every handler it queued).
+  // owned; must outlive the server and every handler it queued) clients that
+  // hold `key`.
   static Result<std::unique_ptr<AsioTcpStoreServer>> Listen(boost::asio::io_context* io, const std::string& host,
-                                                            uint16_t port);
+                                                            uint16_t port, const RunKey& key);
   ~AsioTcpStoreServer();  // Shutdown()
   AsioTcpStoreServer(const AsioTcpStoreServer&) = delete;
   AsioTcpStoreServer& operator=(const AsioTcpStoreServer&) = delete;

@@ -23,29 +23,64 @@ constexpr milliseconds kLong(30000);
 
 std::vector<uint8_t> Bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
+RunKey NewKey() {
+  Result<RunKey> k = RunKey::Generate();
+  HF_CHECK(k.ok());
+  return *k;
+}
+
+// Reads exactly n bytes (fewer at EOF).
+std::string ReadN(int fd, size_t n) {
+  std::string out;
+  char buf[4096];
+  while (out.size() < n) {
+    ssize_t got = ::read(fd, buf, std::min(sizeof(buf), n - out.size()));
+    if (got <= 0) break;
+    out.append(buf, static_cast<size_t>(got));
+  }
+  return out;
+}
+
 class TcpStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto server = StartTcpStoreServer("127.0.0.1", 0);
+    auto server = StartTcpStoreServer("127.0.0.1", 0, key_);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
     ASSERT_NE(server_->port(), 0);
   }
 
   std::shared_ptr<Store> Client() {
-    auto c = ConnectTcpStore("127.0.0.1", server_->port(), milliseconds(5000));
+    auto c = ConnectTcpStore("127.0.0.1", server_->port(), key_, milliseconds(5000));
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return c.ok() ? *c : nullptr;
   }
 
-  // A raw socket to the server, for speaking bad protocol.
-  int RawSocket() {
+  // A raw socket to the server, for speaking bad protocol; with `authenticate`
+  // it has answered the challenge with `key` (default: the server's) and read
+  // the server's proof, so what follows is a request.
+  int RawSocket(bool authenticate = true, const RunKey* key = nullptr) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(server_->port());
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const std::string challenge = ReadN(fd, tcp_store_wire::kHeaderBytes + kAuthNonceBytes);
+    EXPECT_EQ(challenge.size(), tcp_store_wire::kHeaderBytes + kAuthNonceBytes) << "the server speaks first";
+    EXPECT_EQ(static_cast<uint8_t>(challenge[3]), tcp_store_wire::kChallenge);
+    if (!authenticate) return fd;
+    const std::string nonce = challenge.substr(tcp_store_wire::kHeaderBytes);
+    const std::string mine(kAuthNonceBytes, 'c');
+    const std::string body = mine + (key ? *key : key_).Proof(tcp_store_wire::kClientLabel, nonce, mine);
+    std::vector<uint8_t> frame(tcp_store_wire::kHeaderBytes);
+    tcp_store_wire::EncodeHeader(tcp_store_wire::kAuth, static_cast<uint32_t>(body.size()), frame.data());
+    frame.insert(frame.end(), body.begin(), body.end());
+    EXPECT_EQ(::write(fd, frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
+    if (key == nullptr) {
+      const std::string ok = ReadN(fd, tcp_store_wire::kHeaderBytes + kAuthProofBytes);
+      EXPECT_EQ(static_cast<uint8_t>(ok[3]), tcp_store_wire::kReplyOk);
+    }
     return fd;
   }
 
@@ -58,6 +93,7 @@ class TcpStoreTest : public ::testing::Test {
     return out;
   }
 
+  const RunKey key_ = NewKey();
   std::unique_ptr<TcpStoreServer> server_;
 };
 
@@ -205,6 +241,89 @@ TEST_F(TcpStoreTest, OversizedFrameAndWrongVersionAreRefused) {
   EXPECT_TRUE(c->Set("still", Bytes("alive")).ok());
 }
 
+// The run's key (common/peer_auth.h): a client without it gets nothing, a
+// client that holds it sees no difference, and the store keeps serving.
+TEST_F(TcpStoreTest, AClientWithAnotherKeyIsRefusedAndTheStoreGoesOn) {
+  auto good = Client();
+  ASSERT_TRUE(good->Set("before", Bytes("1")).ok());
+  auto parked = std::async(std::launch::async, [&] { return Client()->Get("after", kLong); });
+
+  auto intruder = ConnectTcpStore("127.0.0.1", server_->port(), NewKey(), milliseconds(5000));
+  ASSERT_FALSE(intruder.ok());
+  EXPECT_EQ(intruder.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(intruder.status().message().find("the store refused this client"), std::string::npos)
+      << intruder.status().message();
+  EXPECT_NE(intruder.status().message().find("does not match the run's key"), std::string::npos)
+      << intruder.status().message();
+
+  ASSERT_TRUE(good->Set("after", Bytes("2")).ok());
+  auto v = parked.get();
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, Bytes("2"));
+}
+
+TEST_F(TcpStoreTest, ARequestBeforeTheProofIsRefusedAndNothingChanges) {
+  int fd = RawSocket(/*authenticate=*/false);
+  std::vector<uint8_t> body;
+  tcp_store_wire::Writer(&body).Str("planted");
+  body.push_back('x');
+  std::vector<uint8_t> frame(tcp_store_wire::kHeaderBytes);
+  tcp_store_wire::EncodeHeader(tcp_store_wire::kSet, static_cast<uint32_t>(body.size()), frame.data());
+  frame.insert(frame.end(), body.begin(), body.end());
+  ASSERT_EQ(::write(fd, frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
+  std::string reply = ReadToEof(fd);
+  ::close(fd);
+  ASSERT_GE(reply.size(), tcp_store_wire::kHeaderBytes + 1);
+  EXPECT_EQ(static_cast<uint8_t>(reply[3]), tcp_store_wire::kReplyError);
+  EXPECT_NE(reply.find("sent Set before proving it holds the run's key"), std::string::npos) << reply;
+  EXPECT_FALSE(*Client()->Check("planted")) << "the refused Set changed nothing";
+
+  fd = RawSocket(/*authenticate=*/false);
+  const char garbage[] = "GET / HTTP/1.1\r\n\r\n";
+  ASSERT_GT(::write(fd, garbage, sizeof(garbage)), 0);
+  reply = ReadToEof(fd);
+  ::close(fd);
+  EXPECT_NE(reply.find("does not speak holdfast store protocol v2"), std::string::npos) << reply;
+
+  const RunKey wrong = NewKey();
+  fd = RawSocket(/*authenticate=*/true, &wrong);
+  reply = ReadToEof(fd);
+  ::close(fd);
+  EXPECT_NE(reply.find("does not match the run's key"), std::string::npos) << reply;
+  EXPECT_TRUE(Client()->Set("still", Bytes("serving")).ok());
+}
+
+// The server proves the key too: a client never rendezvous through another run's store.
+TEST(TcpStoreAuthTest, AClientRefusesAStoreThatDoesNotProveTheKey) {
+  // A stand-in server: challenges, then accepts any proof and answers with a wrong one of its own.
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(lfd, 1), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::thread fake([lfd] {
+    int fd = ::accept(lfd, nullptr, nullptr);
+    std::vector<uint8_t> frame(tcp_store_wire::kHeaderBytes + kAuthNonceBytes, 'n');
+    tcp_store_wire::EncodeHeader(tcp_store_wire::kChallenge, kAuthNonceBytes, frame.data());
+    (void)!::write(fd, frame.data(), frame.size());
+    ReadN(fd, tcp_store_wire::kHeaderBytes + kAuthNonceBytes + kAuthProofBytes);
+    std::vector<uint8_t> ok(tcp_store_wire::kHeaderBytes + kAuthProofBytes, 'p');
+    tcp_store_wire::EncodeHeader(tcp_store_wire::kReplyOk, kAuthProofBytes, ok.data());
+    (void)!::write(fd, ok.data(), ok.size());
+    ::close(fd);
+  });
+  auto c = ConnectTcpStore("127.0.0.1", ntohs(addr.sin_port), NewKey(), milliseconds(5000));
+  fake.join();
+  ::close(lfd);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(c.status().message().find("did not prove it holds the run's key"), std::string::npos)
+      << c.status().message();
+}
+
 TEST_F(TcpStoreTest, ClientRefusesOversizedKeysAndValuesLocally) {
   auto c = Client();
   Status big_key = c->Set(std::string(5000, 'k'), {});
@@ -231,12 +350,13 @@ TEST_F(TcpStoreTest, ParkedClientSeesServerStop) {
 TEST(TcpStoreConnectTest, ClientConnectsToAServerThatStartsLater) {
   uint16_t port;
   {
-    auto probe = StartTcpStoreServer("127.0.0.1", 0);
+    auto probe = StartTcpStoreServer("127.0.0.1", 0, NewKey());
     ASSERT_TRUE(probe.ok()) << probe.status().ToString();
     port = (*probe)->port();
   }  // stopped: nothing listens on `port` now
-  auto connected = std::async(std::launch::async, [port] { return ConnectTcpStore("127.0.0.1", port, kLong); });
-  auto server = StartTcpStoreServer("127.0.0.1", port);
+  const RunKey key = NewKey();
+  auto connected = std::async(std::launch::async, [port, &key] { return ConnectTcpStore("127.0.0.1", port, key, kLong); });
+  auto server = StartTcpStoreServer("127.0.0.1", port, key);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   auto c = connected.get();
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -246,11 +366,11 @@ TEST(TcpStoreConnectTest, ClientConnectsToAServerThatStartsLater) {
 TEST(TcpStoreConnectTest, ConnectTimeoutNamesTheAddress) {
   uint16_t port;
   {
-    auto probe = StartTcpStoreServer("127.0.0.1", 0);
+    auto probe = StartTcpStoreServer("127.0.0.1", 0, NewKey());
     ASSERT_TRUE(probe.ok());
     port = (*probe)->port();
   }
-  auto c = ConnectTcpStore("127.0.0.1", port, milliseconds(100));
+  auto c = ConnectTcpStore("127.0.0.1", port, NewKey(), milliseconds(100));
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(c.status().message().find("127.0.0.1:" + std::to_string(port)), std::string::npos)
@@ -270,10 +390,11 @@ TEST_F(TcpStoreTest, PrefixStoresIsolateGenerations) {
 
 TEST(AsioTcpStoreServerTest, RunsOnACallersEventLoop) {
   boost::asio::io_context io;
-  auto server = AsioTcpStoreServer::Listen(&io, "127.0.0.1", 0);
+  const RunKey key = NewKey();
+  auto server = AsioTcpStoreServer::Listen(&io, "127.0.0.1", 0, key);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   std::thread loop([&] { io.run(); });
-  auto c = ConnectTcpStore("127.0.0.1", (*server)->port(), kLong);
+  auto c = ConnectTcpStore("127.0.0.1", (*server)->port(), key, kLong);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE((*c)->Set("k", Bytes("v")).ok());
   EXPECT_EQ(*(*c)->Get("k", milliseconds(0)), Bytes("v"));

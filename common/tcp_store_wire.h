@@ -2,7 +2,13 @@
 // (tcp_store_server.cc). Internal: nothing outside common/ includes this.
 //
 // Every message is an 8-byte header followed by `length` body bytes:
-//   'H' 'S' version(1) type  length(u32, little-endian)
+//   'H' 'S' version(2) type  length(u32, little-endian)
+// A connection opens with the run key's challenge-response (common/peer_auth.h):
+//   server -> client  kChallenge  server nonce (32 bytes)
+//   client -> server  kAuth       client nonce (32) + HMAC(key, kClientLabel, server nonce, client nonce) (32)
+//   server -> client  kReplyOk    HMAC(key, kServerLabel, server nonce, client nonce) (32)
+// or kReplyError and a close when the proof is wrong or another request
+// comes first; only then do requests follow.
 // Request bodies (integers little-endian, strings as u32 length + bytes):
 //   kSet    key, value (the rest of the body)
 //   kGet    timeout_ms(u64), key
@@ -14,7 +20,8 @@
 // empty) or kReplyError with code(u8, a StatusCode) + message text. A client
 // sends one request and reads its reply before sending the next; the server
 // answers a malformed or oversized message with kReplyError and closes that
-// connection. Version changes bump kVersion; a server refuses other versions.
+// connection. Version changes bump kVersion; a server refuses other versions
+// (v1 had no handshake).
 #pragma once
 
 #include <cstddef>
@@ -28,7 +35,7 @@ namespace tcp_store_wire {
 
 constexpr uint8_t kMagic0 = 'H';
 constexpr uint8_t kMagic1 = 'S';
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;
 constexpr size_t kHeaderBytes = 8;
 constexpr size_t kMaxKeyBytes = 4 * 1024;
 constexpr size_t kMaxValueBytes = 64 * 1024 * 1024;
@@ -45,9 +52,15 @@ enum MsgType : uint8_t {
   kWait = 4,
   kCheck = 5,
   kDelete = 6,
+  kAuth = 7,
   kReplyOk = 0x80,
   kReplyError = 0x81,
+  kChallenge = 0x82,
 };
+
+// The labels of the two proofs (common/peer_auth.h RunKey::Proof).
+inline constexpr char kClientLabel[] = "holdfast store v2 client";
+inline constexpr char kServerLabel[] = "holdfast store v2 server";
 
 inline bool IsRequest(uint8_t t) { return t >= kSet && t <= kDelete; }
 
@@ -59,6 +72,7 @@ inline const char* MsgTypeName(uint8_t t) {
     case kWait: return "Wait";
     case kCheck: return "Check";
     case kDelete: return "Delete";
+    case kAuth: return "Auth";
     default: return "?";
   }
 }

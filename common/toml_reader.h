@@ -94,6 +94,10 @@ class TomlTableReader {
   // After all reads: the first key that was never read is an error.
   Status RejectUnknown() const;
 
+  // The keys asked for so far, in order (for references that list every key:
+  // docs/job-file.md's test).
+  const std::vector<std::string>& keys_read() const { return read_; }
+
  private:
   const toml::node* Find(std::string_view key, std::string known_as = "");
   std::string Name(std::string_view key) const { return section_ + "." + std::string(key); }

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "common/peer_auth.h"
 #include "daemon/cluster_protocol_internal.h"
 
 namespace holdfast {
@@ -45,6 +46,10 @@ struct Encoder {
     std::string report = ValidUtf8(m.health_report_json);
     if (report.size() > kMaxClusterReportBytes) report.clear();
     j["health_report"] = std::move(report);
+    HF_CHECK_MSG(m.nonce.size() == kAuthNonceBytes && m.proof.size() == kAuthProofBytes,
+                 "EncodeClusterMessage: a hello without its handshake nonce and proof");
+    j["nonce"] = HexEncode(m.nonce);
+    j["proof"] = HexEncode(m.proof);
     return j;
   }
   ojson operator()(const ProgressMsg& m) const {
@@ -150,9 +155,33 @@ struct Encoder {
     j["state"] = Text(m.state, kMaxClusterTextBytes);
     return j;
   }
+  ojson operator()(const ChallengeMsg& m) const {
+    HF_CHECK_MSG(m.nonce.size() == kAuthNonceBytes, "EncodeClusterMessage: a challenge without its nonce");
+    ojson j = Header("challenge");
+    j["nonce"] = HexEncode(m.nonce);
+    return j;
+  }
+  ojson operator()(const WelcomeMsg& m) const {
+    HF_CHECK_MSG(m.proof.size() == kAuthProofBytes, "EncodeClusterMessage: a welcome without its proof");
+    ojson j = Header("welcome");
+    j["proof"] = HexEncode(m.proof);
+    return j;
+  }
 };
 
 // ---- parsing ----
+
+// A handshake field: `bytes` raw bytes as 2 * bytes hex digits.
+Status HexField(Fields& f, const char* key, size_t bytes, std::string* out) {
+  std::string hex;
+  HF_RETURN_IF_ERROR(f.Text(key, 2 * bytes, &hex));
+  Result<std::string> raw = HexDecode(hex);
+  if (!raw.ok() || raw->size() != bytes) {
+    return f.Error(std::string("\"") + key + "\" must be " + std::to_string(2 * bytes) + " hex digits");
+  }
+  *out = std::move(raw).value();
+  return Status::Ok();
+}
 
 Result<ClusterMessage> ParseHello(const json& j, int version) {
   Fields f(j, "hello");
@@ -163,6 +192,8 @@ Result<ClusterMessage> ParseHello(const json& j, int version) {
   HF_RETURN_IF_ERROR(f.Int("nproc", 1, kMaxClusterNodeRanks, &m.nproc));
   HF_RETURN_IF_ERROR(f.Int("pid", 1, kPidMax, &m.pid));
   HF_RETURN_IF_ERROR(f.Text("health_report", kMaxClusterReportBytes, &m.health_report_json));
+  HF_RETURN_IF_ERROR(HexField(f, "nonce", kAuthNonceBytes, &m.nonce));
+  HF_RETURN_IF_ERROR(HexField(f, "proof", kAuthProofBytes, &m.proof));
   return ClusterMessage(std::move(m));
 }
 
@@ -279,7 +310,22 @@ Result<ClusterMessage> ParseFinish(const json& j) {
   return ClusterMessage(std::move(m));
 }
 
-constexpr char kTypes[] = "hello, progress, rank_exit, health, reject, start, stop, signal, kill, finish";
+Result<ClusterMessage> ParseChallenge(const json& j) {
+  Fields f(j, "challenge");
+  ChallengeMsg m;
+  HF_RETURN_IF_ERROR(HexField(f, "nonce", kAuthNonceBytes, &m.nonce));
+  return ClusterMessage(std::move(m));
+}
+
+Result<ClusterMessage> ParseWelcome(const json& j) {
+  Fields f(j, "welcome");
+  WelcomeMsg m;
+  HF_RETURN_IF_ERROR(HexField(f, "proof", kAuthProofBytes, &m.proof));
+  return ClusterMessage(std::move(m));
+}
+
+constexpr char kTypes[] =
+    "hello, progress, rank_exit, health, reject, start, stop, signal, kill, finish, challenge, welcome";
 
 Result<ClusterMessage> Parse(std::string_view line, int64_t now) {
   HF_ASSIGN_OR_RETURN(json j, ParseJsonObjectLine(line, kMaxClusterMessageBytes, kMaxClusterJsonDepth, "cluster message"));
@@ -316,6 +362,8 @@ Result<ClusterMessage> Parse(std::string_view line, int64_t now) {
   if (type == "signal") return ParseSignal(j);
   if (type == "kill") return ParseKill(j);
   if (type == "finish") return ParseFinish(j);
+  if (type == "challenge") return ParseChallenge(j);
+  if (type == "welcome") return ParseWelcome(j);
   return InvalidArgumentError("unknown cluster message type " + Shown(*type_it) + "; v" +
                               std::to_string(kClusterProtocolVersion) + " types: " + kTypes);
 }
@@ -324,8 +372,8 @@ Result<ClusterMessage> Parse(std::string_view line, int64_t now) {
 }  // namespace cluster_internal
 
 const char* ClusterMessageTypeName(const ClusterMessage& m) {
-  static constexpr const char* kNames[] = {"hello", "progress", "rank_exit", "health", "reject",
-                                           "start", "stop",     "signal",    "kill",   "finish"};
+  static constexpr const char* kNames[] = {"hello",  "progress", "rank_exit", "health", "reject",    "start",
+                                           "stop",   "signal",   "kill",      "finish", "challenge", "welcome"};
   static_assert(std::size(kNames) == std::variant_size_v<ClusterMessage>);
   return kNames[m.index()];
 }

@@ -1,16 +1,19 @@
-// Cluster protocol v2: what the leading holdfastd (node 0) and its follower
+// Cluster protocol v3: what the leading holdfastd (node 0) and its follower
 // daemons (one per other node) say to each other over TCP.
 //
 // Each follower connects to the leader's cluster port and keeps one
-// connection for the life of the run. Each message is one JSON object on one
+// connection for the life of the run. The connection opens with the run
+// key's challenge-response (common/peer_auth.h): the leader's challenge, the
+// follower's hello carrying its proof, the leader's welcome carrying its own;
+// a peer without the run's key is rejected before it counts as a node. Each message is one JSON object on one
 // line ('\n'-terminated), at most kMaxClusterMessageBytes including the
 // newline (framing: daemon/line_connection.h). Every line carries the
 // protocol version and a type:
-//   {"v":2,"type":"hello","node":1,"host":"gpu-a17","nproc":8,"pid":4242,"health_report":""}
+//   {"v":3,"type":"hello","node":1,"host":"gpu-a17","nproc":8,"pid":4242,"health_report":"","nonce":"…","proof":"…"}
 // Both ends must speak the same version: a line of another version is refused
 // with a message that names both versions (there is no negotiation; every
 // node runs the same holdfast build). v1 was the untyped JSON of holdfast
-// before this header; its lines carry no "v". The full description, field by
+// before this header; its lines carry no "v"; v2 had no challenge-response. The full description, field by
 // field, with the order of a generation, is docs/cluster-protocol.md.
 //
 // Messages are plain structs in one std::variant. ParseClusterMessage checks
@@ -38,7 +41,12 @@
 
 namespace holdfast {
 
-inline constexpr int kClusterProtocolVersion = 2;
+inline constexpr int kClusterProtocolVersion = 3;
+
+// The labels of the two proofs of the handshake (RunKey::Proof over the
+// leader's nonce, then the follower's).
+inline constexpr char kClusterFollowerLabel[] = "holdfast cluster v3 follower";
+inline constexpr char kClusterLeaderLabel[] = "holdfast cluster v3 leader";
 
 // ---- limits (a line that breaks one is refused; docs/cluster-protocol.md) ----
 // One message, newline included.
@@ -73,6 +81,10 @@ struct HelloMsg {
   int nproc = 0;         // ranks this node runs
   int64_t pid = 0;       // the follower daemon's pid (for logs)
   std::string health_report_json;  // "" = none; else a JSON text from health/report.h
+  // The handshake (raw bytes; hex on the wire): the follower's own nonce,
+  // and RunKey::Proof(kClusterFollowerLabel, the challenge's nonce, nonce).
+  std::string nonce;  // kAuthNonceBytes
+  std::string proof;  // kAuthProofBytes
 };
 
 // Periodic: this node's ranks as its daemon sees them.
@@ -138,11 +150,26 @@ struct FinishMsg {
   std::string state;
 };
 
+// First message on a new connection, before the follower's hello: prove you
+// hold the run's key against this nonce (raw bytes; hex on the wire).
+struct ChallengeMsg {
+  std::string nonce;  // kAuthNonceBytes
+};
+
+// The hello was accepted: the leader's proof that it holds the run's key,
+// RunKey::Proof(kClusterLeaderLabel, the challenge's nonce, the hello's nonce).
+// A follower acts on nothing the leader sends before it.
+struct WelcomeMsg {
+  std::string proof;  // kAuthProofBytes
+};
+
 using ClusterMessage = std::variant<HelloMsg, ProgressMsg, RankExitMsg, HealthMsg,  // follower -> leader
-                                    RejectMsg, StartMsg, StopMsg, SignalMsg, KillMsg, FinishMsg>;
+                                    RejectMsg, StartMsg, StopMsg, SignalMsg, KillMsg, FinishMsg, ChallengeMsg,
+                                    WelcomeMsg>;
 
 // "hello", "progress", "rank_exit", "health", "reject", "start", "stop",
-// "signal", "kill", "finish": the message's "type" on the wire.
+// "signal", "kill", "finish", "challenge", "welcome": the message's "type" on
+// the wire.
 const char* ClusterMessageTypeName(const ClusterMessage& m);
 // True for the messages a follower sends (hello, progress, rank_exit,
 // health); a message that arrives from the wrong side is a bad message.

@@ -25,7 +25,7 @@ namespace cluster_internal {
 
 using json = nlohmann::json;
 // Encoding keeps keys in the order written, so that a line reads
-// {"v":2,"type":"progress",...} in a log.
+// {"v":3,"type":"progress",...} in a log.
 using ojson = nlohmann::ordered_json;
 
 inline constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();

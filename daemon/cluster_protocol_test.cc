@@ -1,5 +1,7 @@
 #include "daemon/cluster_protocol.h"
 
+#include "common/peer_auth.h"
+
 #include <gtest/gtest.h>
 
 #include <netinet/in.h>
@@ -25,7 +27,7 @@ using namespace cluster_test;  // NOLINT: the suite's support
 TEST(ClusterProtocolTest, HelloRoundTrip) {
   const HelloMsg sent = std::get<HelloMsg>(OneOfEach()[0]);
   const std::string line = EncodeClusterMessage(sent, kSenderNow);
-  EXPECT_EQ(line.rfind(R"({"v":2,"type":"hello",)", 0), 0u) << line;
+  EXPECT_EQ(line.rfind(R"({"v":3,"type":"hello",)", 0), 0u) << line;
   HelloMsg got = RoundTrip(sent);
   EXPECT_EQ(got.version, kClusterProtocolVersion);
   EXPECT_EQ(got.node, 3);
@@ -33,6 +35,26 @@ TEST(ClusterProtocolTest, HelloRoundTrip) {
   EXPECT_EQ(got.nproc, 8);
   EXPECT_EQ(got.pid, 31337);
   EXPECT_EQ(got.health_report_json, sent.health_report_json);
+  EXPECT_EQ(got.nonce, sent.nonce);
+  EXPECT_EQ(got.proof, sent.proof);
+  EXPECT_NE(line.find(R"("nonce":")" + HexEncode(sent.nonce) + R"(","proof":")" + HexEncode(sent.proof) + "\""),
+            std::string::npos)
+      << line;
+}
+
+// The handshake's messages carry raw bytes as hex; anything else is refused by name.
+TEST(ClusterProtocolTest, HandshakeMessagesRoundTripAndRefuseBadHex) {
+  const ChallengeMsg c = RoundTrip(std::get<ChallengeMsg>(OneOfEach()[10]));
+  EXPECT_EQ(c.nonce, std::string(32, '\x5a'));
+  const WelcomeMsg w = RoundTrip(std::get<WelcomeMsg>(OneOfEach()[11]));
+  EXPECT_EQ(w.proof, std::string(32, '\xa5'));
+  EXPECT_EQ(EncodeClusterMessage(ChallengeMsg{std::string(32, '\x00')}, kSenderNow),
+            R"({"v":3,"type":"challenge","nonce":")" + std::string(64, '0') + "\"}\n");
+  ExpectBad(R"({"v":3,"type":"challenge","nonce":"zz"})", {"challenge", "\"nonce\" must be 64 hex digits"});
+  ExpectBad(R"({"v":3,"type":"welcome","proof":"00"})", {"welcome", "\"proof\" must be 64 hex digits"});
+  json hello = Encoded(OneOfEach()[0]);
+  hello["proof"] = std::string(65, 'a');
+  ExpectBad(hello.dump(), {"hello", "\"proof\""});
 }
 
 TEST(ClusterProtocolTest, ProgressRoundTripMovesClocks) {
@@ -129,11 +151,13 @@ TEST(ClusterProtocolTest, TypeNamesAndDirections) {
     EXPECT_EQ(json::parse(EncodeClusterMessage(m, kSenderNow))["type"], names.back());
   }
   EXPECT_EQ(names, (std::vector<std::string>{"hello", "progress", "rank_exit", "health", "reject", "start", "stop",
-                                             "signal", "kill", "finish"}));
+                                             "signal", "kill", "finish", "challenge", "welcome"}));
   EXPECT_TRUE(IsFollowerMessage(HelloMsg{}));
   EXPECT_TRUE(IsFollowerMessage(HealthMsg{}));
   EXPECT_FALSE(IsFollowerMessage(StartMsg{}));
   EXPECT_FALSE(IsFollowerMessage(RejectMsg{}));
+  EXPECT_FALSE(IsFollowerMessage(ChallengeMsg{}));
+  EXPECT_FALSE(IsFollowerMessage(WelcomeMsg{}));
 }
 
 TEST(ClusterProtocolTest, EveryTruncationIsRejectedCleanly) {
@@ -153,16 +177,16 @@ TEST(ClusterProtocolTest, EveryTruncationIsRejectedCleanly) {
 TEST(ClusterProtocolTest, VersionMismatchSaysBothVersions) {
   // A v1 peer (the untyped JSON before this protocol) sends no "v".
   ExpectBad(R"({"type":"hello","node":1,"nproc":8,"pid":7,"health":""})",
-            {"\"hello\"", "has no \"v\"", "v1", "v2", "run the same holdfast build on every node"});
-  HelloMsg future;
-  future.version = 3;
-  future.node = 1;
-  future.nproc = 8;
-  future.pid = 7;
+            {"\"hello\"", "has no \"v\"", "v1", "v3", "run the same holdfast build on every node"});
+  HelloMsg future = std::get<HelloMsg>(OneOfEach()[0]);
+  future.version = 4;
   ExpectBad(EncodeClusterMessage(future, kSenderNow),
-            {"peer speaks holdfast cluster protocol v3", "this holdfastd speaks v2", "same holdfast build"});
-  ExpectBad(R"({"v":"2","type":"stop","generation":1,"why":"","grace_s":1})", {"\"v\" must be", "\"2\""});
-  ExpectBad(R"({"v":2.0,"type":"stop","generation":1,"why":"","grace_s":1})", {"\"v\" must be"});
+            {"peer speaks holdfast cluster protocol v4", "this holdfastd speaks v3", "same holdfast build"});
+  // A v2 follower (before the run key's challenge-response) is told to match the build.
+  ExpectBad(R"({"v":2,"type":"hello","node":1,"host":"h","nproc":8,"pid":7,"health_report":""})",
+            {"peer speaks holdfast cluster protocol v2", "this holdfastd speaks v3"});
+  ExpectBad(R"({"v":"3","type":"stop","generation":1,"why":"","grace_s":1})", {"\"v\" must be", "\"3\""});
+  ExpectBad(R"({"v":3.0,"type":"stop","generation":1,"why":"","grace_s":1})", {"\"v\" must be"});
 }
 
 TEST(ClusterProtocolTest, RejectReadsTheSameInEveryVersion) {
@@ -176,9 +200,9 @@ TEST(ClusterProtocolTest, RejectReadsTheSameInEveryVersion) {
 }
 
 TEST(ClusterProtocolTest, UnknownTypeListsTheTypes) {
-  ExpectBad(R"({"v":2,"type":"reboot"})", {"unknown cluster message type \"reboot\"", "hello, progress"});
-  ExpectBad(R"({"v":2})", {"needs \"type\" as a string"});
-  ExpectBad(R"({"v":2,"type":7})", {"needs \"type\" as a string"});
+  ExpectBad(R"({"v":3,"type":"reboot"})", {"unknown cluster message type \"reboot\"", "hello, progress", "welcome"});
+  ExpectBad(R"({"v":3})", {"needs \"type\" as a string"});
+  ExpectBad(R"({"v":3,"type":7})", {"needs \"type\" as a string"});
 }
 
 TEST(ClusterProtocolTest, FramingErrors) {
@@ -186,9 +210,9 @@ TEST(ClusterProtocolTest, FramingErrors) {
   ExpectBad("\n", {"empty line"});
   ExpectBad("not json", {"not JSON"});
   ExpectBad("[1,2]", {"must be a JSON object", "array"});
-  ExpectBad("{\"v\":2,\"type\":\"kill\",\"generation\":1,\"ranks\":[]}\n{}", {"one line"});
-  ExpectBad("{\"v\":2,\"type\":\"stop\",\"generation\":1,\"why\":\"\",\"grace_s\":1}trailing", {"not JSON"});
-  std::string deep = R"({"v":2,"type":"kill","generation":1,"ranks":[],"x":)";
+  ExpectBad("{\"v\":3,\"type\":\"kill\",\"generation\":1,\"ranks\":[]}\n{}", {"one line"});
+  ExpectBad("{\"v\":3,\"type\":\"stop\",\"generation\":1,\"why\":\"\",\"grace_s\":1}trailing", {"not JSON"});
+  std::string deep = R"({"v":3,"type":"kill","generation":1,"ranks":[],"x":)";
   for (int i = 0; i < 40; ++i) deep += "[";
   for (int i = 0; i < 40; ++i) deep += "]";
   deep += "}";
@@ -197,7 +221,7 @@ TEST(ClusterProtocolTest, FramingErrors) {
 
 TEST(ClusterProtocolTest, OversizeLineRejected) {
   // Valid JSON, one byte over the limit with its newline.
-  std::string line = R"({"v":2,"type":"reject","why":")";
+  std::string line = R"({"v":3,"type":"reject","why":")";
   line += std::string(kMaxClusterMessageBytes - line.size() - 2, 'x');
   line += "\"}";
   ASSERT_EQ(line.size(), kMaxClusterMessageBytes);

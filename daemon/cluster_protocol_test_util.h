@@ -123,6 +123,8 @@ inline std::vector<ClusterMessage> OneOfEach() {
   hello.nproc = 8;
   hello.pid = 31337;
   hello.health_report_json = R"({"status":"pass","results":[]})";
+  hello.nonce = std::string(32, '\x01');
+  hello.proof = std::string(32, '\xfe');
   RankExitMsg exit;
   exit.generation = 4;
   exit.rank = 17;
@@ -148,7 +150,9 @@ inline std::vector<ClusterMessage> OneOfEach() {
           StopMsg{4, "rank 17 exited with code 1", 30.5},
           SignalMsg{4, 12},
           KillMsg{4, {3, 5}},
-          FinishMsg{0, "completed"}};
+          FinishMsg{0, "completed"},
+          ChallengeMsg{std::string(32, '\x5a')},
+          WelcomeMsg{std::string(32, '\xa5')}};
 }
 
 // Expects kInvalidArgument whose message contains every needle.

@@ -5,7 +5,7 @@
 namespace holdfast {
 
 std::string ControlHandler::Handle(const ControlRequest& req, uid_t peer_uid) const {
-  if (req.op != control_op::kPing && req.op != control_op::kStatus) {
+  if (req.op != control_op::kPing) {
     Status allowed = CheckPeerAllowed(peer_uid, owner_uid_);
     if (!allowed.ok()) return EncodeErrorResponse(req.id, ControlErrorCode::kPermissionDenied, allowed.message());
   }

@@ -1,7 +1,9 @@
 // ControlHandler: what holdfastd answers on its control socket (docs/
 // control-protocol.md) once ControlServer has parsed a request and read the
-// peer's uid. It decides who may do what (anyone on the machine may ping and
-// ask for status; acting on the run is for the daemon's own user or root),
+// peer's uid (from the Unix socket, or a TCP request's MUNGE credential). It
+// decides who may do what (anyone who reaches it may ping; looking at the run
+// and acting on it are for the daemon's own user or root, as lineage.db is
+// theirs alone),
 // whether the request is about this daemon's run at all (RequestNamesRun),
 // and whether the run can do it now (a checkpoint needs running ranks); only
 // then does it ask its ControlTarget — the Supervisor — to act. A refused

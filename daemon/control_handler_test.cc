@@ -86,15 +86,19 @@ TEST_F(ControlHandlerTest, ARequestAboutAnotherRunIsFailedPreconditionNamingBoth
   EXPECT_TRUE(Ask(R"({"v":1,"id":1,"op":"status"})").ok);
 }
 
-TEST_F(ControlHandlerTest, AnotherUsersStopOrCheckpointIsPermissionDeniedButTheyMayLook) {
-  for (const char* op : {"stop", "checkpoint"}) {
+// Another user may only ping: the run's state is its owner's, like lineage.db
+// (0600), whichever way the request came (the Unix socket or TCP with MUNGE).
+TEST_F(ControlHandlerTest, AnotherUserMayNotLookAtOrActOnTheRunOnlyPing) {
+  for (const char* op : {"stop", "checkpoint", "status", "health"}) {
     const ControlResponse r = Ask(std::string(R"({"v":1,"id":3,"op":")") + op + R"("})", kOther);
     EXPECT_FALSE(r.ok) << op;
     EXPECT_EQ(r.error_code, "PermissionDenied") << op;
+    EXPECT_NE(r.error.message().find("may not look at or act on this run: only its owner (uid"), std::string::npos)
+        << r.error.message();
   }
   EXPECT_TRUE(Untouched());
-  EXPECT_TRUE(Ask(R"({"v":1,"id":4,"op":"status"})", kOther).ok);
   EXPECT_TRUE(Ask(R"({"v":1,"id":5,"op":"ping"})", kOther).ok);
+  EXPECT_TRUE(Ask(R"({"v":1,"id":4,"op":"status"})", /*root=*/0).ok) << "root may look at any run";
   EXPECT_TRUE(Ask(R"({"v":1,"id":6,"op":"stop"})", /*root=*/0).ok) << "root may act on any run";
   EXPECT_EQ(target_.stops.size(), 1u);
 }

@@ -22,8 +22,8 @@ using control_internal::Dump;
 // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> "parse error at ..."
 // Parses one protocol line into a JSON object. `what` names the message
 // ("request", "reply") in errors. Never throws.
-Result<json> ParseLine(std::string_view line, const char* what) {
-  return ParseJsonObjectLine(line, kMaxControlMessageBytes, kMaxControlJsonDepth, what);
+Result<json> ParseLine(std::string_view line, const char* what, size_t max_bytes = kMaxControlMessageBytes) {
+  return ParseJsonObjectLine(line, max_bytes, kMaxControlJsonDepth, what);
 }
 
 Status CheckVersion(const json& j, const char* what) {
@@ -70,7 +70,7 @@ bool IsJsonObjectText(const std::string& text, json* out) {
 StatusCode StatusCodeForWire(const std::string& code) {
   if (code == "InvalidArgument") return StatusCode::kInvalidArgument;
   if (code == "Unavailable") return StatusCode::kUnavailable;
-  if (code == "FailedPrecondition" || code == "PermissionDenied") {
+  if (code == "FailedPrecondition" || code == "PermissionDenied" || code == "Unauthenticated") {
     return StatusCode::kFailedPrecondition;
   }
   return StatusCode::kInternal;
@@ -103,6 +103,7 @@ const char* ControlErrorCodeName(ControlErrorCode code) {
     case ControlErrorCode::kUnavailable: return "Unavailable";
     case ControlErrorCode::kFailedPrecondition: return "FailedPrecondition";
     case ControlErrorCode::kInternal: return "Internal";
+    case ControlErrorCode::kUnauthenticated: return "Unauthenticated";
   }
   return "Internal";
 }
@@ -209,7 +210,7 @@ std::string EncodeErrorResponse(uint64_t id, ControlErrorCode code, std::string_
 }
 
 Result<ControlResponse> ParseControlResponse(std::string_view line) {
-  HF_ASSIGN_OR_RETURN(json j, ParseLine(line, "reply"));
+  HF_ASSIGN_OR_RETURN(json j, ParseLine(line, "reply", kMaxControlReplyBytes));
   HF_RETURN_IF_ERROR(CheckVersion(j, "reply"));
   ControlResponse resp;
   HF_ASSIGN_OR_RETURN(resp.id, GetId(j, "reply"));
@@ -257,8 +258,24 @@ Result<PeerCredentials> ReadPeerCredentials(int fd) {
 Status CheckPeerAllowed(uid_t peer, uid_t owner) {
   if (peer == 0 || peer == owner) return Status::Ok();
   return FailedPreconditionError("uid " + std::to_string(peer) +
-                                 " may not act on this run: only its owner (uid " +
+                                 " may not look at or act on this run: only its owner (uid " +
                                  std::to_string(owner) + ") or root may");
+}
+
+const char* ControlViaName(ControlVia via) {
+  switch (via) {
+    case ControlVia::kAuto: return "auto";
+    case ControlVia::kUnix: return "unix";
+    case ControlVia::kTcp: return "tcp";
+  }
+  return "auto";
+}
+
+Result<ControlVia> ParseControlVia(std::string_view text) {
+  for (ControlVia v : {ControlVia::kAuto, ControlVia::kUnix, ControlVia::kTcp}) {
+    if (text == ControlViaName(v)) return v;
+  }
+  return InvalidArgumentError("unknown way to reach holdfastd '" + std::string(text) + "'; one of: auto, unix, tcp");
 }
 
 }  // namespace holdfast

@@ -1,16 +1,22 @@
 // Control protocol v1: how `runctl` (and tests) talk to a running holdfastd.
 //
-// The daemon listens on a Unix stream socket, RUN_DIR/holdfastd.sock. Each
+// The daemon listens on a Unix stream socket, RUN_DIR/holdfastd.sock (bound
+// and connected through UnixSocketAddress, daemon/unix_socket_address.h, so a
+// RUN_DIR of any length works). Each
 // message is one JSON object on one line ('\n'-terminated), at most
 // kMaxControlMessageBytes including the newline. A client sends a request,
 //   {"v":1,"id":7,"op":"status","args":{}}
 // and the daemon answers with the same id:
 //   {"v":1,"id":7,"ok":true,"result":{...}}
 //   {"v":1,"id":7,"ok":false,"error":{"code":"FailedPrecondition","message":"..."}}
-// (id 0 when the request was too broken to carry one). Only the run's owner
-// and root may act on the run: the daemon reads the peer's uid
-// (ReadPeerCredentials) and checks it (CheckPeerAllowed). The full
-// description, with the "status" result's fields, is docs/control-protocol.md.
+// (id 0 when the request was too broken to carry one). A request is at most
+// kMaxControlMessageBytes, a reply at most kMaxControlReplyBytes. Only the run's owner
+// and root may look at or act on the run: the daemon reads the peer's uid
+// (ReadPeerCredentials) and checks it (CheckPeerAllowed). The leader also
+// serves the protocol over TCP for runctl on other nodes, each request
+// carrying a MUNGE credential in place of SO_PEERCRED (daemon/control_remote.h);
+// CallRunDaemon picks the way. The full description, with the "status"
+// result's fields and the trust rules, is docs/control-protocol.md.
 //
 // This header keeps nlohmann/json out: JSON payloads travel as serialized
 // text (args_json, result_json), so the daemon includes it cheaply.
@@ -35,8 +41,12 @@
 namespace holdfast {
 
 inline constexpr int kControlProtocolVersion = 1;
-// One message, newline included.
+// One request, newline included (and one error reply).
 inline constexpr size_t kMaxControlMessageBytes = 64 * 1024;
+// One reply, newline included: a status of every rank grows with the run
+// (about 330 bytes a rank: 512 ranks are some 170 KiB), so replies may be
+// longer than requests.
+inline constexpr size_t kMaxControlReplyBytes = 16 << 20;
 // Nesting deeper than this inside a message is rejected (keeps every walk of
 // a parsed message's tree shallow).
 inline constexpr int kMaxControlJsonDepth = 32;
@@ -56,7 +66,8 @@ inline constexpr char kHealth[] = "health";          // -> the daemon's latest h
 const std::vector<std::string>& ControlOps();
 bool IsControlOp(std::string_view op);
 
-// RUN_DIR/holdfastd.sock
+// RUN_DIR/holdfastd.sock: the path, for messages and unlink; bind and connect
+// take UnixSocketAddress::For(path), which also reaches a path past sun_path.
 std::string ControlSocketPath(const std::string& run_dir);
 
 // The error codes a response may carry. Status has no "permission denied",
@@ -67,6 +78,7 @@ enum class ControlErrorCode {
   kUnavailable,
   kFailedPrecondition,
   kInternal,
+  kUnauthenticated,  // over TCP: no credential, or one that does not prove who sent the request
 };
 const char* ControlErrorCodeName(ControlErrorCode code);  // "PermissionDenied"
 // InvalidArgument -> kInvalidArgument; Unavailable, Timeout -> kUnavailable;
@@ -123,12 +135,15 @@ struct PeerCredentials {
 // SO_PEERCRED of a connected Unix socket (`fd` stays the caller's).
 Result<PeerCredentials> ReadPeerCredentials(int fd);
 // OK when peer is the owner or root; otherwise kFailedPrecondition whose
-// message says who may act. The daemon answers a refusal with
-// EncodeErrorResponse(id, ControlErrorCode::kPermissionDenied, status.message()).
+// message says who may look at and act on the run. The daemon answers a
+// refusal with EncodeErrorResponse(id, ControlErrorCode::kPermissionDenied,
+// status.message()). One rule for both ways in: the Unix socket's peer uid
+// and a TCP request's MUNGE uid.
 Status CheckPeerAllowed(uid_t peer, uid_t owner);
 
 // ---- client ----
-// Connects to socket_path, sends `request`, waits for the reply line, closes.
+// Connects to socket_path (of any length: UnixSocketAddress), sends `request`,
+// waits for the reply line, closes.
 // The whole exchange is bounded by `timeout`. kUnavailable "no daemon is
 // listening on PATH" when the socket is missing or refuses; kUnavailable when
 // the daemon hangs up before a whole reply; kTimeout when it does not answer
@@ -143,6 +158,29 @@ Result<ControlResponse> CallDaemon(const std::string& socket_path, const Control
 Result<std::string> SendControlLine(const std::string& socket_path, const std::string& line,
                                     std::chrono::milliseconds timeout);
 
+// How a client reaches the run's daemon.
+enum class ControlVia {
+  kAuto,  // the Unix socket; when it cannot be reached from here, TCP (the run dir's endpoint)
+  kUnix,  // RUN_DIR/holdfastd.sock only
+  kTcp,   // RUN_DIR/control-endpoint.json's address only, with a MUNGE credential
+};
+// "auto", "unix", "tcp"; and back (kInvalidArgument listing them).
+const char* ControlViaName(ControlVia via);
+Result<ControlVia> ParseControlVia(std::string_view text);
+
+// CallDaemon on the daemon of `run_dir`, the way `via` says. kAuto tries the
+// Unix socket and goes over TCP only when the socket cannot be reached at all
+// (missing, refused — a socket file on a shared file system whose daemon runs
+// on another host — or not permitted): never when the daemon is merely slow.
+// TCP needs the endpoint the leader wrote (daemon/control_remote.h) and a
+// credential from munged at `munge_socket` (MungeSocket(); "" = the default).
+// Errors as CallDaemon's, kUnavailable saying what was tried and what to do
+// when neither way reaches a daemon (TCP control off on the leader, munged
+// not running here).
+Result<ControlResponse> CallRunDaemon(const std::string& run_dir, const ControlRequest& request,
+                                      std::chrono::milliseconds timeout, ControlVia via,
+                                      const std::string& munge_socket);
+
 // ---- the "status" result ----
 // The daemon fills a RunStatus and sends EncodeStatusResult; runctl parses it
 // back, so both sides share the keys. Optional fields travel as null.
@@ -153,6 +191,11 @@ struct RankStatus {
   int64_t step = 0;
   std::string phase;   // PhaseName(), e.g. "collective"
   double heartbeat_age_s = 0;
+  // A follower's rank: how old the leader's view of it is (seconds since its
+  // node's last report arrived); 0 for the leader's own ranks and from older
+  // daemons. Its step is as of then: runctl allows for it before calling a
+  // rank lagging.
+  double report_age_s = 0;
   std::optional<double> last_step_ms;     // unset before the first step
   std::optional<uint64_t> waiting_on;     // seq of the collective it waits in
   uint64_t collectives_issued = 0;

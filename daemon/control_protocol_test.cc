@@ -298,6 +298,25 @@ TEST(ControlProtocolTest, StatusResultRoundTrip) {
   EXPECT_DOUBLE_EQ(back->nodes[0].ranks[0].wait_ms_p50.value_or(0), 600.75);
   EXPECT_DOUBLE_EQ(back->nodes[0].ranks[0].step_ms_p99.value_or(0), 840.25);
   EXPECT_FALSE(back->nodes[0].ranks[1].steps_per_s.has_value());
+
+  // How old a follower's view is travels with its ranks; a daemon from before it sends none (0); a
+  // negative age is refused, naming the field.
+  s = SampleStatus();
+  s.nodes[0].ranks[1].report_age_s = 0.075;
+  text = EncodeStatusResult(s);
+  back = ParseStatusResult(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_DOUBLE_EQ(back->nodes[0].ranks[1].report_age_s, 0.075);
+  EXPECT_EQ(back->nodes[0].ranks[0].report_age_s, 0);
+  j = json::parse(text);
+  j["nodes"][0]["ranks"][1].erase("report_age_s");
+  back = ParseStatusResult(j.dump());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->nodes[0].ranks[1].report_age_s, 0);
+  j["nodes"][0]["ranks"][1]["report_age_s"] = -1;
+  back = ParseStatusResult(j.dump());
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("report_age_s"), std::string::npos) << back.status().ToString();
   s.slowest_rank.reset();
   s.slowest_rank_note.reset();
   json unset = json::parse(EncodeStatusResult(s));

@@ -139,6 +139,12 @@ Result<RankStatus> ParseRank(const json& j, const std::string& where) {
   HF_RETURN_IF_ERROR(f.Int("step", &r.step));
   HF_RETURN_IF_ERROR(f.String("phase", &r.phase));
   HF_RETURN_IF_ERROR(f.Double("heartbeat_age_s", &r.heartbeat_age_s));
+  std::optional<double> report_age;  // absent from daemons before it
+  HF_RETURN_IF_ERROR(f.OptionalDouble("report_age_s", &report_age));
+  if (report_age && !(*report_age >= 0)) {
+    return InvalidArgumentError(where + ": \"report_age_s\" must be 0 or more, got " + std::to_string(*report_age));
+  }
+  r.report_age_s = report_age.value_or(0);
   HF_RETURN_IF_ERROR(f.OptionalDouble("last_step_ms", &r.last_step_ms));
   HF_RETURN_IF_ERROR(f.OptionalInt("waiting_on", &r.waiting_on));
   HF_RETURN_IF_ERROR(f.Int("collectives_issued", &r.collectives_issued));
@@ -179,6 +185,7 @@ std::string EncodeStatusResult(const RunStatus& s) {
                        {"step", r.step},
                        {"phase", r.phase},
                        {"heartbeat_age_s", r.heartbeat_age_s},
+                       {"report_age_s", r.report_age_s},
                        {"last_step_ms", opt_int(r.last_step_ms)},
                        {"waiting_on", opt_int(r.waiting_on)},
                        {"collectives_issued", r.collectives_issued},

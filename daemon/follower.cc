@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/peer_auth.h"
 #include "daemon/cluster_protocol.h"
 #include "daemon/daemon_signals.h"
 #include "daemon/exit_codes.h"
@@ -45,6 +47,11 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   const std::string& host() const { return opts_.allocation.self().host; }
   int node() const { return opts_.allocation.this_node; }
   void Connect();
+  // Whether the run's key is at hand (read once from the run directory);
+  // false when Connect must wait for it or the follower is done.
+  bool HaveKey();
+  // The handshake (docs/cluster-protocol.md, "Trust"), then OnMessage.
+  void OnLine(const ClusterMessage& msg);
   void OnMessage(const ClusterMessage& msg);
   void OnLeaderGone(const std::string& why);
   void Send(const ClusterMessage& msg) {
@@ -65,6 +72,11 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   RankGroup ranks_;
   HealthWatch health_;
   std::shared_ptr<LineConnection> conn_;
+  std::optional<RunKey> key_;  // RUN_DIR/cluster.key
+  std::string leader_addr_;    // the address the connection went to
+  std::string nonce_;          // this follower's, sent in its hello ("" before the challenge)
+  std::string leader_nonce_;   // the leader's challenge
+  bool welcomed_ = false;      // the leader proved it holds the run's key
   std::string prelaunch_report_;
   std::string run_id_;
   int generation_ = -1;
@@ -118,6 +130,27 @@ Status Follower::Impl::Start() {
   return Status::Ok();
 }
 
+bool Follower::Impl::HaveKey() {
+  if (key_) return true;
+  const std::string path = RunKeyPath(opts_.run_dir);
+  Result<RunKey> key = ReadRunKey(path);
+  if (key.ok()) {
+    key_ = std::move(key).value();
+    return true;
+  }
+  const bool missing = key.status().code() == StatusCode::kNotFound;
+  if (missing && static_cast<double>(clock_->MonotonicNs() - started_ns_) / 1e9 <= opts_.job.supervise.startup_timeout_s) {
+    retry_timer_->Arm(0.1, [self = shared_from_this()] { self->Connect(); });  // the leader writes it as it starts
+    return false;
+  }
+  spdlog::error("cannot read the run's key: {}{}", key.status().message(),
+                missing ? " (the leader creates it as it starts; a follower on a machine that does not share the run "
+                          "directory needs a copy of the leader's, mode 0600)"
+                        : "");
+  Done(missing ? kDaemonExitFailed : kDaemonExitUsage);
+  return false;
+}
+
 void Follower::Impl::Connect() {
   const double left_s = opts_.job.supervise.startup_timeout_s - static_cast<double>(clock_->MonotonicNs() - started_ns_) / 1e9;
   auto addr = scheduler_->FindLeader(std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, left_s) * 1000)));
@@ -135,6 +168,7 @@ void Follower::Impl::Connect() {
     Done(kDaemonExitUsage);
     return;
   }
+  if (!HaveKey()) return;
   auto sock = std::make_shared<asio::ip::tcp::socket>(io_);
   sock->async_connect(asio::ip::tcp::endpoint(ip, static_cast<uint16_t>(port)), [self = shared_from_this(), sock,
                                                                                   a = *addr](const boost::system::error_code& e) {
@@ -168,21 +202,53 @@ void Follower::Impl::Connect() {
             s->conn_->Close("bad message: " + msg.status().message());
             return;
           }
-          s->OnMessage(*msg);
+          s->OnLine(*msg);
         },
         [weak](const std::string& why) {
           if (auto s = weak.lock()) s->OnLeaderGone(why);
         });
+    self->leader_addr_ = a;  // the hello follows the leader's challenge (OnLine)
+  });
+}
+
+void Follower::Impl::OnLine(const ClusterMessage& msg) {
+  if (welcomed_ || std::holds_alternative<RejectMsg>(msg)) return OnMessage(msg);
+  const auto* challenge = std::get_if<ChallengeMsg>(&msg);
+  const auto* welcome = std::get_if<WelcomeMsg>(&msg);
+  if (challenge != nullptr && nonce_.empty()) {
+    Result<std::string> nonce = RandomBytes(kAuthNonceBytes);
+    if (!nonce.ok()) {
+      conn_->Close(nonce.status().message());
+      return;
+    }
+    nonce_ = std::move(nonce).value();
+    leader_nonce_ = challenge->nonce;
     HelloMsg hello;
     hello.version = kClusterProtocolVersion;
-    hello.node = self->node();
-    hello.host = self->host();
-    hello.nproc = self->opts_.job.nproc;
+    hello.node = node();
+    hello.host = host();
+    hello.nproc = opts_.job.nproc;
     hello.pid = getpid();
-    hello.health_report_json = self->prelaunch_report_;
-    self->Send(hello);
-    spdlog::info("node {} ({}) joined the leader at {}", self->node(), self->host(), a);
-  });
+    hello.health_report_json = prelaunch_report_;
+    hello.nonce = nonce_;
+    hello.proof = key_->Proof(kClusterFollowerLabel, leader_nonce_, nonce_);
+    Send(hello);
+    return;
+  }
+  std::string why;
+  if (welcome != nullptr && !nonce_.empty()) {
+    if (key_->Verify(kClusterLeaderLabel, leader_nonce_, nonce_, welcome->proof)) {
+      welcomed_ = true;
+      spdlog::info("node {} ({}) joined the leader at {}", node(), host(), leader_addr_);
+      return;
+    }
+    why = "the peer at " + leader_addr_ + " did not prove it holds the run's key: it is not this run's leader";
+  } else {
+    why = std::string("the leader sent '") + ClusterMessageTypeName(msg) +
+          "' before proving it holds the run's key (its challenge, then its welcome)";
+  }
+  spdlog::error("{}", why);
+  conn_->Close(why);
 }
 
 void Follower::Impl::OnMessage(const ClusterMessage& msg) {

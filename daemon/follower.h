@@ -1,5 +1,7 @@
 // Follower: holdfastd on every node but the leader's. It finds the leader
-// (through the Scheduler), joins it over TCP (docs/cluster-protocol.md), runs
+// (through the Scheduler), joins it over TCP (docs/cluster-protocol.md) —
+// proving it holds the run's key, RUN_DIR/cluster.key, and checking that the
+// leader does too (common/peer_auth.h) — runs
 // its pre-launch checks and reports them in its hello, then does what the
 // leader says — start a generation's ranks on this node, stop them, signal
 // them, kill a hang's culprits — and reports progress, rank exits and health

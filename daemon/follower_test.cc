@@ -17,6 +17,7 @@
 #include <boost/asio.hpp>
 #include <gtest/gtest.h>
 
+#include "common/peer_auth.h"
 #include "daemon/cluster_protocol.h"
 #include "daemon/exit_codes.h"
 #include "scheduler/recording_scheduler.h"
@@ -50,15 +51,34 @@ class FollowerTest : public ::testing::Test {
                         "/started.$HOLDFAST_GENERATION.$HOLDFAST_RANK; while :; do sleep 0.05; done"};
   }
 
-  // Starts the follower (node 1 of 2) and accepts its connection as the leader.
-  void Start() {
+  // Starts the follower (node 1 of 2) and accepts its connection as the
+  // leader: the challenge, the follower's hello (its proof checked), and —
+  // with `welcome` — the leader's welcome proving the run's key back.
+  void Start(bool welcome = true) {
+    std::filesystem::create_directories(dir_ / "run");
+    Result<RunKey> key = EnsureRunKey(RunKeyPath(dir_ / "run"));
+    ASSERT_TRUE(key.ok()) << key.status().ToString();
+    key_ = *key;
+    Launch();
+    const HelloMsg hello = Expect<HelloMsg>("the follower's hello");
+    EXPECT_EQ(hello.node, 1);
+    EXPECT_EQ(hello.nproc, 1);
+    EXPECT_TRUE(key_->Verify(kClusterFollowerLabel, challenge_, hello.nonce, hello.proof))
+        << "the hello proves the run's key";
+    if (welcome) SendToFollower(WelcomeMsg{key_->Proof(kClusterLeaderLabel, challenge_, hello.nonce)});
+  }
+
+  // Starts the follower; the test's leader accepts it and sends its challenge.
+  void Launch() {
     Allocation alloc;
     alloc.nodes = {{"node-0", "127.0.0.1"}, {"node-1", "127.0.0.1"}};
     alloc.this_node = 1;
     scheduler_ = std::make_unique<RecordingScheduler>(alloc, SchedulerCapabilities{});
     scheduler_->set_leader_address("127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port()));
     acceptor_.async_accept([this](const boost::system::error_code& e, asio::ip::tcp::socket s) {
-      if (!e) conn_.emplace(std::move(s));
+      if (e) return;
+      conn_.emplace(std::move(s));
+      SendToFollower(ChallengeMsg{challenge_});
     });
     FollowerOptions o;
     o.run_dir = dir_ / "run";
@@ -66,9 +86,6 @@ class FollowerTest : public ::testing::Test {
     o.allocation = alloc;
     follower_ = std::make_unique<Follower>(&io_, std::move(o), scheduler_.get(), &clock_, &timers_);
     ASSERT_TRUE(follower_->Start().ok());
-    const HelloMsg hello = Expect<HelloMsg>("the follower's hello");
-    EXPECT_EQ(hello.node, 1);
-    EXPECT_EQ(hello.nproc, 1);
   }
 
   void Turn() {
@@ -148,6 +165,8 @@ class FollowerTest : public ::testing::Test {
 
   TempDir dir_;
   JobConfig job_;
+  std::optional<RunKey> key_;  // RUN_DIR/cluster.key, as the leader made it
+  const std::string challenge_ = std::string(kAuthNonceBytes, 'L');
   asio::io_context io_;
   FakeTimeSource clock_;
   FakeTimerFactory timers_;
@@ -199,6 +218,53 @@ TEST_F(FollowerTest, LosingTheLeaderWithoutAFinishIsAFailure) {
   conn_->close();
   Drive([&] { return io_.stopped(); }, "the follower leaves", 0.1);
   EXPECT_EQ(follower_->exit_code(), kDaemonExitFailed);
+}
+
+// Trust: a leader that does not prove it holds the run's key is not one;
+// the follower leaves without starting anything it says.
+TEST_F(FollowerTest, ALeaderThatDoesNotProveTheRunsKeyIsLeftAndNothingStarts) {
+  Start(/*welcome=*/false);
+  SendToFollower(WelcomeMsg{std::string(kAuthProofBytes, 'x')});
+  StartMsg m;
+  m.spec.run_id = "20260101-f011ow";
+  m.spec.world_size = 2;
+  m.spec.store_addr = "127.0.0.1:1";
+  RankPlacement p;
+  p.global_rank = 1;
+  p.node = 1;
+  p.host = "node-1";
+  m.ranks = {p};
+  SendToFollower(m);
+  Drive([&] { return io_.stopped(); }, "the follower leaves", 0.1);
+  EXPECT_EQ(follower_->exit_code(), kDaemonExitFailed);
+  EXPECT_FALSE(Started(0, 1)) << "a start from an impostor ran a rank";
+}
+
+TEST_F(FollowerTest, AStartBeforeTheLeadersWelcomeIsRefused) {
+  Start(/*welcome=*/false);
+  StartMsg m;
+  m.spec.run_id = "20260101-f011ow";
+  m.spec.world_size = 2;
+  m.spec.store_addr = "127.0.0.1:1";
+  RankPlacement p;
+  p.global_rank = 1;
+  p.node = 1;
+  p.host = "node-1";
+  m.ranks = {p};
+  SendToFollower(m);
+  Drive([&] { return io_.stopped(); }, "the follower leaves", 0.1);
+  EXPECT_EQ(follower_->exit_code(), kDaemonExitFailed);
+  EXPECT_FALSE(Started(0, 1));
+}
+
+// Without RUN_DIR/cluster.key the follower waits for the leader to write it,
+// then gives up at startup_timeout_s, saying what is missing.
+TEST_F(FollowerTest, WithoutTheRunsKeyTheFollowerGivesUpAtTheStartupTimeout) {
+  job_.supervise.startup_timeout_s = 5;
+  Launch();
+  Drive([&] { return io_.stopped(); }, "the follower gives up", 0.5);
+  EXPECT_EQ(follower_->exit_code(), kDaemonExitFailed);
+  EXPECT_FALSE(conn_.has_value()) << "it never dialled the leader without the key";
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "daemon/job_config.h"
 
+#include <algorithm>
+
 #include <toml++/toml.h>
 
 #include "common/toml_reader.h"
@@ -22,8 +24,17 @@ bool IsRoleName(const std::string& name) {
 }
 
 // [[roles]]: an array of tables, each one role group.
+// Adds "section.key" for every key `r` asked for to *log (when not null).
+void LogKeys(const TomlTableReader& r, const std::string& section, std::vector<std::string>* log) {
+  if (log == nullptr) return;
+  for (const std::string& k : r.keys_read()) {
+    const std::string key = section + "." + k;
+    if (std::find(log->begin(), log->end(), key) == log->end()) log->push_back(key);
+  }
+}
+
 Status LoadRoles(const std::string& path, const toml::node& node, const toml::source_region& where,
-                 std::vector<RoleConfig>* roles) {
+                 std::vector<RoleConfig>* roles, std::vector<std::string>* keys) {
   const toml::array* array = node.as_array();
   if (array == nullptr || !array->is_array_of_tables()) {
     return InvalidArgumentError(TomlWhere(path, where) +
@@ -45,6 +56,7 @@ Status LoadRoles(const std::string& path, const toml::node& node, const toml::so
     HF_RETURN_IF_ERROR(r.Double("hang_s", &role.hang_s, 0, 86400));
     HF_RETURN_IF_ERROR(r.StringTable("env", &role.env));
     HF_RETURN_IF_ERROR(r.Int("restart_budget", &role.restart_budget, 0, 1000000));
+    LogKeys(r, "roles", keys);
     HF_RETURN_IF_ERROR(r.RejectUnknown());
     const std::string name_at = t.get("name") != nullptr ? TomlWhere(path, t.get("name")->source()) : at;
     if (t.get("name") == nullptr) {
@@ -81,17 +93,16 @@ Status LoadRoles(const std::string& path, const toml::node& node, const toml::so
   return Status::Ok();
 }
 
-}  // namespace
-
-Result<JobConfig> LoadJobConfig(const std::string& path) {
+Result<JobConfig> JobConfigFromTable(const toml::table& root, const std::string& path, std::string text,
+                                     std::vector<std::string>* keys = nullptr) {
   JobConfig cfg;
   cfg.source = path;
-  HF_ASSIGN_OR_RETURN(toml::table root, ParseTomlFile(path, &cfg.text));
+  cfg.text = std::move(text);
   static const char* kSections = "[job], [supervise], [lineage], [health], [[roles]]";
   for (auto&& [k, v] : root) {
     const std::string section(k.str());
     if (section == "roles") {
-      HF_RETURN_IF_ERROR(LoadRoles(path, v, k.source(), &cfg.roles));
+      HF_RETURN_IF_ERROR(LoadRoles(path, v, k.source(), &cfg.roles, keys));
       continue;
     }
     if (section != "job" && section != "supervise" && section != "lineage" && section != "health") {
@@ -116,6 +127,7 @@ Result<JobConfig> LoadJobConfig(const std::string& path) {
                                   std::to_string(cfg.min_nodes) + " is more than job.max_nodes = " +
                                   std::to_string(cfg.max_nodes) + ": the run could never train");
     }
+    LogKeys(r, "job", keys);
     HF_RETURN_IF_ERROR(r.RejectUnknown());
   }
   if (const toml::table* t = root["supervise"].as_table()) {
@@ -123,14 +135,18 @@ Result<JobConfig> LoadJobConfig(const std::string& path) {
     TomlTableReader r(path, "supervise", *t);
     HF_RETURN_IF_ERROR(r.Int("poll_ms", &s.poll_ms, 10, 60000));
     HF_RETURN_IF_ERROR(r.Double("startup_timeout_s", &s.startup_timeout_s, 1, 86400));
+    s.startup_timeout_given = t->contains("startup_timeout_s");
     HF_RETURN_IF_ERROR(r.Double("hang_factor", &s.hang_factor, 1.5, 1000));
     HF_RETURN_IF_ERROR(r.Double("hang_min_s", &s.hang_min_s, 0.5, 86400));
+    HF_RETURN_IF_ERROR(r.Double("stopped_hang_s", &s.stopped_hang_s, 0, 86400));
     HF_RETURN_IF_ERROR(r.Double("checkpoint_allowance_s", &s.checkpoint_allowance_s, 1, 86400));
     HF_RETURN_IF_ERROR(r.Double("eval_allowance_s", &s.eval_allowance_s, 1, 86400));
     HF_RETURN_IF_ERROR(r.Int("restart_budget", &s.restart_budget, 0, 1000000));
     HF_RETURN_IF_ERROR(r.Double("backoff_initial_s", &s.backoff_initial_s, 0, 3600));
     HF_RETURN_IF_ERROR(r.Double("backoff_max_s", &s.backoff_max_s, 0, 86400));
     HF_RETURN_IF_ERROR(r.Double("term_grace_s", &s.term_grace_s, 0, 3600));
+    HF_RETURN_IF_ERROR(r.Int("max_requeues", &s.max_requeues, 0, 1000000));
+    HF_RETURN_IF_ERROR(r.Int("max_excluded_nodes", &s.max_excluded_nodes, 0, 1000000));
     HF_RETURN_IF_ERROR(r.Double("node_timeout_s", &s.node_timeout_s, 0, 86400));
     HF_RETURN_IF_ERROR(r.String("progress_dir", &s.progress_dir));
     HF_RETURN_IF_ERROR(r.Bool("health_prelaunch", &s.health_prelaunch));
@@ -138,11 +154,19 @@ Result<JobConfig> LoadJobConfig(const std::string& path) {
     HF_RETURN_IF_ERROR(r.String("health_sysfs_root", &s.health_sysfs_root));
     HF_RETURN_IF_ERROR(r.Double("straggler_factor", &s.straggler_factor, 0, 1000));
     HF_RETURN_IF_ERROR(r.Double("straggler_min_duration_s", &s.straggler_min_duration_s, 0, 86400));
+    HF_RETURN_IF_ERROR(r.Double("stack_timeout_s", &s.stack_timeout_s, 0, 600));
+    HF_RETURN_IF_ERROR(r.String("stack_tool", &s.stack_tool));
+    if (s.stack_tool.empty()) {
+      return InvalidArgumentError(TomlWhere(path, t->get("stack_tool")->source()) +
+                                  ": key 'supervise.stack_tool' is empty: name the stack tool (\"eu-stack\", or a "
+                                  "path to it), or set supervise.stack_timeout_s = 0 to capture no stacks");
+    }
     if (s.straggler_factor > 0 && s.straggler_factor < 1.1) {  // below 1.1 every run has a straggler
       return InvalidArgumentError(TomlWhere(path, t->get("straggler_factor")->source()) +
                                   ": key 'supervise.straggler_factor' must be 0 (off) or between 1.1 and 1000, got " +
                                   FormatTomlNumber(s.straggler_factor));
     }
+    LogKeys(r, "supervise", keys);
     HF_RETURN_IF_ERROR(r.RejectUnknown());
   }
   if (const toml::table* t = root["lineage"].as_table()) {
@@ -151,6 +175,9 @@ Result<JobConfig> LoadJobConfig(const std::string& path) {
                               {{"wal", JournalMode::kWal}, {"delete", JournalMode::kDelete},
                                {"truncate", JournalMode::kTruncate}},
                               &cfg.journal_mode));
+    HF_RETURN_IF_ERROR(r.Bool("host_history", &cfg.host_history));
+    HF_RETURN_IF_ERROR(r.String("history_dir", &cfg.history_dir));
+    LogKeys(r, "lineage", keys);
     HF_RETURN_IF_ERROR(r.RejectUnknown());
   }
   if (cfg.command.empty()) {
@@ -158,6 +185,35 @@ Result<JobConfig> LoadJobConfig(const std::string& path) {
                                 "command = [\"build/trainer/holdfast-train\", \"--config\", \"run.toml\"]");
   }
   return cfg;
+}
+
+}  // namespace
+
+Result<JobConfig> LoadJobConfig(const std::string& path) {
+  std::string text;
+  HF_ASSIGN_OR_RETURN(toml::table root, ParseTomlFile(path, &text));
+  return JobConfigFromTable(root, path, std::move(text));
+}
+
+void ResolveSizedDefaults(JobConfig* job, int world_size) {
+  if (!job->supervise.startup_timeout_given) {
+    job->supervise.startup_timeout_s = kStartupBaseS + kStartupPerRankS * std::max(1, world_size);
+  }
+}
+
+std::vector<std::string> JobConfigKeys() {
+  // A job with every section once: each reader asks for all of its keys.
+  const std::string text =
+      "[job]\ncommand = [\"x\"]\n[supervise]\n[lineage]\n[[roles]]\nname = \"r\"\ncommand = [\"x\"]\n";
+  std::vector<std::string> keys;
+  auto root = ParseToml(text, "keys");
+  if (root.ok()) (void)JobConfigFromTable(*root, "keys", text, &keys);
+  return keys;
+}
+
+Result<JobConfig> LoadJobConfigText(const std::string& text, const std::string& source) {
+  HF_ASSIGN_OR_RETURN(toml::table root, ParseToml(text, source));
+  return JobConfigFromTable(root, source, text);
 }
 
 }  // namespace holdfast

@@ -3,11 +3,11 @@
 //   [job]        name, command (argv array), nproc (ranks per node), workdir, env table,
 //                checkpoint_dir (where the job's checkpoints go, for lineage),
 //                min_nodes, max_nodes (an elastic run: recovery_policy.h)
-//   [supervise]  poll_ms, startup_timeout_s, hang_factor, hang_min_s,
+//   [supervise]  poll_ms, startup_timeout_s, hang_factor, hang_min_s, stopped_hang_s,
 //                checkpoint_allowance_s, eval_allowance_s, restart_budget,
 //                backoff_initial_s, backoff_max_s, term_grace_s, progress_dir,
-//                straggler_factor, straggler_min_duration_s
-//   [lineage]    journal_mode (wal | delete | truncate)
+//                straggler_factor, straggler_min_duration_s, stack_timeout_s, stack_tool
+//   [lineage]    journal_mode (wal | delete | truncate), host_history, history_dir
 //   [[roles]]    role groups beside the learner (the [job] command ranks):
 //                name, command, count, restart (alone | learner), hang_s,
 //                env, restart_budget — each a RoleConfig below
@@ -28,17 +28,35 @@
 
 namespace holdfast {
 
+// The derived startup_timeout_s: 300 s + 0.25 s per rank (302 s at 8 ranks,
+// 428 s at 512, 1324 s at 4096): imports from a shared file system, NCCL's
+// init and a restore all grow with the run (docs/job-file.md).
+inline constexpr double kStartupBaseS = 300;
+inline constexpr double kStartupPerRankS = 0.25;
+
 struct SuperviseConfig {
   int poll_ms = 200;
-  double startup_timeout_s = 120;
+  // The first step of a generation may take this long (start-up, rendezvous,
+  // NCCL init, restore). Unset in the job file: derived from the run's size by
+  // ResolveSizedDefaults — kStartupBaseS + kStartupPerRankS x world size.
+  double startup_timeout_s = kStartupBaseS;
+  bool startup_timeout_given = false;  // the job file set it: never derived
   double hang_factor = 5.0;        // hang = no step for hang_factor x p99 step time ...
-  double hang_min_s = 5.0;         // ... but never less than this
+  double hang_min_s = 60.0;        // ... but never less than this
+  // A rank in job-control stop (state T: SIGSTOP, SIGTSTP; not a tracer's t)
+  // for this long is hung at once, whatever the step allowance (0 = no such
+  // rule: a stopped rank waits out the allowance like any other stall).
+  double stopped_hang_s = 1.0;
   double checkpoint_allowance_s = 300;
   double eval_allowance_s = 600;
   int restart_budget = 3;          // restarts per attempt before giving up
   double backoff_initial_s = 0.25; // delay before restart n: initial * 2^(n-1), capped
   double backoff_max_s = 30;
   double term_grace_s = 3;         // TERM, then KILL after this
+  // Bounds of the exclude-and-requeue loop, per run (daemon/recovery_policy.h
+  // "Bounds"): requeues after failures, and hosts those requeues exclude.
+  int max_requeues = 5;
+  int max_excluded_nodes = 3;
   // A node whose network stack answers nothing for this long (cut off, powered
   // off) is lost: its cluster connection closes (LineConnection::SetPeerTimeout).
   // 0 = the kernel's own bounds (~15 minutes with data in flight, none when idle).
@@ -55,6 +73,10 @@ struct SuperviseConfig {
   // straggler_min_duration_s is named (0 = off).
   double straggler_factor = 2.0;
   double straggler_min_duration_s = 30;
+  // Before the ranks of a hang are stopped, their stacks are captured
+  // (daemon/stack_capture.h) within this limit (0 = off), with this tool.
+  double stack_timeout_s = 10;
+  std::string stack_tool = "eu-stack";
 };
 
 // How far a role process's failure reaches.
@@ -104,10 +126,28 @@ struct JobConfig {
   SuperviseConfig supervise;
   std::vector<RoleConfig> roles;  // [[roles]], in file order
   JournalMode journal_mode = JournalMode::kWal;  // [lineage] journal_mode
+  // [lineage] host_history: publish each incident that names hosts into the
+  // cross-run host history (common/host_history.h), in history_dir ("": beside
+  // the run directory, RUN_DIR/../.holdfast/hosts).
+  bool host_history = true;
+  std::string history_dir;
   std::string source;  // the file it came from
   std::string text;    // the file's contents, recorded in lineage
 };
 
 Result<JobConfig> LoadJobConfig(const std::string& path);
+// The same from a job file's text (`source` names it in messages and is
+// recorded as its origin): what a job given by holdfastd's flags loads from.
+Result<JobConfig> LoadJobConfigText(const std::string& text, const std::string& source);
+
+// Every key of [job], [supervise], [lineage] and [[roles]] ("job.nproc",
+// "roles.count", ...), as the loader reads them: docs/job-file.md must list
+// each ([health] keys: health::HealthConfigKeys).
+std::vector<std::string> JobConfigKeys();
+
+// Keys a job does not set that follow from its size once the allocation is
+// known: [supervise] startup_timeout_s (see kStartupTimeoutAuto). `world_size`
+// = ranks that train.
+void ResolveSizedDefaults(JobConfig* job, int world_size);
 
 }  // namespace holdfast

@@ -83,6 +83,24 @@ TEST(JobConfigTest, NodeTimeoutDefaultsTo30SecondsAnd0TurnsItOff) {
       << negative.status().message();
 }
 
+// The bounds of the exclude-and-requeue loop (daemon/recovery_policy.h "Bounds").
+TEST(JobConfigTest, RequeueBoundsDefaultAndRefuseNegatives) {
+  auto defaults = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n"));
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->supervise.max_requeues, 5);
+  EXPECT_EQ(defaults->supervise.max_excluded_nodes, 3);
+  auto set = LoadJobConfig(
+      Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\nmax_requeues = 0\nmax_excluded_nodes = 8\n"));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->supervise.max_requeues, 0);
+  EXPECT_EQ(set->supervise.max_excluded_nodes, 8);
+  auto negative = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\nmax_excluded_nodes = -1\n"));
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find(":4: key 'supervise.max_excluded_nodes' must be between 0 and 1000000"),
+            std::string::npos)
+      << negative.status().message();
+}
+
 TEST(JobConfigTest, BadInputNamesFileLineAndKey) {
   auto unknown = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\nhang_minimum = 3\n"));
   ASSERT_FALSE(unknown.ok());
@@ -136,6 +154,22 @@ TEST(JobConfigTest, AJournalModeOutsideItsChoicesIsRefusedAtLoad) {
   auto truncate = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[lineage]\njournal_mode = \"truncate\"\n"));
   ASSERT_TRUE(truncate.ok()) << truncate.status().ToString();
   EXPECT_EQ(truncate->journal_mode, JournalMode::kTruncate);
+}
+
+// The stack capture's keys: read, and an empty tool or an unbounded limit refused at load.
+TEST(JobConfigTest, StackCaptureKeysAreReadAndBadOnesRefused) {
+  auto cfg = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\nstack_timeout_s = 2.5\n"
+                                 "stack_tool = \"/opt/elfutils/bin/eu-stack\"\n"));
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->supervise.stack_timeout_s, 2.5);
+  EXPECT_EQ(cfg->supervise.stack_tool, "/opt/elfutils/bin/eu-stack");
+  auto empty = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\nstack_tool = \"\"\n"));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(empty.status().message().find("stack_timeout_s = 0"), std::string::npos) << empty.status().message();
+  auto unbounded = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\nstack_timeout_s = 3600\n"));
+  ASSERT_FALSE(unbounded.ok());
+  EXPECT_NE(unbounded.status().message().find("stack_timeout_s"), std::string::npos) << unbounded.status().message();
 }
 
 TEST(JobConfigTest, ReadsRoleGroups) {

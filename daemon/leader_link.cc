@@ -8,10 +8,10 @@ namespace holdfast {
 
 namespace asio = boost::asio;
 
-LeaderLink::LeaderLink(asio::io_context* io, Scheduler* scheduler, const TimeSource* clock, Handlers handlers,
-                       double peer_timeout_s)
-    : io_(*io), scheduler_(scheduler), clock_(clock), handlers_(std::move(handlers)), acceptor_(io_),
-      peer_timeout_s_(peer_timeout_s) {}
+LeaderLink::LeaderLink(asio::io_context* io, Scheduler* scheduler, const TimeSource* clock, RunKey key,
+                       Handlers handlers, double peer_timeout_s)
+    : io_(*io), scheduler_(scheduler), clock_(clock), key_(std::move(key)), handlers_(std::move(handlers)),
+      acceptor_(io_), peer_timeout_s_(peer_timeout_s) {}
 
 Status LeaderLink::Listen(const std::string& addr, uint16_t port) {
   boost::system::error_code ec;
@@ -35,48 +35,86 @@ void LeaderLink::Accept() {
   acceptor_.async_accept([self = shared_from_this()](const boost::system::error_code& e, asio::ip::tcp::socket sock) {
     if (e) return;
     ::fcntl(sock.native_handle(), F_SETFD, FD_CLOEXEC);
+    auto peer = std::make_shared<Peer>();
+    boost::system::error_code ec;
+    const auto remote = sock.remote_endpoint(ec);
+    peer->ip = ec ? "?" : remote.address().to_string();
+    peer->where = ec ? "?" : peer->ip + ":" + std::to_string(remote.port());
     auto conn = std::make_shared<LineConnection>(std::move(sock));
     if (self->peer_timeout_s_ > 0) {
       // Without it a follower cut off the network is never lost: the run waits on it forever.
       if (Status s = conn->SetPeerTimeout(self->peer_timeout_s_); !s.ok()) spdlog::warn("{}", s.ToString());
     }
-    auto node = std::make_shared<int>(-1);
     std::weak_ptr<LineConnection> weak_conn = conn;
     conn->Start(
-        [self, weak_conn, node](std::string_view line) {
+        [self, weak_conn, peer](std::string_view line) {
           auto c = weak_conn.lock();
           if (!c) return;
           const int64_t now = self->clock_->MonotonicNs();
-          auto msg = ParseClusterMessage(line, now);
-          std::string refuse;
-          if (!msg.ok()) {
-            refuse = "bad message: " + msg.status().message();  // a version mismatch, say: tell it why
-          } else if (const auto* hello = std::get_if<HelloMsg>(&*msg)) {
-            refuse = *node > 0 ? "a second hello" : self->handlers_.on_hello(*hello);
-            if (refuse.empty()) {
-              *node = hello->node;
-              self->nodes_[hello->node] = c;
-              return;
-            }
-          } else if (*node <= 0) {
-            refuse = "a message before hello";
-          } else if (!IsFollowerMessage(*msg)) {
-            refuse = std::string("unexpected message '") + ClusterMessageTypeName(*msg) + "' from a follower";
-          } else {
-            self->handlers_.on_message(*node, *msg);
-            return;
-          }
-          spdlog::error("follower{}: {}", *node > 0 ? " node " + std::to_string(*node) : "", refuse);
+          const std::string refuse = self->OnLine(peer.get(), c, line, now);
+          if (refuse.empty()) return;
           c->Send(EncodeClusterMessage(RejectMsg{refuse}, now));
           c->CloseAfterSending(refuse);
         },
-        [self, node](const std::string& why) {
-          if (*node <= 0) return;
-          self->nodes_.erase(*node);
-          self->handlers_.on_lost(*node, why);
+        [self, peer](const std::string& why) {
+          if (peer->node <= 0) return;  // never a node: nothing was lost
+          self->nodes_.erase(peer->node);
+          self->handlers_.on_lost(peer->node, why);
         });
+    Result<std::string> nonce = RandomBytes(kAuthNonceBytes);
+    if (!nonce.ok()) {
+      spdlog::error("cluster port: {}", nonce.status().message());
+      conn->Close(nonce.status().message());
+    } else {
+      peer->nonce = std::move(nonce).value();
+      conn->Send(EncodeClusterMessage(ChallengeMsg{peer->nonce}, self->clock_->MonotonicNs()));
+    }
     self->Accept();
   });
+}
+
+std::string LeaderLink::OnLine(Peer* peer, const std::shared_ptr<LineConnection>& conn, std::string_view line,
+                               int64_t now) {
+  auto msg = ParseClusterMessage(line, now);
+  std::string refuse;
+  if (!msg.ok()) {
+    refuse = "bad message: " + msg.status().message();  // a version mismatch, say: tell it why
+  } else if (const auto* hello = std::get_if<HelloMsg>(&*msg)) {
+    if (peer->node > 0) {
+      refuse = "a second hello";
+    } else if (!key_.Verify(kClusterFollowerLabel, peer->nonce, hello->nonce, hello->proof)) {
+      refuse = "its hello does not prove it holds the run's key (RUN_DIR/cluster.key): it is not a daemon of this run";
+    } else {
+      refuse = handlers_.on_hello(*hello);
+      if (refuse.empty()) {
+        peer->node = hello->node;
+        nodes_[hello->node] = conn;
+        conn->Send(EncodeClusterMessage(WelcomeMsg{key_.Proof(kClusterLeaderLabel, peer->nonce, hello->nonce)}, now));
+        return "";
+      }
+      spdlog::error("follower: {}", refuse);  // a daemon of this run the leader cannot take
+      return refuse;
+    }
+  } else if (peer->node <= 0) {
+    refuse = std::string("a '") + ClusterMessageTypeName(*msg) + "' message before a hello that proves the run's key";
+  } else if (!IsFollowerMessage(*msg)) {
+    refuse = std::string("unexpected message '") + ClusterMessageTypeName(*msg) + "' from a follower";
+  } else {
+    handlers_.on_message(peer->node, *msg);
+    return "";
+  }
+  if (peer->node > 0) {
+    spdlog::error("follower node {}: {}", peer->node, refuse);
+  } else {
+    LogRefusal(*peer, refuse);  // not (yet) a node of this run: whatever it is, once per address
+  }
+  return refuse;
+}
+
+void LeaderLink::LogRefusal(const Peer& peer, const std::string& why) {
+  if (!refused_.insert(peer.ip + " " + why).second) return;
+  spdlog::warn("cluster port: refused a peer at {}: {} (the run goes on; the same refusal of {} is not logged again)",
+               peer.where, why, peer.ip);
 }
 
 void LeaderLink::Send(int node, const ClusterMessage& msg) {

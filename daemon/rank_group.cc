@@ -1,21 +1,53 @@
 #include "daemon/rank_group.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include <spdlog/spdlog.h>
 
 #include "common/launch_contract.h"
+#include "common/peer_auth.h"
 
 namespace holdfast {
+namespace {
 
-std::string RankLogPath(const std::string& run_dir, int attempt, int generation, int rank) {
-  return run_dir + "/logs/a" + std::to_string(attempt) + "-g" + std::to_string(generation) + "-rank" +
-         std::to_string(rank) + ".log";
+// The network interface that holds `addr` (an IPv4 or IPv6 literal); "" when
+// none does. PyTorch's Gloo binds where the host name resolves unless
+// GLOO_SOCKET_IFNAME names an interface — on a node whose name resolves to
+// loopback, its peers on other nodes could never connect.
+std::string InterfaceHolding(const std::string& addr) {
+  in_addr v4{};
+  in6_addr v6{};
+  const bool is_v4 = ::inet_pton(AF_INET, addr.c_str(), &v4) == 1;
+  const bool is_v6 = !is_v4 && ::inet_pton(AF_INET6, addr.c_str(), &v6) == 1;
+  if (!is_v4 && !is_v6) return "";
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return "";
+  std::string name;
+  for (ifaddrs* i = list; i != nullptr && name.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    if (is_v4 && i->ifa_addr->sa_family == AF_INET &&
+        reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == v4.s_addr) {
+      name = i->ifa_name;
+    } else if (is_v6 && i->ifa_addr->sa_family == AF_INET6 &&
+               std::memcmp(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, &v6, sizeof v6) == 0) {
+      name = i->ifa_name;
+    }
+  }
+  ::freeifaddrs(list);
+  return name;
 }
+
+}  // namespace
+
 
 std::string ProgressRecordPrefix(const std::string& run_id) { return "holdfast-" + run_id + "-"; }
 
@@ -32,9 +64,10 @@ int RemoveProgressRecords(const std::string& progress_dir, const std::string& ru
   auto selected = [ranks](const std::string& name) {
     if (ranks == nullptr) return true;
     for (int r : *ranks) {
-      const std::string suffix = "-r" + std::to_string(r) + ".rec";
-      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-        return true;
+      for (const std::string& suffix : {"-r" + std::to_string(r) + ".rec", "-r" + std::to_string(r) + ".rec.pystack"}) {
+        if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+          return true;
+        }
       }
     }
     return false;
@@ -50,6 +83,7 @@ Status RankGroup::Launch(const GenerationSpec& spec, const std::vector<RankPlace
   ranks_.clear();
   generation_ = spec.generation;
   const std::string master_addr = spec.store_addr.substr(0, spec.store_addr.rfind(':'));
+  const std::string gloo_ifname = InterfaceHolding(spec.node_addr);
   std::error_code ec;
   const std::filesystem::path abs = std::filesystem::absolute(run_dir_, ec);
   const std::string run_dir_abs = ec ? run_dir_ : abs.lexically_normal().string();
@@ -66,6 +100,7 @@ Status RankGroup::Launch(const GenerationSpec& spec, const std::vector<RankPlace
     s.env[kEnvLocalRank] = std::to_string(p.local_rank);
     s.env[kEnvWorldSize] = std::to_string(spec.world_size);
     s.env[kEnvStoreAddr] = spec.store_addr;
+    s.env[kEnvStoreKeyFile] = RunKeyPath(run_dir_abs);
     s.env[kEnvGeneration] = std::to_string(spec.generation);
     s.env[kEnvProgressPath] = s.progress_path;
     s.env[kEnvRunId] = spec.run_id;
@@ -84,6 +119,10 @@ Status RankGroup::Launch(const GenerationSpec& spec, const std::vector<RankPlace
     s.env["GROUP_RANK"] = std::to_string(p.node);
     s.env["MASTER_ADDR"] = master_addr;
     s.env["MASTER_PORT"] = std::to_string(spec.master_port);
+    // PyTorch's Gloo on the node's own address, unless the job or its environment names an interface.
+    if (!gloo_ifname.empty() && s.env.count("GLOO_SOCKET_IFNAME") == 0 && std::getenv("GLOO_SOCKET_IFNAME") == nullptr) {
+      s.env["GLOO_SOCKET_IFNAME"] = gloo_ifname;
+    }
     {
       // Every rank log says whose it is: a log copied out of the run dir still names its run.
       std::ofstream log(s.log_path, std::ios::app);

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/run_files.h"
 #include "common/status.h"
 #include "daemon/job_config.h"
 #include "daemon/rank_process.h"
@@ -30,9 +31,9 @@ struct ReapedRank {
   std::vector<std::string> log_tail;
 };
 
-// Where a run's per-rank files go: RUN_DIR/logs/aA-gG-rankR.log and
-// PROGRESS_DIR/holdfast-RUN-aA-gG-rR.rec (the prefix used by cleanup).
-std::string RankLogPath(const std::string& run_dir, int attempt, int generation, int rank);
+// Where a run's per-rank files go: RUN_DIR/logs/aA-gG-rankR.log
+// (common/run_files.h RankLogPath) and PROGRESS_DIR/holdfast-RUN-aA-gG-rR.rec
+// (the prefix used by cleanup).
 std::string ProgressRecordPrefix(const std::string& run_id);
 std::string ProgressRecordPath(const std::string& progress_dir, const std::string& run_id, int attempt,
                                int generation, int rank);

@@ -1,5 +1,7 @@
 #include "daemon/recovery_policy.h"
 
+#include <signal.h>
+#include <string.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -65,10 +67,23 @@ int EarlierIncidents(const RecoveryInput& in, const std::string& host) {
   return it == in.host_incidents.end() ? 0 : it->second;
 }
 
-// The implicated hosts that were implicated often enough before to leave.
+// The hosts the incident counts against (recovery_policy.h, "Blame").
+std::vector<std::string> Credited(const RecoveryInput& in, const std::vector<std::string>& hosts) {
+  switch (in.kind) {
+    case IncidentKind::kCrash:
+    case IncidentKind::kBadInput: return hosts.size() == 1 ? hosts : std::vector<std::string>{};
+    case IncidentKind::kHang:
+      return hosts.size() == 1 && !in.all_ranks ? hosts : std::vector<std::string>{};
+    case IncidentKind::kNodeLost:
+    case IncidentKind::kHealth: return hosts;
+    default: return {};
+  }
+}
+
+// The credited hosts that were implicated often enough before to leave.
 std::vector<std::string> RepeatedHosts(const RecoveryInput& in, const std::vector<std::string>& hosts) {
   std::vector<std::string> out;
-  for (const std::string& h : hosts) {
+  for (const std::string& h : Credited(in, hosts)) {
     if (EarlierIncidents(in, h) >= in.repeat_threshold) out.push_back(h);
   }
   return out;
@@ -338,13 +353,85 @@ RecoveryDecision WithNote(RecoveryDecision d, const std::string& note) {
   return d;
 }
 
+// The same crash on another host than an earlier one: the job's failure.
+std::optional<RecoveryDecision> JobFailure(const RecoveryInput& in) {
+  if (in.kind != IncidentKind::kCrash || !in.failure || in.failure->host.empty() || in.failure->step < 0) {
+    return std::nullopt;
+  }
+  const FailureRecord& now = *in.failure;
+  for (const FailureRecord& e : in.history.failures) {
+    if (e.host.empty() || e.host == now.host || !SameFailure(e, now)) continue;
+    const std::string step = std::to_string(now.step);
+    RecoveryDecision d = Stop(StopOutcome::kFailed, false,
+                              "stop: the job fails at step " + step + " wherever it runs: " + DescribeFailure(now) +
+                                  " at step " + step + " on " + now.host + ", as on " + e.host + " (attempt " +
+                                  std::to_string(e.attempt) + "); no host is excluded " + BudgetText(in));
+    d.bound = "job_failure";
+    return d;
+  }
+  return std::nullopt;
+}
+
+// A requeue after a failure, past a bound of the run, becomes a stop naming it.
+RecoveryDecision Bounded(const RecoveryInput& in, const std::vector<std::string>& hosts, RecoveryDecision d) {
+  const bool requeue = d.action == RecoveryAction::kRequeueExcluding || d.action == RecoveryAction::kDrainAndRequeue;
+  if (!requeue || in.kind == IncidentKind::kPreemption) return d;
+  const std::string what = Describe(in, hosts);
+  if (in.history.requeues >= in.max_requeues) {
+    RecoveryDecision s = Stop(StopOutcome::kFailed, false,
+                              "stop: max_requeues reached (" + std::to_string(in.history.requeues) + " of " +
+                                  std::to_string(std::max(0, in.max_requeues)) +
+                                  " requeues after failures used): " + what + "; instead of: " + d.reason);
+    s.bound = "max_requeues";
+    return s;
+  }
+  const std::vector<std::string> before = UniqueHosts(in.history.excluded_hosts);
+  std::vector<std::string> fresh;
+  for (const std::string& h : d.exclude_hosts) {
+    if (std::find(before.begin(), before.end(), h) == before.end()) fresh.push_back(h);
+  }
+  if (fresh.empty() || static_cast<int>(before.size() + fresh.size()) <= in.max_excluded_nodes) return d;
+  RecoveryDecision s = Stop(StopOutcome::kFailed, false,
+                            "stop: max_excluded_nodes reached (" +
+                                (before.empty() ? std::string("none excluded yet") : JoinHosts(before) + " excluded") +
+                                ", at most " + std::to_string(std::max(0, in.max_excluded_nodes)) + "; " +
+                                JoinHosts(fresh) + " would be " + std::to_string(fresh.size()) + " more): " + what +
+                                "; instead of: " + d.reason);
+  s.bound = "max_excluded_nodes";
+  return s;
+}
+
 }  // namespace
 
+bool SameFailure(const FailureRecord& a, const FailureRecord& b) {
+  // SIGKILL and SIGTERM come from outside the process (the OOM killer, an
+  // operator, a scheduler, a test): they tell nothing of the job's own code.
+  if (a.signal == SIGKILL || a.signal == SIGTERM) return false;
+  return a.step >= 0 && a.step == b.step && a.exit_code == b.exit_code && a.signal == b.signal;
+}
+
+std::string DescribeFailure(const FailureRecord& f) {
+  if (f.signal > 0) {
+    const char* name = sigabbrev_np(f.signal);
+    return "signal " + std::to_string(f.signal) + (name != nullptr ? std::string(" (SIG") + name + ")" : "");
+  }
+  return "exit code " + std::to_string(f.exit_code);
+}
+
+std::vector<std::string> CreditedHosts(const RecoveryInput& in) { return Credited(in, UniqueHosts(in.hosts)); }
+
 RecoveryDecision DecideRecovery(const RecoveryInput& in) {
+  if (std::optional<RecoveryDecision> d = JobFailure(in)) return *d;  // the job's: no host is credited
   const std::vector<std::string> hosts = UniqueHosts(in.hosts);
   std::string short_note;
-  if (std::optional<RecoveryDecision> d = ContinueWithout(in, hosts, &short_note)) return *d;
-  return WithNote(Decide(in, hosts), short_note);
+  RecoveryDecision d;
+  if (std::optional<RecoveryDecision> c = ContinueWithout(in, hosts, &short_note)) {
+    d = *c;
+  } else {
+    d = Bounded(in, hosts, WithNote(Decide(in, hosts), short_note));
+  }
+  d.credited_hosts = Credited(in, hosts);
+  return d;
 }
 
 // ---- exits ----

@@ -42,6 +42,41 @@
 //                         ex: requeue excluding (could not be drained); else
 //                         stop, failed
 //
+// Blame (CreditedHosts): which hosts an incident counts against, in this
+// run's history (host_incidents, the event's node) and for the repeat rule
+// above. Only evidence that names a host credits it:
+//   crash, bad_input      the host of the rank that ended
+//   hang                  the culprits' host, when every culprit is on that one
+//                         host and they are not every rank (all_ranks): a hang
+//                         whose culprits span several hosts, or every rank
+//                         ("all ranks entered collective #N, none completed"),
+//                         credits no host — nothing tells one host from another
+//   node_lost, health     the hosts lost / whose check failed
+//   anything else         none
+// The repeat rule looks only at credited hosts: an uncredited hang restarts in
+// place (budget permitting) and can never exclude a host.
+//
+// The job's own failure (before the rules above): a crash is "the same
+// failure" as an earlier one (SameFailure) when both ranks were in the same
+// step (completed steps + 1, from their progress records) and ended the same
+// way (the same exit code, or the same signal other than SIGKILL and SIGTERM,
+// which are sent from outside and tell nothing of the job). The same failure on a
+// different host, earlier in this attempt or in an earlier attempt of the run,
+// is the job's: stop, failed, bound "job_failure", reason "stop: the job fails
+// at step N wherever it runs: ...", no host excluded, no host credited. A
+// crash whose step is unknown (no progress record) never matches. Repeats on
+// the same host are left to the repeat rule (a bad node fails where it is), so
+// finding out costs at most one requeue: the host that failed twice leaves,
+// and the next host's identical failure stops the run.
+//
+// Bounds (history, from lineage: every attempt of the run): a requeue chosen
+// for a failure (anything but a preemption) when history.requeues >=
+// max_requeues, or one that would bring the hosts excluded by this run's
+// requeues to more than max_excluded_nodes, becomes stop, failed, with bound
+// "max_requeues" / "max_excluded_nodes" and a reason naming the bound and what
+// would have been done. Hosts an elastic run goes on without are bounded by
+// min_nodes, not by these.
+//
 // Elastic runs (in.elastic.min_nodes > 0; job [job] min_nodes / max_nodes):
 // before the rules above, a lost node (node_lost), a node a health check asks
 // to leave (exclude_node, drain_node), or a repeated host of a crash or hang
@@ -80,7 +115,9 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -113,12 +150,43 @@ enum class StopOutcome {
   kPreempted,  // exit 75: resume later
 };
 
+// One crash of a rank, as the job-failure rule compares them.
+struct FailureRecord {
+  std::string host;    // where the rank ran
+  int64_t step = -1;   // the step it was in (completed steps + 1); -1 unknown (never matches)
+  int exit_code = -1;  // its exit code; -1 when it did not exit (a signal)
+  int signal = 0;      // the signal that ended it; 0 none
+  int attempt = 0;     // the attempt of the run it happened in (1, 2, ...)
+};
+// The same failure: same known step, same exit code and same signal. The kind
+// (crash) is implied: only crashes are kept as FailureRecords. A rank killed
+// by SIGKILL or SIGTERM is never the same failure as another: those signals
+// come from outside the process (the OOM killer, an operator, a scheduler).
+bool SameFailure(const FailureRecord& a, const FailureRecord& b);
+// "exit code 1" / "signal 6 (SIGABRT)".
+std::string DescribeFailure(const FailureRecord& f);
+
+// What this run did before, as lineage recorded it (every attempt, not
+// counting the incident being decided).
+struct RunHistory {
+  std::vector<FailureRecord> failures;      // earlier crashes, oldest first
+  int requeues = 0;                         // requeues after a failure (not after a preemption)
+  std::vector<std::string> excluded_hosts;  // hosts those requeues excluded, without repeats
+};
+
 struct RecoveryInput {
   IncidentKind kind = IncidentKind::kCrash;
   // Hosts the incident implicates (a culprit rank's node, the lost node, the
   // node whose health failed). Empty: none in particular (e.g. a collective
   // timeout seen by every rank).
   std::vector<std::string> hosts;
+  // kHang: the culprits are every rank (no rank stands out): credits no host.
+  bool all_ranks = false;
+  // kCrash: this crash, when the rank's step is known (the job-failure rule).
+  std::optional<FailureRecord> failure;
+  RunHistory history;
+  int max_requeues = 5;        // [supervise] max_requeues
+  int max_excluded_nodes = 3;  // [supervise] max_excluded_nodes
   // kHealth only: what the health policy decided (kNone never reaches here).
   health::Action health_action = health::Action::kNone;
   // Earlier incidents of this run (all attempts) per host, not counting this
@@ -155,6 +223,12 @@ struct RecoveryDecision {
   bool checkpoint_first = false;
   StopOutcome outcome = StopOutcome::kFailed;  // kStop; also the attempt's end for a requeue
   bool budget_exhausted = false;           // kStop because the budget is spent
+  // kStop because of a bound of the run: "job_failure" (the same failure on
+  // another host), "max_requeues", "max_excluded_nodes"; "" otherwise.
+  std::string bound;
+  // The hosts this incident counts against (CreditedHosts): the event's node
+  // when there is exactly one.
+  std::vector<std::string> credited_hosts;
   // One line for lineage and the log: what is done and why, e.g.
   // "restart in place after 0.50 s (restart 2 of 3): crash on gpu-a17"
   // "requeue excluding gpu-a17: implicated in 2 incidents of this run"
@@ -162,6 +236,9 @@ struct RecoveryDecision {
 };
 
 RecoveryDecision DecideRecovery(const RecoveryInput& input);
+// The hosts `input` counts against (see "Blame" above), without the
+// job-failure rule (DecideRecovery credits none when it applies).
+std::vector<std::string> CreditedHosts(const RecoveryInput& input);
 
 // ---- how a process's exit reads ----
 

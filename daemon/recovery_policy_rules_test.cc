@@ -68,6 +68,20 @@ std::string Violation(const RecoveryInput& in, const RecoveryDecision& d) {
       return "drains " + h + " without excluding it";
     }
   }
+  // Blame: only named hosts are credited; a crash or hang excludes only a
+  // credited host; an all-ranks hang credits none; a bound excludes none.
+  for (const std::string& h : d.credited_hosts) {
+    if (std::find(in.hosts.begin(), in.hosts.end(), h) == in.hosts.end()) return "credits " + h + " (not named)";
+  }
+  if (in.kind == K::kHang && in.all_ranks && !d.credited_hosts.empty()) return "an all-ranks hang credits a host";
+  if (in.kind == K::kCrash || in.kind == K::kHang) {
+    for (const std::string& h : d.exclude_hosts) {
+      if (std::find(d.credited_hosts.begin(), d.credited_hosts.end(), h) == d.credited_hosts.end()) {
+        return "excludes " + h + " without crediting it";
+      }
+    }
+  }
+  if (!d.bound.empty() && (d.action != kStop || !d.exclude_hosts.empty())) return "a bound that does not stop";
   // The budget.
   if (d.consumes_restart != (d.action == kRestart)) return "consumes_restart != restart in place";
   if (d.action == kRestart && in.restarts_used >= in.restart_budget) return "restart with the budget spent";

@@ -365,7 +365,8 @@ TEST(RecoveryPolicy, BudgetCountsEveryRestartInPlace) {
 }
 
 TEST(RecoveryPolicy, OnlyRepeatedHostsAreExcluded) {
-  RecoveryInput in = MakeInput(K::kCrash, kNoHealth, kFresh, kAll, kLeft);
+  // Health checks of three hosts failed, asking for a restart: each is named by its own check.
+  RecoveryInput in = MakeInput(K::kHealth, kHRestart, kFresh, kAll, kLeft);
   in.hosts = {"gpu-a17", "gpu-a18", "gpu-a19", "gpu-a18"};
   in.host_incidents = {{"gpu-a18", 1}, {"gpu-a19", 2}};
   RecoveryDecision d = DecideRecovery(in);
@@ -373,7 +374,13 @@ TEST(RecoveryPolicy, OnlyRepeatedHostsAreExcluded) {
   EXPECT_EQ(d.exclude_hosts, (std::vector<std::string>{"gpu-a18", "gpu-a19"}));
   EXPECT_NE(d.reason.find("gpu-a18 implicated in 2 incidents"), std::string::npos) << d.reason;
   EXPECT_NE(d.reason.find("gpu-a19 implicated in 3 incidents"), std::string::npos) << d.reason;
-  EXPECT_NE(d.reason.find("crash on gpu-a17, gpu-a18, gpu-a19"), std::string::npos) << d.reason;
+  EXPECT_NE(d.reason.find("health check asks for restart on gpu-a17, gpu-a18, gpu-a19"), std::string::npos)
+      << d.reason;
+  // Hang culprits on several hosts name none of them (recovery_blame_test.cc): a restart.
+  RecoveryInput hang = in;
+  hang.kind = K::kHang;
+  hang.health_action = kNoHealth;
+  EXPECT_EQ(DecideRecovery(hang).action, kRestart);
 
   // A higher threshold lets a host stay for one more incident.
   in.repeat_threshold = 2;

@@ -14,6 +14,17 @@ std::string WhyNotResumable(const CheckpointRecord& k, const std::string& run_di
   if (k.state != CheckpointState::kCommitted) {
     return std::string("it is marked ") + CheckpointStateName(k.state) + (k.reason.empty() ? "" : " (" + k.reason + ")");
   }
+  if (k.owner == CheckpointOwner::kJob) {
+    // The job's own checkpoint: the job loads it (HOLDFAST_RESUME_FROM_STEP); here it must be there.
+    if (k.path.empty()) {
+      return "the job reported no path for it (report one with holdfast.checkpoint_committed(step, path); "
+             "docs/job-contract.md)";
+    }
+    const std::string path = k.path[0] == '/' ? k.path : run_dir + "/" + k.path;
+    struct stat st {};
+    if (lstat(path.c_str(), &st) != 0) return "its path " + path + " is gone (removed by the job, or moved)";
+    return "";
+  }
   if (k.path.empty()) return "lineage.db records no folder for it";
   const std::string dir = k.path[0] == '/' ? k.path : run_dir + "/" + k.path;
   struct stat st {};

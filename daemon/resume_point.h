@@ -9,7 +9,10 @@
 // record names a folder, and the folder passes CheckpointLoader::Inspect at
 // InspectDepth::kSizes (a manifest that checks out, every shard on disk with
 // its size) — the depth holdfastd's CheckpointTracker uses. Shard contents are
-// checksummed by the trainer as it loads.
+// checksummed by the trainer as it loads. A checkpoint the job owns
+// (CheckpointOwner::kJob: a path it reported itself) needs only to be
+// committed, with its path still there: the job loads it, told the step in
+// HOLDFAST_RESUME_FROM_STEP.
 //
 // Thread-safety: pure functions of their arguments and the files they read.
 #pragma once

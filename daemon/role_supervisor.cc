@@ -10,15 +10,12 @@
 #include <spdlog/spdlog.h>
 
 #include "common/launch_contract.h"
+#include "common/peer_auth.h"
 #include "daemon/rank_group.h"
 #include "daemon/triage.h"
 #include "lineage/incident.h"
 
 namespace holdfast {
-
-std::string RoleLogPath(const std::string& run_dir, int attempt, const std::string& role, int index) {
-  return run_dir + "/logs/a" + std::to_string(attempt) + "-role-" + role + "-" + std::to_string(index) + ".log";
-}
 
 std::string RoleProgressPath(const std::string& progress_dir, const std::string& run_id, int attempt,
                              const std::string& role, int index) {
@@ -105,6 +102,7 @@ Status RoleSupervisor::StartSlot(Slot* slot) {
   sp.env[kEnvRunId] = ctx_.run_id;
   sp.env[kEnvRunDir] = ctx_.run_dir;
   sp.env[kEnvStoreAddr] = ctx_.store_addr;
+  sp.env[kEnvStoreKeyFile] = RunKeyPath(ctx_.run_dir);
   sp.env[kEnvNodeAddr] = ctx_.node_addr;
   sp.env[kEnvHost] = ctx_.host;
   sp.env[kEnvNode] = std::to_string(ctx_.node);

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "common/run_files.h"
 #include "common/time_source.h"
 #include "daemon/control_protocol.h"
 #include "daemon/job_config.h"
@@ -49,10 +50,9 @@
 
 namespace holdfast {
 
-// RUN_DIR/logs/aA-role-NAME-I.log and the role process's progress record,
-// PROGRESS_DIR/holdfast-RUN-aA-role-NAME-I.rec (ProgressRecordPrefix: removed
-// with the ranks' at the end of the run).
-std::string RoleLogPath(const std::string& run_dir, int attempt, const std::string& role, int index);
+// RUN_DIR/logs/aA-role-NAME-I.log (common/run_files.h RoleLogPath) and the
+// role process's progress record, PROGRESS_DIR/holdfast-RUN-aA-role-NAME-I.rec
+// (ProgressRecordPrefix: removed with the ranks' at the end of the run).
 std::string RoleProgressPath(const std::string& progress_dir, const std::string& run_id, int attempt,
                              const std::string& role, int index);
 

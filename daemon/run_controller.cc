@@ -107,6 +107,8 @@ void RunController::OnTick(const std::vector<RankView>& views) {
     Facts f;
     f.cause = IncidentKind::kHang;
     f.report = TriageHang(now, views, verdict);
+    // Before anything is stopped: what every hung process is doing (bounded in time).
+    f.report.evidence.stacks = actions_->CaptureStacks(views);
     for (int c : f.report.culprits) {
       const std::string h = opts_.host_of_rank(c);
       if (std::find(f.hosts.begin(), f.hosts.end(), h) == f.hosts.end()) f.hosts.push_back(h);
@@ -225,6 +227,7 @@ void RunController::OnNodeLost(const std::string& host, const std::vector<int>& 
       std::vector<std::string> hosts = pending_->exclude_hosts;
       if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
       f.hosts = hosts;
+      f.context.host = host;  // the event is this node's; the others were recorded when they left
       pending_.reset();
       HandleIncident(std::move(f), {});
       return;
@@ -329,6 +332,15 @@ void RunController::HandleIncident(Facts facts, const std::vector<RankView>& vie
   in.hosts = facts.hosts;
   in.health_action = facts.health_action;
   in.host_incidents = recorder_->HostIncidents();
+  // Blame and the run's bounds (recovery_policy.h): who the evidence names, and what lineage holds.
+  in.all_ranks = facts.cause == IncidentKind::kHang &&
+                 facts.report.culprits.size() >= static_cast<size_t>(std::max(1, opts_.world_size));
+  if (facts.cause == IncidentKind::kCrash && facts.report.event == event_kind::kCrash && !facts.hosts.empty()) {
+    in.failure = CrashFailureOf(facts.report.evidence, facts.hosts.front(), recorder_->attempt());
+  }
+  in.history = recorder_->History();
+  in.max_requeues = opts_.supervise.max_requeues;
+  in.max_excluded_nodes = opts_.supervise.max_excluded_nodes;
   in.restarts_used = restarts_used_;
   in.restart_budget = opts_.supervise.restart_budget;
   const bool ran = state_ == State::kRunning || state_ == State::kStopping;
@@ -347,7 +359,11 @@ void RunController::HandleIncident(Facts facts, const std::vector<RankView>& vie
   const bool preempt_action = facts.cause == IncidentKind::kPreemption;
   if (!operator_stop && !preempt_action) {
     EventContext at = facts.context;
-    at.host = facts.hosts.empty() ? "" : facts.hosts.front();
+    // The event's node is the host the incident counts against, and only when
+    // the evidence names that one host (never "the first host" of many).
+    if (at.host.empty() && d.credited_hosts.size() == 1) at.host = d.credited_hosts.front();
+    if (d.bound == "job_failure") at.runbook = "runbooks/job-failure.md";
+    if (d.bound == "max_requeues" || d.bound == "max_excluded_nodes") at.runbook = "runbooks/recovery-bounds.md";
     if (facts.report.culprits.size() == 1) at.rank = facts.report.culprits.front();
     const std::string action = ActionText(facts, d);
     spdlog::warn("action: {}", action);

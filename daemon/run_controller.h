@@ -87,6 +87,12 @@ class RunActions {
     (void)learner_doing;
     return 0;
   }
+  // A hang was found and its ranks are about to be stopped: their stacks, for
+  // the evidence (daemon/stack_capture.h; bounded by supervise.stack_timeout_s).
+  virtual StackEvidence CaptureStacks(const std::vector<RankView>& views) {
+    (void)views;
+    return {};
+  }
   // The run is over: tear down and leave the loop with `exit_code`.
   virtual void Finish(int exit_code) = 0;
 };
@@ -165,7 +171,8 @@ class RunController {
     health::Action health_action = health::Action::kNone;
     TriageReport report;  // event, culprits, summary, evidence
     // The event's runbook and health report, when not its kind's defaults
-    // (host and rank are filled in when it is recorded).
+    // (host and rank are filled in when it is recorded: the host the recovery
+    // policy credits, unless set here).
     EventContext context;
   };
   // Decides, records, and stops the ranks (or executes at once when none run).

@@ -73,7 +73,9 @@ void RunController::Execute() {
         return h;
       }());
       if (const std::string note = actions_->RequeueNote(); !note.empty()) action += " (" + note + ")";
-      recorder_->Record(event_kind::kRequeue, d.reason, std::move(action), {}, WithoutRunbook());  // done: no guide
+      recorder_->Record(event_kind::kRequeue, d.reason, std::move(action),
+                        RequeueEvidence(d.exclude_hosts, facts.cause != IncidentKind::kPreemption),
+                        WithoutRunbook());  // done: no guide
       // The attempt ends as the policy says; the run stays resumable for the next one.
       recorder_->EndAttempt(StateFor(d.outcome), why);
       FinishRun(RunState::kPreempted, "requeued: " + d.reason, kDaemonExitPreempted);
@@ -133,6 +135,9 @@ void RunController::Execute() {
   } else if (facts.cause == IncidentKind::kPreemption) {
     EndGeneration(StateFor(end.outcome), why);
     recorder_->Record(event_kind::kPreempt, why, resume);
+  } else if (!d.bound.empty()) {
+    // The job's own failure, or a bound of the run: the cause says which (the incident's event has the guide).
+    cause = (d.reason.rfind("stop: ", 0) == 0 ? d.reason.substr(6) : d.reason) + "; last incident: " + why;
   } else if (d.budget_exhausted && facts.cause != IncidentKind::kRoleFailed) {
     cause = "restart budget of " + std::to_string(opts_.supervise.restart_budget) + " exhausted; last incident: " + why;
     recorder_->Record(event_kind::kBudgetExhausted, cause, "stopped the run");

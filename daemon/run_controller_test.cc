@@ -91,6 +91,7 @@ class RunControllerTest : public ::testing::Test {
   // Two nodes of two ranks each: ranks 0,1 on host-a, 2,3 on host-b.
   void Make(SchedulerCapabilities caps = {}, int min_nodes = 0) {
     alloc_.nodes = {{"host-a", "10.0.0.1"}, {"host-b", "10.0.0.2"}};
+    job_.history_dir = dir_ / "history";  // in the temporary folder, not beside it
     RecorderOptions ro;
     ro.run_dir = dir_.path();
     ro.job = &job_;
@@ -488,6 +489,90 @@ TEST_F(RunControllerTest, ARepeatedHostIsExcludedWhenTheSchedulerCan) {
   ExitAll(Killed(SIGTERM), 3);
   ASSERT_EQ(actions_.requeued.size(), 1u) << "host-b failed twice";
   EXPECT_EQ(actions_.requeued[0], std::vector<std::string>{"host-b"});
+  // Lineage has it as the bounds and the job-failure rule read it back.
+  const RunHistory h = recorder_->History();
+  EXPECT_EQ(h.requeues, 1);
+  EXPECT_EQ(h.excluded_hosts, std::vector<std::string>{"host-b"});
+  ASSERT_EQ(h.failures.size(), 2u);
+  EXPECT_EQ(h.failures[0].host, "host-b");
+  EXPECT_EQ(h.failures[0].step, 3);  // in step 3, after 2 completed
+  EXPECT_EQ(h.failures[0].signal, SIGSEGV);
+  EXPECT_EQ(h.failures[1].step, 4);
+}
+
+// Blame (daemon/recovery_policy.h): every rank entered allreduce #7 and none
+// completed it. No rank stands out, so no host is credited: the event names no
+// node, and a second such hang restarts in place instead of excluding rank 0's host.
+TEST_F(RunControllerTest, AnAllRanksCollectiveHangCreditsNoHostAndExcludesNone) {
+  Make(SchedulerCapabilities{true, true, false});
+  controller_->Launch();
+  for (int hang = 0; hang < 2; ++hang) {
+    Train(3);
+    for (int i = 0; i < 12 && controller_->state() == RunController::State::kRunning; ++i) {
+      clock_.Advance(1.0);
+      std::vector<RankView> v = Views(3, Phase::kCollective);
+      for (RankView& r : v) {
+        r.progress.step_started_ns = clock_.MonotonicNs() - static_cast<int64_t>((i + 1) * 1e9);
+        r.progress.collectives_issued = 7;
+        r.progress.collectives_done = 6;
+        r.progress.waiting_on = 7;
+        r.progress.collective_kind = CollectiveKind::kAllreduce;
+      }
+      controller_->OnTick(v);
+    }
+    ASSERT_EQ(controller_->state(), RunController::State::kStopping) << "hang " << hang;
+    EXPECT_EQ(Events().back().kind, "hang");
+    EXPECT_EQ(Events().back().node, "") << "no host is credited with an all-ranks hang";
+    ExitAll(Killed(SIGTERM), 3);
+    ASSERT_EQ(controller_->state(), RunController::State::kBackoff) << Events().back().action;
+    controller_->OnTimer(ControllerTimer::kRestart);
+  }
+  EXPECT_TRUE(actions_.requeued.empty());
+  EXPECT_EQ(controller_->restarts_used(), 2);
+}
+
+// The same failure at the same step on another host is the job's: stop, no exclusion.
+TEST_F(RunControllerTest, ACrashAtTheSameStepOnAnotherHostStopsTheRunAsTheJobs) {
+  Make(SchedulerCapabilities{true, true, false});
+  controller_->Launch();
+  Train(4);
+  controller_->OnRankExit(RankExit{0, Exited(1), "", {}}, Views(4));  // host-a, in step 5
+  ExitAll(Killed(SIGTERM), 4);
+  controller_->OnTimer(ControllerTimer::kRestart);
+  Train(4);
+  controller_->OnRankExit(RankExit{2, Exited(1), "", {}}, Views(4));  // host-b, in step 5
+  ExitAll(Killed(SIGTERM), 4);
+  EXPECT_TRUE(actions_.requeued.empty());
+  EXPECT_EQ(actions_.finished, kDaemonExitFailed);
+  EXPECT_EQ(Run().state, RunState::kFailed);
+  EXPECT_EQ(Run().cause.rfind("the job fails at step 5 wherever it runs: exit code 1 at step 5 on host-b, as on "
+                              "host-a (attempt 1); no host is excluded",
+                              0),
+            0u)
+      << Run().cause;
+  const EventRecord last = Events().back();
+  EXPECT_EQ(last.kind, "crash");
+  EXPECT_EQ(last.node, "") << "the job's failure counts against no host";
+  EXPECT_EQ(last.runbook, "runbooks/job-failure.md");
+}
+
+// A bound reached: the requeue a repeated host would get becomes a stop naming it.
+TEST_F(RunControllerTest, MaxRequeuesStopsTheRunAndTheCauseNamesIt) {
+  job_.supervise.max_requeues = 0;
+  Make(SchedulerCapabilities{true, true, false});
+  controller_->Launch();
+  Train(2);
+  controller_->OnRankExit(RankExit{2, Killed(SIGSEGV), "", {}}, Views(2));
+  ExitAll(Killed(SIGTERM), 2);
+  controller_->OnTimer(ControllerTimer::kRestart);
+  Train(3);
+  controller_->OnRankExit(RankExit{3, Killed(SIGSEGV), "", {}}, Views(3));
+  ExitAll(Killed(SIGTERM), 3);
+  EXPECT_TRUE(actions_.requeued.empty());
+  EXPECT_EQ(actions_.finished, kDaemonExitFailed);
+  EXPECT_EQ(Run().cause.rfind("max_requeues reached (0 of 0 requeues after failures used): crash on host-b", 0), 0u)
+      << Run().cause;
+  EXPECT_EQ(Events().back().runbook, "runbooks/recovery-bounds.md");
 }
 
 TEST_F(RunControllerTest, AllRanksFinishingEndsTheRunSucceeded) {

@@ -15,7 +15,11 @@
 
 #include "checkpoint/format.h"
 #include "checkpoint/storage.h"
+#include "common/atomic_file.h"
+#include "common/host_history.h"
+#include "common/secrets.h"
 #include "daemon/resume_point.h"
+#include "daemon/run_dir.h"
 #include "health/report.h"
 #include "lineage/incident.h"
 
@@ -33,7 +37,7 @@ void Warn(const Status& s) {
 }  // namespace
 
 RunRecorder::RunRecorder(const RecorderOptions& options, const TimeSource* clock)
-    : opts_(options), clock_(clock), tracker_(CheckpointRoot(*options.job)) {}
+    : opts_(options), clock_(clock), tracker_(CheckpointRoot(*options.job)), job_reports_(options.run_dir) {}
 
 Result<std::unique_ptr<RunRecorder>> RunRecorder::Open(const RecorderOptions& options, const TimeSource* clock) {
   std::unique_ptr<RunRecorder> r(new RunRecorder(options, clock));
@@ -80,6 +84,10 @@ Status RunRecorder::OpenRun() {
   lo.journal_mode = job.journal_mode;
   lo.clock = [c = clock_] { return c->UnixMs(); };
   HF_ASSIGN_OR_RETURN(db_, LineageDb::Open(opts_.run_dir + "/lineage.db", lo));
+  if (job.host_history) {
+    history_dir_ = job.history_dir.empty() ? DefaultHistoryDir(opts_.run_dir)
+                                           : std::filesystem::absolute(job.history_dir).lexically_normal().string();
+  }
   std::string kind;
   HF_ASSIGN_OR_RETURN(const std::optional<RunRecord> existing, RunToContinue(&kind));
   const std::vector<std::string> hosts = opts_.allocation.hosts();
@@ -91,12 +99,20 @@ Status RunRecorder::OpenRun() {
     run.owner_uid = static_cast<int64_t>(getuid());
     run.run_dir = std::filesystem::absolute(opts_.run_dir).string();
     run.config_path = job.source;
-    run.config_text = job.text;
+    // Lineage is for reading: secret-looking [job.env] values are redacted there (common/secrets.h);
+    // the whole job file, for `holdfastd --resume` once the original is gone, is kept owner-only.
+    run.config_text = RedactJobText(job.text);
     run.world_size = opts_.world_size;
     run.nodes = hosts;
     run.scheduler = opts_.allocation.scheduler;
     run.slurm_job_id = opts_.allocation.job_id;
     HF_ASSIGN_OR_RETURN(run_id_, db_->CreateRun(run));
+    if (run.config_text != job.text) {
+      const std::string copy = JobCopyPath(opts_.run_dir, run_id_);
+      if (Status s = WriteFileAtomically(copy, job.text, 0600); !s.ok()) {
+        spdlog::warn("{}: a resume without the original job file will get the redacted values", s.ToString());
+      }
+    }
   }
   auto recorded = db_->Checkpoints(run_id_);
   if (existing.has_value() && opts_.from_step >= 0) {
@@ -115,6 +131,10 @@ Status RunRecorder::OpenRun() {
         newest_world = c.world_size;
       }
       if (c.state == CheckpointState::kCommitted) recorded_steps_.insert(c.step);
+      if (c.owner == CheckpointOwner::kJob) {
+        if (c.state == CheckpointState::kCommitted) job_owned_[c.step] = c.path;
+        else job_owned_.erase(c.step);
+      }
       if (c.state == CheckpointState::kCorrupt) corrupt_seen_.insert(std::to_string(c.step) + "\n" + c.reason);
     }
   }
@@ -122,6 +142,7 @@ Status RunRecorder::OpenRun() {
   as.nodes = hosts;
   as.slurm_job_id = opts_.allocation.job_id;
   as.restart_count = opts_.allocation.restart_count;
+  as.gpus = opts_.gpus;
   if (opts_.from_step >= 0) {
     as.resumed_from_step = opts_.from_step;
     requested_start_step_ = opts_.from_step;
@@ -129,6 +150,7 @@ Status RunRecorder::OpenRun() {
     if (const int64_t newest = NewestCommittedStep(); newest >= 0) as.resumed_from_step = newest;
   }
   HF_ASSIGN_OR_RETURN(attempt_, db_->StartAttempt(run_id_, as));
+  job_reports_.Refresh();  // what earlier attempts reported: history (and what a resume fences off)
   std::vector<int64_t> fenced;
   if (existing.has_value() && opts_.from_step >= 0) {
     HF_ASSIGN_OR_RETURN(fenced, FenceLaterThan(opts_.from_step));
@@ -229,35 +251,44 @@ void RunRecorder::Record(const std::string& kind, std::string summary, std::stri
   ev.action = std::move(action);
   ev.evidence_json = at.report_json.empty() ? ToJson(evidence) : at.report_json;
   ev.runbook = at.runbook ? *at.runbook : RunbookFor(at.runbook_of.empty() ? kind : at.runbook_of);
-  RecordEvent(std::move(ev));
+  std::vector<HistoryHost> hosts = HistoryHostsOf(ev, evidence);
+  RecordEvent(std::move(ev), std::move(hosts));
 }
 
-void RunRecorder::RecordEvent(EventRecord ev) {
+void RunRecorder::RecordEvent(EventRecord ev, std::vector<HistoryHost> hosts) {
   ev.time_ms = clock_->UnixMs();  // when it happened, even if written later
   if (IsIncidentKind(ev.kind)) {
     last_incident_ = IncidentSummary{ev.kind, ev.summary, ev.time_ms, ev.action, ev.runbook};
     ++incident_counts_[ev.kind];
   }
   const std::string what = "event " + ev.kind + ": " + ev.summary;
-  Write(what, [ev = std::move(ev)](LineageDb& db) { return db.RecordEvent(ev).status(); });
-}
-
-std::map<std::string, int> RunRecorder::HostIncidents() {
-  std::map<std::string, int> out;
-  auto events = db_->Events(run_id_, 0);
-  if (!events.ok()) return out;
-  for (const EventRecord& e : *events) {
-    if (e.node.empty()) continue;
-    if (e.kind == event_kind::kCrash || e.kind == event_kind::kHang || e.kind == event_kind::kNodeLost ||
-        e.kind == event_kind::kHealth) {
-      ++out[e.node];
-    }
+  if (hosts.empty()) {
+    Write(what, [ev = std::move(ev)](LineageDb& db) { return db.RecordEvent(ev).status(); });
+    return;
   }
-  return out;
+  // The host history's files name the event: published once lineage has it.
+  Write(what, [this, ev = std::move(ev), hosts = std::move(hosts)](LineageDb& db) {
+    HF_ASSIGN_OR_RETURN(const int64_t id, db.RecordEvent(ev));
+    PublishHistory(ev, id, hosts);
+    return Status::Ok();
+  });
 }
 
 int64_t RunRecorder::NewestCommittedStep() {
-  return tracker_.enabled() ? tracker_.NewestVerified() : last_committed_step_;
+  int64_t newest = tracker_.enabled() ? tracker_.NewestVerified() : -1;
+  for (auto it = job_owned_.rbegin(); it != job_owned_.rend() && it->first > newest; ++it) {
+    std::error_code ec;
+    if (it->second.empty() || std::filesystem::exists(std::filesystem::symlink_status(it->second, ec))) {
+      newest = it->first;  // the job's own: its path is there (or it reported none)
+      break;
+    }
+  }
+  return tracker_.enabled() || !job_owned_.empty() ? newest : last_committed_step_;
+}
+
+bool RunRecorder::TrainerOwns() {
+  trainer_format_seen_ = trainer_format_seen_ || (tracker_.enabled() && !tracker_.StepsOnDisk().empty());
+  return trainer_format_seen_;
 }
 
 void RunRecorder::ObserveCheckpoints(const std::vector<RankView>& views, int world_size) {
@@ -282,12 +313,14 @@ void RunRecorder::ObserveCheckpoints(const std::vector<RankView>& views, int wor
   }
   // Every step committed since the last look, not only the newest: two saves
   // can complete between two polls.
-  std::vector<int64_t> steps;
+  job_reports_.Refresh();  // only when a commit is seen: a listing, not one per poll
+  std::vector<int64_t> steps = job_reports_.FreshSteps(last_committed_step_, committed);
   for (int64_t s : tracker_.StepsOnDisk()) {
     if (s > last_committed_step_ && s < committed && tracker_.Verify(s).ok()) steps.push_back(s);
   }
   steps.push_back(committed);
   std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
   for (int64_t s : steps) RecordCommitted(s, world_size);
   last_committed_step_ = committed;
   RecordPruned();
@@ -301,7 +334,14 @@ void RunRecorder::RecordCommitted(int64_t step, int world_size) {
   c.world_size = world_size;
   c.attempt = attempt_;
   c.generation = generation_;
-  if (tracker_.enabled()) {
+  const std::optional<std::string> reported = job_reports_.PathOf(step);
+  if (reported || (tracker_.enabled() && !TrainerOwns())) {
+    // The job's own checkpoint: where it said, as big as it is there.
+    c.owner = CheckpointOwner::kJob;
+    c.path = reported.value_or("");
+    c.bytes = reported ? PathBytes(*reported) : 0;
+    job_owned_[step] = c.path;
+  } else if (tracker_.enabled()) {
     c.path = tracker_.StepDir(step);
     c.bytes = tracker_.StepBytes(step);
     c.metrics = tracker_.Metrics(step);
@@ -319,10 +359,26 @@ Result<std::vector<int64_t>> RunRecorder::FenceLaterThan(int64_t step) {
   for (int64_t s : tracker_.StepsOnDisk()) {
     if (s > step) later.insert(s);
   }
+  for (int64_t s : job_reports_.StepsAfter(step)) later.insert(s);  // the job's own, recorded or not
+  std::set<std::string> kept;  // paths of the job's steps the resume keeps: never moved
+  for (auto it = job_owned_.begin(); it != job_owned_.end() && it->first <= step; ++it) {
+    if (!it->second.empty()) kept.insert(it->second);
+  }
   std::vector<int64_t> out;
   for (int64_t s : later) {
     std::string where = "no longer on disk";
-    if (tracker_.enabled() && std::filesystem::exists(tracker_.StepDir(s))) {
+    const auto owned = job_owned_.find(s);
+    const std::string job_path = owned != job_owned_.end() ? owned->second : job_reports_.PathOf(s).value_or("");
+    std::error_code ec;
+    if (owned != job_owned_.end() || !job_path.empty()) {  // the job's own (nothing to move when it is gone)
+      if (kept.count(job_path) != 0) {
+        where = job_path + " left in place: a step the resume keeps has the same path";
+      } else if (std::filesystem::exists(std::filesystem::symlink_status(job_path, ec))) {
+        HF_ASSIGN_OR_RETURN(where, MoveStepDirAside(job_path, kFencedDirSuffix));
+        spdlog::warn("the job's checkpoint of step {} is later than the resume's step {}: moved to {} (the abandoned "
+                     "timeline; kept as evidence, never resumed from)", s, step, where);
+      }
+    } else if (tracker_.enabled() && std::filesystem::exists(tracker_.StepDir(s))) {
       HF_ASSIGN_OR_RETURN(where, MoveStepDirAside(tracker_.StepDir(s), kFencedDirSuffix));
       spdlog::warn("checkpoint step {} is later than the resume's step {}: moved to {} (the abandoned timeline; "
                    "kept as evidence, never resumed from)", s, step, where);
@@ -334,6 +390,7 @@ Result<std::vector<int64_t>> RunRecorder::FenceLaterThan(int64_t step) {
               std::to_string(step) + " (" + where + ")"));
     }
     recorded_steps_.erase(s);
+    job_owned_.erase(s);
     out.push_back(s);
   }
   return out;
@@ -344,7 +401,7 @@ void RunRecorder::RecordPruned() {
   const std::vector<int64_t> on_disk = tracker_.StepsOnDisk();
   const std::set<int64_t> present(on_disk.begin(), on_disk.end());
   for (auto it = recorded_steps_.begin(); it != recorded_steps_.end();) {
-    if (present.count(*it) != 0) {
+    if (present.count(*it) != 0 || job_owned_.count(*it) != 0) {  // the daemon never calls the job's files pruned
       ++it;
       continue;
     }

@@ -30,7 +30,9 @@
 #include "common/time_source.h"
 #include "daemon/checkpoint_tracker.h"
 #include "daemon/control_protocol.h"
+#include "daemon/job_checkpoints.h"
 #include "daemon/job_config.h"
+#include "daemon/recovery_policy.h"
 #include "daemon/triage.h"
 #include "health/check.h"
 #include "lineage/incident.h"
@@ -55,6 +57,14 @@ struct EventContext {
 inline EventContext AtHost(std::string host) { return EventContext{std::move(host), {}, {}, "", ""}; }
 inline EventContext WithoutRunbook(std::string host = "") { return EventContext{std::move(host), {}, "", "", ""}; }
 
+// A crash event's failure, as the job-failure rule compares them: the ending
+// rank's step (completed + 1; unknown without its progress record), exit code
+// and signal; its host from its evidence, else `host`. nullopt without a rank.
+std::optional<FailureRecord> CrashFailureOf(const IncidentEvidence& evidence, const std::string& host, int attempt);
+// A requeue event's evidence: the hosts it excluded ("left") and why
+// ("reason": "failure" or "preemption"), which RunRecorder::History counts.
+IncidentEvidence RequeueEvidence(const std::vector<std::string>& excluded, bool after_failure);
+
 struct RecorderOptions {
   std::string run_dir;
   const JobConfig* job = nullptr;  // not owned; outlives the recorder
@@ -62,6 +72,7 @@ struct RecorderOptions {
   int world_size = 0;
   std::string resume_run;     // continue this run (id, prefix or "latest") as a new attempt
   int64_t from_step = -1;     // with resume_run: the checkpoint step to start from
+  int gpus = 0;               // ranks given a GPU (the launch plan's devices); 0: all on the CPU
 };
 
 class RunRecorder {
@@ -102,15 +113,26 @@ class RunRecorder {
   const std::optional<IncidentSummary>& last_incident() const { return last_incident_; }
   // Incidents recorded by this recorder (this daemon), by kind (metrics).
   const std::map<std::string, int64_t>& incident_counts() const { return incident_counts_; }
-  // Earlier incidents of this run (every attempt) per host.
+  // Earlier incidents of this run (every attempt) per host: events whose node
+  // is set (the host the recovery policy credited; daemon/recovery_policy.h).
   std::map<std::string, int> HostIncidents();
+  // Where incidents are published for the cross-run view (common/host_history.h);
+  // "" when [lineage] host_history is off.
+  const std::string& history_dir() const { return history_dir_; }
+  // Earlier crashes, requeues after failures and the hosts they excluded, of
+  // this run (every attempt): the recovery policy's job-failure rule and bounds.
+  RunHistory History();
 
   // ---- checkpoints ----
   // Records each checkpoint every rank has committed since the last call
   // (every step folder in between, not only the newest), marks checkpoints
   // the trainer pruned from disk, and records failed saves the ranks report.
+  // A step the job reported a path for (daemon/job_checkpoints.h), or any
+  // step of a job whose checkpoint_dir holds no holdfast-train step folder,
+  // is the job's own: recorded with that path and its size, never pruned.
   void ObserveCheckpoints(const std::vector<RankView>& views, int world_size);
-  // The step a restart resumes from: the newest the trainer's loader would take.
+  // The step a restart resumes from: the newest the trainer's loader would
+  // take, or the newest of the job's own whose path is still there.
   int64_t NewestCommittedStep();
 
   // ---- health ----
@@ -154,7 +176,21 @@ class RunRecorder {
   // while lineage.db is locked by another process.
   void Write(std::string what, std::function<Status(LineageDb&)> write);
   void FlushBeforeExit();
-  void RecordEvent(EventRecord ev);
+  // A host an incident is published for in the host history, and whether the
+  // recovery policy credited it (else it was only involved: a culprit's host).
+  struct HistoryHost {
+    std::string host;
+    bool credited = false;
+  };
+  // An incident of a kind that can count against a host: its credited host
+  // (the event's node), else its culprits' hosts as involved; none otherwise
+  // or with the history off (run_recorder_history.cc).
+  std::vector<HistoryHost> HistoryHostsOf(const EventRecord& ev, const IncidentEvidence& evidence) const;
+  // Publishes event `id` for each of `hosts` (a failure is logged, never fatal).
+  void PublishHistory(const EventRecord& ev, int64_t id, const std::vector<HistoryHost>& hosts);
+  void RecordEvent(EventRecord ev, std::vector<HistoryHost> hosts = {});
+  std::string history_dir_;  // "" = off
+  bool history_warned_ = false;  // a failure to publish was logged
 
   struct HeldWrite {
     std::string what;
@@ -168,6 +204,11 @@ class RunRecorder {
   const TimeSource* clock_;  // not owned
   std::unique_ptr<LineageDb> db_;
   CheckpointTracker tracker_;
+  JobCheckpointReports job_reports_;
+  // The job's own committed checkpoints (CheckpointOwner::kJob): step -> path ("" unreported).
+  std::map<int64_t, std::string> job_owned_;
+  bool trainer_format_seen_ = false;  // a holdfast-train step folder was seen in checkpoint_dir
+  bool TrainerOwns();
   std::string run_id_;
   int attempt_ = 0;
   int generation_ = -1;

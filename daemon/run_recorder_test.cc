@@ -1,15 +1,19 @@
 // RunRecorder while another process holds lineage.db locked: supervision is
-// not held up, nothing is lost, order and times are kept.
+// not held up, nothing is lost, order and times are kept. Its incidents in
+// the cross-run host history: which hosts, credited or involved, once
+// lineage has the event.
 #include "daemon/run_recorder.h"
 
 #include <sqlite3.h>
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "common/host_history.h"
 #include "tests/support/subprocess.h"
 
 namespace holdfast {
@@ -39,6 +43,7 @@ class RunRecorderTest : public ::testing::Test {
     job_.name = "unit";
     job_.command = {"/bin/true"};
     job_.nproc = 2;
+    job_.history_dir = dir_ / "history";  // not beside the temporary folder: in it
     alloc_.nodes = {{"host-a", "127.0.0.1"}};
     RecorderOptions ro;
     ro.run_dir = dir_.path();
@@ -58,8 +63,26 @@ class RunRecorderTest : public ::testing::Test {
     return db.ok() ? std::move(db).value() : nullptr;
   }
 
+  // A run in DIR/runs/NAME whose host history goes where it goes by default
+  // (DIR/runs/.holdfast/hosts), or, with `keep_history_dir`, to job_'s.
+  std::unique_ptr<RunRecorder> RunBeside(const std::string& name, int gpus, bool keep_history_dir = false) {
+    beside_job_ = job_;
+    if (!keep_history_dir) beside_job_.history_dir.clear();
+    RecorderOptions ro;
+    ro.run_dir = dir_ / ("runs/" + name);
+    std::filesystem::create_directories(ro.run_dir);
+    ro.job = &beside_job_;
+    ro.allocation = alloc_;
+    ro.world_size = 4;
+    ro.gpus = gpus;
+    auto rec = RunRecorder::Open(ro, &clock_);
+    EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+    return rec.ok() ? std::move(rec).value() : nullptr;
+  }
+
   TempDir dir_;
   JobConfig job_;
+  JobConfig beside_job_;
   Allocation alloc_;
   FakeTimeSource clock_;
   std::unique_ptr<RunRecorder> recorder_;
@@ -209,6 +232,126 @@ TEST_F(RunRecorderTest, AResumeOnAnotherWorldSizeIsRecordedAsAReshard) {
     EXPECT_NE(e.action.find("reshards checkpoint 20 to 4 ranks"), std::string::npos) << e.action;
   }
   EXPECT_TRUE(found);
+}
+
+// Evidence of an incident on ranks 0..3, two a host: host-a has 0 and 1, host-b 2 and 3.
+IncidentEvidence FourRanks(std::vector<int> culprits) {
+  IncidentEvidence ev;
+  ev.culprits = std::move(culprits);
+  for (int r = 0; r < 4; ++r) {
+    RankEvidence re;
+    re.rank = r;
+    re.host = r < 2 ? "host-a" : "host-b";
+    ev.ranks.push_back(re);
+  }
+  return ev;
+}
+
+TEST_F(RunRecorderTest, ACreditedIncidentIsPublishedForItsHostAndAnUncreditedOneForEachCulpritsHost) {
+  std::unique_ptr<RunRecorder> rec = RunBeside("r1", 4);
+  ASSERT_NE(rec, nullptr);
+  rec->StartGeneration(0);
+  const std::string history = dir_ / "runs/.holdfast/hosts";
+  EXPECT_EQ(rec->history_dir(), history);
+  rec->Record(event_kind::kCrash, "rank 3 killed by signal 9 (SIGKILL)", "restart", FourRanks({3}),
+              EventContext{"host-b", 3, {}, "", ""});
+  clock_.Advance(1);
+  rec->Record(event_kind::kHang, "all ranks entered allreduce #9 but it has not completed", "restart",
+              FourRanks({0, 1, 2, 3}));
+  // Not of a kind that counts against a host: not published.
+  rec->Record(event_kind::kCheckpointFailed, "checkpoint step 20 failed on rank 2", "training continues", {},
+              AtHost("host-b"));
+  rec->Record(event_kind::kStraggler, "rank 2 is slow", "reported", {}, AtHost("host-b"));
+
+  auto db = Reader();
+  ASSERT_NE(db, nullptr);
+  LineageOptions o;
+  o.read_only = true;
+  auto lineage = LineageDb::Open(dir_ / "runs/r1/lineage.db", o);
+  ASSERT_TRUE(lineage.ok());
+  auto events = (*lineage)->Events(rec->run_id(), 0);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 4u);
+  auto a = ReadHostHistory(history, "host-a");
+  auto b = ReadHostHistory(history, "host-b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(a->skipped.empty() && b->skipped.empty());
+  ASSERT_EQ(b->incidents.size(), 2u);
+  const HostIncident& crash = b->incidents[0];
+  EXPECT_TRUE(crash.credited);
+  EXPECT_EQ(crash.kind, "crash");
+  EXPECT_EQ(crash.event_id, (*events)[0].id);
+  EXPECT_EQ(crash.time_ms, (*events)[0].time_ms);
+  EXPECT_EQ(crash.run_id, rec->run_id());
+  EXPECT_EQ(crash.run_name, "unit");
+  EXPECT_EQ(crash.run_dir, dir_ / "runs/r1");
+  EXPECT_EQ(crash.rank, 3);
+  EXPECT_EQ(crash.attempt, 1);
+  EXPECT_EQ(crash.generation, 0);
+  EXPECT_EQ(crash.summary, "rank 3 killed by signal 9 (SIGKILL)");
+  // The all-ranks hang credits no host: each host is recorded as involved only.
+  const HostIncident& hang = b->incidents[1];
+  EXPECT_EQ(hang.kind, "hang");
+  EXPECT_FALSE(hang.credited);
+  EXPECT_EQ(hang.event_id, (*events)[1].id);
+  ASSERT_EQ(a->incidents.size(), 1u);
+  EXPECT_EQ(a->incidents[0].kind, "hang");
+  EXPECT_FALSE(a->incidents[0].credited);
+
+  auto attempts = (*lineage)->Attempts(rec->run_id());
+  ASSERT_TRUE(attempts.ok());
+  EXPECT_EQ((*attempts)[0].gpus, 4);
+}
+
+TEST_F(RunRecorderTest, AnIncidentHeldWhileLineageIsLockedIsPublishedWithItsEventOnceWritten) {
+  ASSERT_NE(recorder_, nullptr);
+  recorder_->StartGeneration(0);
+  const std::string history = dir_ / "history";
+  {
+    Locker lock(dir_ / "lineage.db");
+    recorder_->Record(event_kind::kNodeLost, "host-b's holdfastd is gone", "requeue", {}, AtHost("host-b"));
+    EXPECT_EQ(recorder_->held(), 1u);
+    EXPECT_FALSE(std::filesystem::exists(history + "/host-b")) << "published before lineage has the event";
+  }
+  recorder_->Flush();
+  auto b = ReadHostHistory(history, "host-b");
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->incidents.size(), 1u);
+  auto db = Reader();
+  ASSERT_NE(db, nullptr);
+  auto inc = db->LastIncident(recorder_->run_id());
+  ASSERT_TRUE(inc.ok() && inc->has_value());
+  EXPECT_EQ(b->incidents[0].event_id, (*inc)->id);
+  EXPECT_TRUE(b->incidents[0].credited);
+}
+
+TEST_F(RunRecorderTest, WithTheHostHistoryOffNothingIsPublished) {
+  job_.host_history = false;
+  std::unique_ptr<RunRecorder> rec = RunBeside("r2", 0);
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(rec->history_dir(), "");
+  rec->StartGeneration(0);
+  rec->Record(event_kind::kCrash, "rank 1 exited with code 1", "restart", FourRanks({1}), AtHost("host-a"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "runs/.holdfast"));
+}
+
+TEST_F(RunRecorderTest, AHistoryThatCannotBeWrittenIsLoggedAndTheRecordGoesOn) {
+  testing::WriteFile(dir_ / "not-a-folder", "x");
+  job_.history_dir = dir_ / "not-a-folder";
+  std::unique_ptr<RunRecorder> rec = RunBeside("r3", 0, /*keep_history_dir=*/true);
+  ASSERT_NE(rec, nullptr);
+  rec->StartGeneration(0);
+  rec->Record(event_kind::kCrash, "rank 1 exited with code 1", "restart", FourRanks({1}), AtHost("host-a"));
+  rec->Record(event_kind::kCrash, "rank 1 exited with code 1 again", "restart", FourRanks({1}), AtHost("host-a"));
+  LineageOptions o;
+  o.read_only = true;
+  auto lineage = LineageDb::Open(dir_ / "runs/r3/lineage.db", o);
+  ASSERT_TRUE(lineage.ok());
+  auto events = (*lineage)->Events(rec->run_id(), 0);
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(events->size(), 2u) << "lineage has every incident though the history could not be written";
+  EXPECT_EQ(rec->held(), 0u);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "runs/.holdfast")) << "and nothing went anywhere else";
 }
 
 }  // namespace

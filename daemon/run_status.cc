@@ -31,8 +31,11 @@ RunStatus BuildRunStatus(const RunController& controller, const RunRecorder& rec
     RankStatus rs;
     rs.rank = v.rank;
     rs.pid = v.pid;
+    rs.report_age_s = v.report_age_s;
     auto ex = controller.exits().find(v.rank);
-    rs.state = v.alive ? (IsStopped(v.proc_state) ? "stopped" : "running")
+    // A stopped rank says by what: SIGSTOP (or SIGTSTP ...) or a tracer (gdb, a stack capture).
+    const char* stopped = v.proc_state == ProcState::kTraced ? "stopped (traced)" : "stopped (SIGSTOP)";
+    rs.state = v.alive ? (IsStopped(v.proc_state) ? stopped : "running")
                        : (ex != controller.exits().end() ? DescribeWaitStatus(ex->second) : "exited");
     const RankProgress& p = v.progress;
     if (p.valid) {

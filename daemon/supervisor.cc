@@ -87,9 +87,14 @@ Status Supervisor::Impl::Start() {
     self->RecordHealth(changed, self->host());
     self->controller_->OnHealth(d, self->host(), "periodic");
   });
-  auto store = AsioTcpStoreServer::Listen(&io_, alloc_.self().addr, 0);
+  // The run's key: the store and the cluster port take only peers that prove they hold it.
+  Result<RunKey> key = EnsureRunKey(RunKeyPath(opts_.run_dir));
+  if (!key.ok()) return key.status().WithContext("the run's key (docs/cluster-protocol.md, Trust)");
+  key_ = std::move(key).value();
+  auto store = AsioTcpStoreServer::Listen(&io_, alloc_.self().addr, 0, *key_);
   if (!store.ok()) return store.status().WithContext("start the rendezvous store");
   store_ = std::move(store).value();
+  spdlog::info("rendezvous store on {}:{} (its clients prove they hold the run's key)", alloc_.self().addr, store_->port());
   ArmPoll();
   if (alloc_.nodes.size() > 1) return StartCluster();  // generation 0 starts when every follower has joined
   controller_->Launch();
@@ -97,14 +102,30 @@ Status Supervisor::Impl::Start() {
 }
 
 Status Supervisor::Impl::StartRankSide() {
+  // The control socket first: a run dir it cannot be bound in fails the start
+  // before the attempt is recorded (requests are served once the loop runs).
+  std::weak_ptr<Impl> weak = shared_from_this();
+  control_ = std::make_shared<ControlServer>(&io_, ControlSocketPath(opts_.run_dir),
+                                             [weak](const ControlRequest& r, uid_t uid) {
+                                               auto self = weak.lock();
+                                               return self ? self->control_handler_.Handle(r, uid) : std::string();
+                                             });
+  HF_RETURN_IF_ERROR(control_->Start());
   RecorderOptions ro;
   ro.run_dir = opts_.run_dir;
   ro.job = &job_;
   ro.allocation = alloc_;
   ro.world_size = members_.world();
+  for (const RankPlacement& r : members_.plan().ranks) ro.gpus += r.device >= 0 ? 1 : 0;
   ro.resume_run = opts_.resume_run;
   ro.from_step = opts_.from_step;
-  HF_ASSIGN_OR_RETURN(recorder_, RunRecorder::Open(ro, clock_));
+  Result<std::unique_ptr<RunRecorder>> recorder = RunRecorder::Open(ro, clock_);
+  if (!recorder.ok()) {
+    control_->Close();  // no socket left behind a start that failed
+    return recorder.status();
+  }
+  recorder_ = std::move(recorder).value();
+  StartRemoteControl();
   // A dead daemon's leftovers: its ranks' progress records (its socket goes in ControlServer::Start).
   if (int n = RemoveProgressRecords(job_.supervise.progress_dir, recorder_->run_id()); n > 0) {
     spdlog::info("removed {} stale progress record(s) of run {}", n, recorder_->run_id());
@@ -116,18 +137,11 @@ Status Supervisor::Impl::StartRankSide() {
   co.caps = scheduler_->capabilities();
   co.min_nodes = job_.min_nodes;
   controller_ = std::make_unique<RunController>(co, clock_, recorder_.get(), this);
-  std::weak_ptr<Impl> weak = shared_from_this();
   RoleSupervisor::Hooks role_hooks;
   role_hooks.learner = [weak](const RoleIncident& incident) {
     if (auto self = weak.lock()) self->PostRoleIncident(incident);
   };
   roles_ = std::make_unique<RoleSupervisor>(&job_, clock_, recorder_.get(), std::move(role_hooks));
-  control_ = std::make_shared<ControlServer>(&io_, ControlSocketPath(opts_.run_dir),
-                                             [weak](const ControlRequest& r, uid_t uid) {
-                                               auto self = weak.lock();
-                                               return self ? self->control_handler_.Handle(r, uid) : std::string();
-                                             });
-  HF_RETURN_IF_ERROR(control_->Start());
   if (metrics_.enabled()) HF_RETURN_IF_ERROR(metrics_.Start(MetricsFacts(), Views()));
   signals_.Start([weak](int sig) {
     if (auto self = weak.lock()) self->OnSignal(sig);
@@ -253,6 +267,7 @@ void Supervisor::Impl::Finish(int code) {
   health_.Stop();
   signals_.Stop();
   if (control_) control_->Close();
+  WithdrawControlEndpoint();
   if (store_) store_->Shutdown();
   if (recorder_) RemoveProgressRecords(job_.supervise.progress_dir, recorder_->run_id());
   if (link_) link_->Close(/*flush=*/true);  // the "finish" reaches the followers first

@@ -46,6 +46,9 @@ struct SupervisorOptions {
   int64_t from_step = -1;   // with resume_run: the checkpoint step to start from
   Allocation allocation;    // from the scheduler; allocation.leader() is true here
   uint16_t cluster_port = 0;  // 0 = any free port
+  // The TCP port runctl on other nodes reaches the leader on (0 = any free
+  // port), when munged runs here (docs/control-protocol.md, "Trust").
+  uint16_t control_port = 0;
   // Prometheus metrics (daemon/metrics.h, docs/metrics.md), each off when "":
   std::string metrics_addr;      // serve GET /metrics on HOST:PORT
   std::string metrics_textfile;  // rewrite this node_exporter textfile every poll

@@ -1,17 +1,78 @@
 // Supervisor::Impl (daemon/supervisor_impl.h): the followers, the control
 // socket's target, and the facts the metrics are made of.
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
 
+#include "common/atomic_file.h"
+#include "daemon/control_remote.h"
+#include "daemon/munge_credential.h"
 #include "daemon/run_status.h"
+#include "daemon/stack_capture.h"
 #include "daemon/supervisor_impl.h"
 #include "health/report.h"
 #include "lineage/incident.h"
 
 namespace holdfast {
+
+// ---- a hang's stacks (this node's ranks; daemon/stack_capture.h) ----
+
+StackEvidence Supervisor::Impl::CaptureStacks(const std::vector<RankView>& views) {
+  StackCaptureConfig config;
+  config.tool = job_.supervise.stack_tool;
+  config.timeout_s = job_.supervise.stack_timeout_s;
+  if (config.timeout_s <= 0) return {};
+  const int generation = ranks_.generation();
+  const auto progress_path_of = [this, generation](int rank) {
+    return ProgressRecordPath(job_.supervise.progress_dir, recorder_->run_id(), recorder_->attempt(), generation, rank);
+  };
+  spdlog::info("capturing the hung ranks' stacks (limit {} s)", config.timeout_s);
+  StackEvidence stacks = CaptureHungStacks(views, alloc_.this_node, progress_path_of, config);
+  spdlog::info("stacks captured in {:.2f} s: {} distinct, {} note(s)", stacks.took_s, stacks.groups.size(),
+               stacks.notes.size());
+  return stacks;
+}
+
+// ---- runctl from other nodes (daemon/control_remote.h) ----
+
+void Supervisor::Impl::StartRemoteControl() {
+  ControlEndpoint ep;
+  ep.host = host();
+  ep.addr = alloc_.self().addr;
+  ep.pid = getpid();
+  ep.run_id = recorder_->run_id();
+  const std::string munge = MungeSocket();
+  // Without munged nothing could prove who asks over TCP: runctl then works on this node only.
+  Result<std::string> probe = MungeEncode(munge, "holdfastd " + ep.run_id);
+  if (!probe.ok()) {
+    ep.off = "on " + host() + ", " + probe.status().message();
+  } else if (Result<uint16_t> port = control_->ListenTcp(ep.addr, opts_.control_port, munge); port.ok()) {
+    ep.port = *port;
+  } else {
+    ep.off = port.status().message();
+  }
+  if (ep.port != 0) {
+    spdlog::info("runctl on other nodes reaches this run at {} (MUNGE-authenticated)", ep.Where());
+  } else {
+    spdlog::info("runctl works on this node only: {}", ep.off);
+  }
+  const std::string path = ControlEndpointPath(opts_.run_dir);
+  if (Status s = WriteFileAtomically(path, EncodeControlEndpoint(ep), 0644); !s.ok()) {
+    spdlog::warn("{}: runctl on other nodes will not find this run", s.ToString());
+    return;
+  }
+  endpoint_written_ = true;
+}
+
+void Supervisor::Impl::WithdrawControlEndpoint() {
+  if (!endpoint_written_) return;
+  endpoint_written_ = false;
+  Result<ControlEndpoint> ep = ReadControlEndpoint(opts_.run_dir);
+  if (ep.ok() && ep->pid == getpid()) ::unlink(ControlEndpointPath(opts_.run_dir).c_str());
+}
 
 // ---- followers ----
 
@@ -28,7 +89,7 @@ Status Supervisor::Impl::StartCluster() {
   h.on_lost = [weak](int node, const std::string& why) {
     if (auto self = weak.lock()) self->OnFollowerLost(node, why);
   };
-  link_ = std::make_shared<LeaderLink>(&io_, scheduler_, clock_, std::move(h), job_.supervise.node_timeout_s);
+  link_ = std::make_shared<LeaderLink>(&io_, scheduler_, clock_, *key_, std::move(h), job_.supervise.node_timeout_s);
   HF_RETURN_IF_ERROR(link_->Listen(alloc_.self().addr, opts_.cluster_port));
   spdlog::info("leading {} nodes", alloc_.nodes.size());
   join_timer_->Arm(job_.supervise.startup_timeout_s, [weak] {

@@ -15,11 +15,13 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/asio.hpp>
 
+#include "common/peer_auth.h"
 #include "common/status.h"
 #include "common/tcp_store_server.h"
 #include "common/time_source.h"
@@ -66,6 +68,7 @@ class Supervisor::Impl : public RunActions, public ControlTarget, public std::en
   int BlameRolesForStall(double stalled_s, double timeout_s, const std::string& learner_doing) override {
     return roles_->BlameLearnerStall(stalled_s, timeout_s, learner_doing);
   }
+  StackEvidence CaptureStacks(const std::vector<RankView>& views) override;  // supervisor_cluster.cc
   void Finish(int code) override;
 
   // ---- ControlTarget (supervisor_cluster.cc) ----
@@ -92,6 +95,10 @@ class Supervisor::Impl : public RunActions, public ControlTarget, public std::en
   void PostRoleIncident(const RoleIncident& incident);
   // ---- followers (supervisor_cluster.cc) ----
   Status StartCluster();
+  // runctl from other nodes: the control protocol over TCP where munged runs,
+  // and RUN_DIR/control-endpoint.json saying where (or why not).
+  void StartRemoteControl();
+  void WithdrawControlEndpoint();
   void OnJoinTimeout();
   std::string OnHello(const HelloMsg& hello);  // "" accepts
   void OnFollowerMessage(int node, const ClusterMessage& msg);
@@ -112,8 +119,10 @@ class Supervisor::Impl : public RunActions, public ControlTarget, public std::en
   DaemonSignals signals_;
   std::unique_ptr<Timer> poll_timer_, kill_timer_, restart_timer_, join_timer_, roles_timer_;
   std::shared_ptr<LeaderLink> link_;  // several nodes only
+  std::optional<RunKey> key_;  // RUN_DIR/cluster.key, once Start has read or made it
   std::unique_ptr<AsioTcpStoreServer> store_;
   std::shared_ptr<ControlServer> control_;
+  bool endpoint_written_ = false;  // RUN_DIR/control-endpoint.json is this daemon's
   ControlHandler control_handler_;
   ClusterMembership members_;  // active and spare nodes, the plan, the followers' views
   RankGroup ranks_;

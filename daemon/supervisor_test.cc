@@ -9,6 +9,7 @@
 
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -23,8 +24,10 @@
 #include <boost/asio.hpp>
 #include <gtest/gtest.h>
 
+#include "common/peer_auth.h"
 #include "daemon/cluster_protocol.h"
 #include "daemon/control_protocol.h"
+#include "daemon/unix_socket_address.h"
 #include "daemon/exit_codes.h"
 #include "lineage/lineage_db.h"
 #include "scheduler/recording_scheduler.h"
@@ -108,15 +111,72 @@ class SupervisorTest : public ::testing::Test {
   }
   void DriveToEnd() { Drive([&] { return io_.stopped(); }, "the daemon's loop ends"); }
 
+  // ---- a follower of our own, on the loop's thread ----
+  // Connects to the published cluster port.
+  boost::asio::ip::tcp::socket ConnectToLeader() {
+    EXPECT_EQ(scheduler_->published().size(), 1u);
+    const std::string leader = scheduler_->published().at(0);
+    const size_t colon = leader.rfind(':');
+    boost::asio::ip::tcp::socket s(io_);
+    s.connect({boost::asio::ip::make_address(leader.substr(0, colon)),
+               static_cast<uint16_t>(std::stoi(leader.substr(colon + 1)))});
+    return s;
+  }
+  // The next whole line the leader sent on `s` (the loop turns meanwhile); "" when it closed first.
+  std::string ReadLine(boost::asio::ip::tcp::socket& s, std::string* inbox) {
+    s.non_blocking(true);
+    bool closed = false;
+    Drive(
+        [&] {
+          char buf[4096];
+          boost::system::error_code ec;
+          const size_t n = s.read_some(boost::asio::buffer(buf), ec);
+          if (!ec) inbox->append(buf, n);
+          closed = ec && ec != boost::asio::error::would_block;
+          return inbox->find('\n') != std::string::npos || closed;
+        },
+        "a line from the leader");
+    const size_t nl = inbox->find('\n');
+    if (nl == std::string::npos) return "";
+    std::string line = inbox->substr(0, nl);
+    inbox->erase(0, nl + 1);
+    return line;
+  }
+  template <typename M>
+  M ExpectFromLeader(boost::asio::ip::tcp::socket& s, std::string* inbox) {
+    const std::string line = ReadLine(s, inbox);
+    auto m = ParseClusterMessage(line, clock_.MonotonicNs());
+    EXPECT_TRUE(m.ok() && std::holds_alternative<M>(*m)) << line;
+    return m.ok() && std::holds_alternative<M>(*m) ? std::get<M>(*m) : M{};
+  }
+  // Answers the leader's challenge with a hello for node 1 proved with `key`.
+  void SendHello(boost::asio::ip::tcp::socket& s, std::string* inbox, const RunKey& key) {
+    const ChallengeMsg challenge = ExpectFromLeader<ChallengeMsg>(s, inbox);
+    HelloMsg hello;
+    hello.node = 1;
+    hello.host = "node-1";
+    hello.pid = getpid();
+    hello.nproc = 1;
+    hello.nonce = std::string(kAuthNonceBytes, 'f');
+    hello.proof = key.Proof(kClusterFollowerLabel, challenge.nonce, hello.nonce);
+    boost::asio::write(s, boost::asio::buffer(EncodeClusterMessage(hello, clock_.MonotonicNs())));
+  }
+  RunKey TheRunsKey() {
+    Result<RunKey> k = ReadRunKey(RunKeyPath(dir_ / "run"));
+    EXPECT_TRUE(k.ok()) << k.status().ToString();
+    return k.ok() ? *k : *RunKey::Generate();
+  }
+
   // ---- a runctl of our own, on the loop's thread ----
   // Connects and sends `line`; the daemon answers when the loop turns.
   int SendControl(const std::string& line) {
     const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
     const std::string path = ControlSocketPath(dir_ / "run");
-    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << path;
+    Result<UnixSocketAddress> addr = UnixSocketAddress::For(path);
+    EXPECT_TRUE(addr.ok()) << addr.status().ToString();
+    if (addr.ok()) {
+      EXPECT_EQ(::connect(fd, addr->addr(), addr->size()), 0) << path;
+    }
     const std::string out = line + "\n";
     EXPECT_EQ(::write(fd, out.data(), out.size()), static_cast<ssize_t>(out.size()));
     return fd;
@@ -189,17 +249,11 @@ TEST_F(SupervisorTest, ALostFollowerEndsTheRunAsTheRecoveryPolicySaysForALocalMa
   EXPECT_FALSE(Started(0, 0)) << "generation 0 waits for every follower";
 
   // A follower of our own: joins as node 1, reads its start, then is gone.
-  boost::asio::ip::tcp::socket follower(io_);
-  const size_t colon = leader.rfind(':');
-  follower.connect({boost::asio::ip::make_address(leader.substr(0, colon)),
-                    static_cast<uint16_t>(std::stoi(leader.substr(colon + 1)))});
-  HelloMsg hello;
-  hello.node = 1;
-  hello.host = "node-1";
-  hello.pid = getpid();
-  hello.nproc = 1;
-  boost::asio::write(follower, boost::asio::buffer(EncodeClusterMessage(hello, clock_.MonotonicNs())));
+  boost::asio::ip::tcp::socket follower = ConnectToLeader();
   std::string from_leader;
+  SendHello(follower, &from_leader, TheRunsKey());
+  const WelcomeMsg welcome = ExpectFromLeader<WelcomeMsg>(follower, &from_leader);
+  EXPECT_EQ(welcome.proof.size(), kAuthProofBytes);
   ASSERT_TRUE(Drive(
       [&] {
         char buf[4096];
@@ -220,6 +274,46 @@ TEST_F(SupervisorTest, ALostFollowerEndsTheRunAsTheRecoveryPolicySaysForALocalMa
   EXPECT_EQ(CountEvents("node_lost"), 1);
   EXPECT_TRUE(scheduler_->requeues().empty());
   EXPECT_FALSE(Started(1, 0)) << "no restart without the lost node";
+}
+
+// Trust (docs/cluster-protocol.md): a peer without the run's key is refused
+// on the cluster port, and the run does not notice: the real follower then
+// joins as node 1 and generation 0 starts.
+TEST_F(SupervisorTest, AWouldBeFollowerWithoutTheRunsKeyIsRefusedAndTheRunGoesOn) {
+  job_.nproc = 1;
+  ASSERT_TRUE(Start(/*nodes=*/2).ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(RunKeyPath(dir_ / "run").c_str(), &st), 0) << "the leader made the run's key";
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  boost::asio::ip::tcp::socket intruder = ConnectToLeader();
+  std::string inbox;
+  SendHello(intruder, &inbox, *RunKey::Generate());
+  const RejectMsg reject = ExpectFromLeader<RejectMsg>(intruder, &inbox);
+  EXPECT_NE(reject.why.find("does not prove it holds the run's key"), std::string::npos) << reject.why;
+  EXPECT_EQ(ReadLine(intruder, &inbox), "") << "the leader hangs up on it";
+
+  // Something that is not holdfast at all: refused too.
+  boost::asio::ip::tcp::socket scanner = ConnectToLeader();
+  std::string junk;
+  ExpectFromLeader<ChallengeMsg>(scanner, &junk);
+  boost::asio::write(scanner, boost::asio::buffer(std::string("GET / HTTP/1.0\r\n\r\n")));
+  EXPECT_NE(ReadLine(scanner, &junk).find("reject"), std::string::npos);
+
+  EXPECT_FALSE(Started(0, 0)) << "refused peers are no node: generation 0 still waits for node 1";
+  EXPECT_EQ(CountEvents("node_lost"), 0);
+  boost::asio::ip::tcp::socket follower = ConnectToLeader();
+  std::string from_leader;
+  SendHello(follower, &from_leader, TheRunsKey());
+  ExpectFromLeader<WelcomeMsg>(follower, &from_leader);
+  const StartMsg start = ExpectFromLeader<StartMsg>(follower, &from_leader);
+  EXPECT_EQ(start.spec.generation, 0);
+  ASSERT_TRUE(Drive([&] { return Started(0, 0); }, "rank 0 starts once the real node 1 joined"));
+  EXPECT_EQ(GetStatus().state, "running");
+  ASSERT_TRUE(Call("stop").ok);
+  follower.close();
+  DriveToEnd();
+  EXPECT_EQ(CountEvents("crash"), 0) << "the refused peers caused no incident";
 }
 
 TEST_F(SupervisorTest, AStopDuringARestartBackoffCancelsTheRestart) {

@@ -84,6 +84,7 @@ void HangDetector::StartGeneration(int64_t now_ns, int world_size) {
   last_step_.assign(world_size, -1);
   last_progress_ns_.assign(world_size, now_ns);
   stepped_.assign(world_size, false);
+  stopped_since_ns_.assign(world_size, 0);
 }
 
 void HangDetector::Excuse(int64_t now_ns) { std::fill(last_progress_ns_.begin(), last_progress_ns_.end(), now_ns); }
@@ -137,6 +138,7 @@ HangDetector::Verdict HangDetector::Observe(int64_t now_ns, const std::vector<Ra
     }
   }
   v.hung = v.stalled_s > v.timeout_s;
+  if (ObserveStopped(now_ns, ranks, &v)) return v;
   if (!any_writer) {
     // Nobody writes progress (a job without the progress module): a step count
     // that never moves says nothing, so no hang is declared, on-call is told
@@ -147,6 +149,39 @@ HangDetector::Verdict HangDetector::Observe(int64_t now_ns, const std::vector<Ra
     v.timeout_s = 0;
   }
   return v;
+}
+
+// A rank in job-control stop runs no code at all: no allowance (a step, a
+// checkpoint, start-up) can end with it making progress, so waiting one out
+// only costs the run. A tracer's stop (gdb, strace, py-spy: t) is someone
+// looking at the rank on purpose and gets the usual allowance. Judged with or
+// without a progress record: the process state is the evidence.
+bool HangDetector::ObserveStopped(int64_t now_ns, const std::vector<RankView>& ranks, Verdict* v) {
+  if (config_.stopped_hang_s <= 0) return false;
+  double longest_s = 0;
+  std::vector<int> stopped;
+  for (const RankView& r : ranks) {
+    if (r.rank < 0 || r.rank >= static_cast<int>(stopped_since_ns_.size())) continue;
+    int64_t& since = stopped_since_ns_[r.rank];
+    if (!r.alive || r.proc_state != ProcState::kStopped) {
+      since = 0;
+      continue;
+    }
+    if (since == 0) since = now_ns;
+    const double for_s = Seconds(now_ns - since);
+    if (for_s >= config_.stopped_hang_s) {
+      stopped.push_back(r.rank);
+      longest_s = std::max(longest_s, for_s);
+    }
+  }
+  if (stopped.empty()) return false;  // (stopped wins over a stall past its allowance: it names the culprit)
+  v->hung = true;
+  v->progress_known = true;
+  v->allowance = "stopped";
+  v->timeout_s = config_.stopped_hang_s;
+  v->stalled_s = std::max(v->stalled_s, longest_s);
+  v->stopped = std::move(stopped);
+  return true;
 }
 
 double HangDetector::P99StepSeconds() const {
@@ -207,6 +242,42 @@ void BlameSilentNodes(int64_t now_ns, const std::vector<RankView>& ranks, const 
   }
   line += "; " + std::string(others.size() == 1 ? "rank " : "ranks ") + RankList(others) +
           (w != 0 ? " waiting in " + kind + " #" + std::to_string(w) : std::string(" waiting for it"));
+  inc.summary = line;
+}
+
+// Ranks in job-control stop past stopped_hang_s: they are the culprits
+// whatever the others do (with a long step the others may not have reached
+// the collective the stopped rank waits in yet, so "never entered" would name
+// the wrong ranks).
+void BlameStopped(int64_t now_ns, const std::vector<RankView>& ranks, const std::vector<int>& stopped,
+                  TriageReport* report) {
+  TriageReport& inc = *report;
+  inc.culprits = stopped;
+  std::string line;
+  std::vector<int> in_collective, elsewhere;  // the others, folded (there may be 511)
+  uint64_t w = 0;
+  std::string kind = "collective";
+  double wait_s = 0;
+  for (const RankView& r : ranks) {
+    if (std::find(stopped.begin(), stopped.end(), r.rank) != stopped.end()) {
+      line += std::string(line.empty() ? "" : "; ") + "rank " + std::to_string(r.rank) + " " + Doing(now_ns, r);
+    } else if (r.progress.valid && r.progress.in_collective()) {
+      in_collective.push_back(r.rank);
+      if (r.progress.waiting_on >= w) {
+        w = r.progress.waiting_on;
+        kind = CollectiveKindName(r.progress.collective_kind);
+      }
+      if (r.progress.phase_started_ns > 0) wait_s = std::max(wait_s, Seconds(now_ns - r.progress.phase_started_ns));
+    } else {
+      elsewhere.push_back(r.rank);
+    }
+  }
+  auto ranks_word = [](const std::vector<int>& v) { return std::string(v.size() == 1 ? "rank " : "ranks ") + RankList(v); };
+  if (!in_collective.empty()) {
+    line += "; " + ranks_word(in_collective) + " waiting in " + kind + " #" + std::to_string(w) + " for " +
+            Fixed1(wait_s) + " s";
+  }
+  if (!elsewhere.empty()) line += "; " + ranks_word(elsewhere) + " not in a collective";
   inc.summary = line;
 }
 
@@ -272,7 +343,9 @@ TriageReport TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, cons
       }
     }
   }
-  if (!silent.empty() && silent.size() < ranks.size()) {
+  if (!verdict.stopped.empty()) {
+    BlameStopped(now_ns, ranks, verdict.stopped, &inc);
+  } else if (!silent.empty() && silent.size() < ranks.size()) {
     BlameSilentNodes(now_ns, ranks, silent, silent_hosts, silent_s, w, kind, &inc);
   } else if (w != 0) {
     for (const RankView& r : ranks) {

@@ -4,8 +4,9 @@
 //
 // HangDetector: a startup allowance, then a timeout adapted from observed step
 // times (max(hang_min_s, hang_factor x p99)), with separate allowances while a
-// rank checkpoints or evaluates. Triage: names the culprit rank(s) and what
-// they and the others were doing, in words for on-call.
+// rank checkpoints or evaluates; a rank in job-control stop (SIGSTOP) for
+// stopped_hang_s is hung at once (allowance "stopped"). Triage: names the
+// culprit rank(s) and what they and the others were doing, in words for on-call.
 //
 // Thread-safety: none; owned by the daemon's event-loop thread.
 #pragma once
@@ -34,7 +35,8 @@ class HangDetector {
     bool hung = false;
     double stalled_s = 0;  // since the least advanced rank last completed a step
     double timeout_s = 0;  // the allowance that applied
-    std::string allowance;  // "startup", "step", "checkpoint", "eval"; "none" when progress is unknown
+    std::string allowance;  // "startup", "step", "checkpoint", "eval", "stopped"; "none" when progress is unknown
+    std::vector<int> stopped;  // allowance "stopped": the ranks in job-control stop that long
     // false while no rank has attached a writer to its progress record (a job
     // that does not use the progress module): there is nothing to judge a hang
     // by, so none is declared; crashes are still seen.
@@ -52,10 +54,14 @@ class HangDetector {
   size_t samples() const { return step_seconds_.size(); }
 
  private:
+  // The "stopped" verdict: a rank in job-control stop for stopped_hang_s.
+  bool ObserveStopped(int64_t now_ns, const std::vector<RankView>& ranks, Verdict* v);
+
   SuperviseConfig config_;
   std::vector<int64_t> last_step_;
   std::vector<int64_t> last_progress_ns_;
   std::vector<bool> stepped_;  // has completed a step in this generation
+  std::vector<int64_t> stopped_since_ns_;  // first seen in job-control stop (T); 0 = not stopped
   std::deque<double> step_seconds_;  // recent step times, newest last
 };
 

@@ -118,6 +118,92 @@ TEST(HangDetectorTest, FastStepsStillGetTheMinimumAndCheckpointsTheirAllowance) 
   EXPECT_EQ(sv.allowance, "step");
 }
 
+// A SIGSTOPped rank (T) is hung once it has been stopped for stopped_hang_s,
+// not when the step or start-up allowance runs out (issue 25, must-show 5).
+TEST(HangDetectorTest, ARankInJobControlStopIsHungAfterStoppedHangS) {
+  SuperviseConfig c = Config();
+  c.stopped_hang_s = 1.0;
+  HangDetector d(c);
+  d.StartGeneration(0, 3);
+  const int64_t t = 10 * kSec;  // still in start-up: a 60 s allowance
+  auto ranks = [&](char state1) {
+    return std::vector<RankView>{Rank(0, 0, Phase::kStarting, 0, 0), Rank(1, 0, Phase::kForward, 0, 0, 0, state1),
+                                 Rank(2, 0, Phase::kStarting, 0, 0)};
+  };
+  EXPECT_FALSE(d.Observe(t, ranks('T')).hung) << "first seen stopped";
+  EXPECT_FALSE(d.Observe(t + kSec * 9 / 10, ranks('T')).hung) << "stopped 0.9 s";
+  auto v = d.Observe(t + kSec * 12 / 10, ranks('T'));
+  EXPECT_TRUE(v.hung);
+  EXPECT_EQ(v.allowance, "stopped");
+  EXPECT_DOUBLE_EQ(v.timeout_s, 1.0);
+  EXPECT_EQ(v.stopped, std::vector<int>{1});
+  EXPECT_GE(v.stalled_s, 1.2);
+}
+
+TEST(HangDetectorTest, ATracedRankOrAContinuedOneIsNotHungByBeingStopped) {
+  SuperviseConfig c = Config();
+  c.stopped_hang_s = 1.0;
+  HangDetector d(c);
+  d.StartGeneration(0, 2);
+  // Under gdb -p or py-spy (t): on-call is looking at it; the usual allowance applies.
+  for (int s = 0; s <= 30; ++s) {
+    auto v = d.Observe(s * kSec, {Rank(0, 0, Phase::kStarting, 0, 0), Rank(1, 0, Phase::kStarting, 0, 0, 0, 't')});
+    ASSERT_FALSE(v.hung) << "traced for " << s << " s";
+  }
+  // Stopped, continued, stopped again: the stop counts from the second stop.
+  const int64_t t = 40 * kSec;
+  auto at = [&](int64_t now, char state) {
+    return d.Observe(now, {Rank(0, 0, Phase::kStarting, 0, 0), Rank(1, 0, Phase::kStarting, 0, 0, 0, state)});
+  };
+  EXPECT_FALSE(at(t, 'T').hung);
+  EXPECT_FALSE(at(t + kSec * 8 / 10, 'R').hung);
+  EXPECT_FALSE(at(t + kSec, 'T').hung);
+  EXPECT_FALSE(at(t + kSec * 19 / 10, 'T').hung) << "0.9 s since the second stop";
+  EXPECT_TRUE(at(t + kSec * 21 / 10, 'T').hung);
+}
+
+TEST(HangDetectorTest, StoppedHangSZeroLeavesAStoppedRankToTheAllowance) {
+  SuperviseConfig c = Config();
+  c.stopped_hang_s = 0;
+  HangDetector d(c);
+  d.StartGeneration(0, 1);
+  EXPECT_FALSE(d.Observe(0, {Rank(0, 0, Phase::kStarting, 0, 0, 0, 'T')}).hung);
+  EXPECT_FALSE(d.Observe(59 * kSec, {Rank(0, 0, Phase::kStarting, 0, 0, 0, 'T')}).hung);
+  auto v = d.Observe(61 * kSec, {Rank(0, 0, Phase::kStarting, 0, 0, 0, 'T')});
+  EXPECT_TRUE(v.hung);
+  EXPECT_EQ(v.allowance, "startup");
+}
+
+// Stopped inside allreduce #15 while the others still compute toward it (a
+// long step): the stopped rank is the culprit, not the ranks that "never
+// entered" #15 yet.
+TEST(TriageTest, AStoppedVerdictNamesTheStoppedRankEvenBeforeTheOthersReachTheCollective) {
+  const int64_t now = 100 * kSec;
+  std::vector<RankView> ranks = {Rank(0, 7, Phase::kForward, now - 2 * kSec, 14),
+                                 Rank(1, 7, Phase::kCollective, now - kSec * 13 / 10, 15, 15, 'T'),
+                                 Rank(2, 7, Phase::kForward, now - 2 * kSec, 14)};
+  HangDetector::Verdict v;
+  v.hung = true;
+  v.stalled_s = 1.3;
+  v.timeout_s = 1;
+  v.allowance = "stopped";
+  v.stopped = {1};
+  TriageReport inc = TriageHang(now, ranks, v);
+  EXPECT_EQ(inc.culprits, std::vector<int>{1});
+  EXPECT_EQ(inc.summary,
+            "rank 1 in allreduce #15 of step 8 for 1.3 s, process stopped (SIGSTOP?); ranks 0,2 not in a collective "
+            "(no step for 1.3 s; stopped allowance 1.0 s)");
+  // The others already in it: the collective they wait in is named, folded.
+  ranks[0] = Rank(0, 7, Phase::kCollective, now - kSec, 15, 15);
+  ranks.push_back(Rank(3, 7, Phase::kCollective, now - kSec / 2, 15, 15));
+  inc = TriageHang(now, ranks, v);
+  EXPECT_EQ(inc.culprits, std::vector<int>{1});
+  EXPECT_NE(inc.summary.find("process stopped (SIGSTOP?); ranks 0,3 waiting in allreduce #15 for 1.0 s; rank 2 not in "
+                             "a collective (no step"),
+            std::string::npos)
+      << inc.summary;
+}
+
 TEST(TriageTest, NamesTheRankThatNeverEnteredTheCollective) {
   const int64_t now = 100 * kSec;
   std::vector<RankView> ranks = {

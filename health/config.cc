@@ -45,7 +45,8 @@ Status ApplyFailActions(const toml::table& table, const std::string& source, Pol
   return Status::Ok();
 }
 
-Result<HealthConfig> FromTable(const toml::table& root, const std::string& source) {
+Result<HealthConfig> FromTable(const toml::table& root, const std::string& source,
+                               std::vector<std::string>* keys = nullptr) {
   HealthConfig c;
   const toml::node* section = root.get("health");
   if (section == nullptr) return c;
@@ -82,10 +83,20 @@ Result<HealthConfig> FromTable(const toml::table& root, const std::string& sourc
   HF_RETURN_IF_ERROR(r.StringArray("required_mounts", &c.required_mounts, kListOfStrings));
   HF_RETURN_IF_ERROR(r.Int("cpu_allreduce_elements", &c.cpu_allreduce_elements, 1, int64_t{1} << 30));
   HF_RETURN_IF_ERROR(r.Double("cpu_allreduce_timeout_s", &c.cpu_allreduce_timeout_s, 0.1, 3600));
+  HF_RETURN_IF_ERROR(r.String("history_dir", &c.history_dir));
+  HF_RETURN_IF_ERROR(r.Enum("history_action",
+                            {{"off", HistoryAction::kOff}, {"warn", HistoryAction::kWarn},
+                             {"refuse", HistoryAction::kRefuse}},
+                            &c.history_action));
+  HF_RETURN_IF_ERROR(r.Int("history_runs", &c.history_runs, 1, 1000));
+  HF_RETURN_IF_ERROR(r.Double("history_window_days", &c.history_window_days, 0.001, 3650));
   const toml::table* policy = nullptr;
   const toml::table* fail_actions = nullptr;
   HF_RETURN_IF_ERROR(r.Table("policy", &policy));
   HF_RETURN_IF_ERROR(r.Table("fail_actions", &fail_actions));
+  if (keys != nullptr) {
+    for (const std::string& k : r.keys_read()) keys->push_back("health." + k);
+  }
   HF_RETURN_IF_ERROR(r.RejectUnknown());
   if (policy != nullptr) HF_RETURN_IF_ERROR(ApplyPolicy(*policy, source, &c.policy));
   if (fail_actions != nullptr) HF_RETURN_IF_ERROR(ApplyFailActions(*fail_actions, source, &c.policy));
@@ -104,9 +115,27 @@ Result<HealthConfig> FromTable(const toml::table& root, const std::string& sourc
 
 }  // namespace
 
+const char* HistoryActionName(HistoryAction action) {
+  switch (action) {
+    case HistoryAction::kWarn: return "warn";
+    case HistoryAction::kRefuse: return "refuse";
+    case HistoryAction::kOff: break;
+  }
+  return "off";
+}
+
 Result<HealthConfig> ParseHealthConfig(const std::string& toml_text, const std::string& source) {
   HF_ASSIGN_OR_RETURN(toml::table root, ParseToml(toml_text, source));
   return FromTable(root, source);
+}
+
+std::vector<std::string> HealthConfigKeys() {
+  toml::table root;
+  root.insert("health", toml::table{});
+  std::vector<std::string> keys;
+  (void)FromTable(root, "keys", &keys);
+  for (const char* k : {"health.policy.on_warn", "health.policy.on_skipped"}) keys.push_back(k);
+  return keys;
 }
 
 Result<HealthConfig> LoadHealthConfig(const std::string& path) {

@@ -38,6 +38,11 @@ struct PolicyConfig {
   std::map<std::string, Action> fail_actions;
 };
 
+// What the Prolog does with a host the cross-run host history flags
+// (health/history_check.h).
+enum class HistoryAction { kOff = 0, kWarn, kRefuse };
+const char* HistoryActionName(HistoryAction action);  // "off", "warn", "refuse"
+
 struct HealthConfig {
   // GPU (0 turns a threshold off: the value is measured and reported, nothing compared).
   int expected_gpus = 0;                 // 0: the count is not checked
@@ -73,12 +78,22 @@ struct HealthConfig {
   int64_t cpu_allreduce_elements = 1 << 20;   // uint64 elements exchanged between 2 processes
   double cpu_allreduce_timeout_s = 10;
 
+  // The host's record across runs (health/history_check.h; holdfast-health only).
+  std::string history_dir;                        // the host history (common/host_history.h)
+  HistoryAction history_action = HistoryAction::kOff;
+  int history_runs = 3;                           // flagged: credited in this many runs ...
+  double history_window_days = 7;                 // ... within this many days
+
   PolicyConfig policy;
 };
 
 // Reads the [health] section (with [health.policy] and [health.fail_actions])
 // of a TOML file. A file without the section gives the defaults.
 Result<HealthConfig> LoadHealthConfig(const std::string& path);
+// Every key of [health] and [health.policy] ("health.expected_gpus", ...) as
+// the loader reads them ("health.policy" and "health.fail_actions" name the
+// sub-tables); docs/job-file.md must list each.
+std::vector<std::string> HealthConfigKeys();
 // The same from TOML text; `source` names it in errors.
 Result<HealthConfig> ParseHealthConfig(const std::string& toml_text, const std::string& source);
 

@@ -5,12 +5,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "common/host_history.h"
 
 namespace {
 
@@ -120,6 +123,45 @@ TEST_F(HealthCli, ChecksThatCannotRunHereAreSkippedNeverPassed) {
     }
   }
   EXPECT_EQ(probes, 3);
+}
+
+// The host's record across runs: refused (exit 1, the drain reason naming the
+// runs) or warned about (exit 0, nothing drained), on top of a healthy node.
+TEST_F(HealthCli, AHostFlaggedAcrossRunsIsRefusedOrWarnedAbout) {
+  const std::string history = dir + "/hosts";
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  for (const char* run : {"r-20261201-aaaa", "r-20261201-bbbb", "r-20261202-cccc"}) {
+    holdfast::HostIncident i;
+    i.host = "n2";
+    i.credited = true;
+    i.time_ms = now - 3'600'000;
+    i.kind = "hang";
+    i.run_id = run;
+    i.event_id = 1;
+    ASSERT_TRUE(holdfast::PublishHostIncident(history, i).ok());
+  }
+  const std::string flags = " --history-dir " + history + " --history-host n2";
+  ProcessRun refused = Exec("HOLDFAST_FAKE_NVML='gpus=8'", Prolog("healthy") + flags + " --history-action refuse");
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_EQ(refused.out.rfind("holdfast: host.history n2 in 3 runs/7d: r-2026120", 0), 0u) << refused.out;
+  for (const char* run : {"r-20261201-aaaa", "r-20261201-bbbb", "r-20261202-cccc"}) {
+    EXPECT_NE(refused.out.find(run), std::string::npos) << refused.out;
+  }
+  ProcessRun warned = Exec("HOLDFAST_FAKE_NVML='gpus=8'", Prolog("healthy") + flags + " --history-action warn");
+  EXPECT_EQ(warned.exit_code, 0);
+  EXPECT_EQ(warned.out, "");
+  // Another host, a higher bar, and the action off: nothing to refuse.
+  EXPECT_EQ(Exec("HOLDFAST_FAKE_NVML='gpus=8'", Prolog("healthy") + " --history-dir " + history +
+                                                  " --history-host n3 --history-action refuse").exit_code, 0);
+  EXPECT_EQ(Exec("HOLDFAST_FAKE_NVML='gpus=8'", Prolog("healthy") + flags + " --history-action refuse --history-runs 4")
+                .exit_code, 0);
+  EXPECT_EQ(Exec("HOLDFAST_FAKE_NVML='gpus=8'", Prolog("healthy") + flags).exit_code, 0);
+  // SLURMD_NODENAME names the node when --history-host does not.
+  EXPECT_EQ(Exec("SLURMD_NODENAME=n2 HOLDFAST_FAKE_NVML='gpus=8'",
+                 Prolog("healthy") + " --history-dir " + history + " --history-action refuse").exit_code, 1);
+  // A bad action is a usage error (exit 2), like any other flag.
+  EXPECT_EQ(Exec("HOLDFAST_FAKE_NVML='gpus=8'", Prolog("healthy") + flags + " --history-action drain").exit_code, 2);
 }
 
 }  // namespace

@@ -30,17 +30,29 @@ std::vector<CheckResult> RunNodeChecks(const NodeCheckOptions& o) {
   RealDiskProbe real_disk;
   DiskProbe* disk = o.disk != nullptr ? o.disk : &real_disk;
   const HealthConfig& c = o.config;
+  auto starting = [&](const char* name) {
+    if (o.on_check != nullptr) o.on_check(name);
+  };
 
   if (o.classes & kClassHost) {
+    starting("host.memory");
     out.push_back(CheckFreeMemory(o.paths.meminfo, c));
+    starting("host.devices");
     out.push_back(CheckRequiredDevices(c, o.paths));
+    starting("host.mounts");
     out.push_back(CheckRequiredMounts(c, o.paths));
+    starting("host.checkpoint_space");
     out.push_back(CheckCheckpointSpace(c, disk));
-    if (o.suite == Suite::kPreLaunch) out.push_back(CheckCheckpointWrite(c, disk));
+    if (o.suite == Suite::kPreLaunch) {
+      starting("host.checkpoint_write");
+      out.push_back(CheckCheckpointWrite(c, disk));
+    }
+    starting("host.cpu_allreduce");
     out.push_back(CheckCpuAllreduce(c));
   }
 
   if (o.classes & kClassIb) {
+    starting("ib.ports");
     auto ports = ReadIbPorts(o.paths.sysfs_root, c.ib_devices);
     for (CheckResult& r : CheckIbPorts(ports, c)) out.push_back(std::move(r));
     if (o.suite == Suite::kPreLaunch && c.ib_sample_seconds > 0 && ports.ok()) {
@@ -57,9 +69,11 @@ std::vector<CheckResult> RunNodeChecks(const NodeCheckOptions& o) {
   }
 
   if (o.classes & kClassGpu) {
+    starting("gpu.nvml");
     auto nvml = OpenNvml(o.paths.nvml_library);
     Result<Nvml*> handle = nvml.ok() ? Result<Nvml*>(nvml->get()) : Result<Nvml*>(nvml.status());
     for (CheckResult& r : CheckGpusWithNvml(handle, c)) out.push_back(std::move(r));
+    starting("gpu.xid");
     KernelLogReader log(o.paths.kernel_log);
     auto text = log.Read();
     if (!text.ok()) {

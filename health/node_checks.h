@@ -43,6 +43,10 @@ struct NodeCheckOptions {
   HealthConfig config;
   HostPaths paths;
   DiskProbe* disk = nullptr;  // not owned; null: statvfs and steady_clock
+  // Called with a check's name (a string literal: "host.memory", "ib.ports",
+  // "gpu.nvml", ...) just before it starts, on the calling thread; null: none.
+  // holdfast-health's --timeout names the check that hung from it.
+  void (*on_check)(const char* name) = nullptr;
 };
 
 std::vector<CheckResult> RunNodeChecks(const NodeCheckOptions& options);

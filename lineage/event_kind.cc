@@ -14,6 +14,11 @@ bool IsIncidentKind(std::string_view kind) {
   return e != nullptr && e->is_incident;
 }
 
+bool CountsAgainstHost(std::string_view kind) {
+  const EventKindInfo* e = FindEventKind(kind);
+  return e != nullptr && e->counts_against_host;
+}
+
 const char* RunbookFor(std::string_view kind) {
   const EventKindInfo* e = FindEventKind(kind);
   return e != nullptr ? e->runbook : "";

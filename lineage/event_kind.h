@@ -52,14 +52,19 @@ enum class EvidenceType {
   kCorruptCheckpoint,  // checkpoint_corrupt: step, path, reason, newest_good_step
   kStraggler,       // straggler, straggler_recovered: rank, ratio, held_s, ranks (with pace)
   kReshard,         // reshard: world_size_before/after, left, joined, nodes
+  kRequeue,         // requeue (made): left (the hosts it excluded), reason ("failure" or "preemption")
   kLineageDelayed,  // lineage_delayed: locked_s, held_records
 };
 
 struct EventKindInfo {
   const char* kind;     // event_kind::*
   bool is_incident;     // something went wrong (not an action taken)
-  const char* runbook;  // path under the source tree; "" when the kind needs none
+  const char* runbook;  // path under the source tree (runctl prints the file: cli/runbook_path.h); "" if none
   EvidenceType evidence;
+  // An event of this kind whose node is set counts against that host: the
+  // recovery policy's per-host history (daemon/recovery_policy.h) and the
+  // cross-run host history's credited incidents (common/host_history.h).
+  bool counts_against_host = false;
 };
 
 // Every kind of event_kind above, once (incident_test checks both ways).
@@ -72,11 +77,11 @@ struct EventKindInfo {
 //  - A requeue that could not be made has the requeue runbook; a requeue done
 //    and a drain on the way out have none (the run goes on).
 inline constexpr EventKindInfo kEventKinds[] = {
-    {event_kind::kCrash, true, "runbooks/crash.md", EvidenceType::kRanks},
-    {event_kind::kHang, true, "runbooks/hang.md", EvidenceType::kRanks},
-    {event_kind::kHealth, true, "runbooks/health-host.md", EvidenceType::kHealthReport},
+    {event_kind::kCrash, true, "runbooks/crash.md", EvidenceType::kRanks, true},
+    {event_kind::kHang, true, "runbooks/hang.md", EvidenceType::kRanks, true},
+    {event_kind::kHealth, true, "runbooks/health-host.md", EvidenceType::kHealthReport, true},
     {event_kind::kPreempt, true, "runbooks/preempted.md", EvidenceType::kNone},
-    {event_kind::kNodeLost, true, "runbooks/crash.md", EvidenceType::kNone},
+    {event_kind::kNodeLost, true, "runbooks/crash.md", EvidenceType::kNone, true},
     {event_kind::kCheckpointFailed, true, "runbooks/checkpoint-failed.md", EvidenceType::kSaveFailure},
     {event_kind::kCheckpointCorrupt, true, "runbooks/checkpoint-failed.md", EvidenceType::kCorruptCheckpoint},
     {event_kind::kBudgetExhausted, true, "runbooks/restart-budget.md", EvidenceType::kNone},
@@ -85,7 +90,7 @@ inline constexpr EventKindInfo kEventKinds[] = {
     {event_kind::kStragglerRecovered, false, "runbooks/straggler.md", EvidenceType::kStraggler},
     {event_kind::kLineageDelayed, false, "runbooks/lineage-locked.md", EvidenceType::kLineageDelayed},
     {event_kind::kRestart, false, "", EvidenceType::kNone},
-    {event_kind::kRequeue, false, "runbooks/requeue-failed.md", EvidenceType::kNone},
+    {event_kind::kRequeue, false, "runbooks/requeue-failed.md", EvidenceType::kRequeue},
     {event_kind::kResume, false, "", EvidenceType::kNone},
     {event_kind::kStop, false, "", EvidenceType::kNone},
     {event_kind::kReshard, false, "runbooks/elastic.md", EvidenceType::kReshard},
@@ -95,6 +100,10 @@ inline constexpr EventKindInfo kEventKinds[] = {
 
 // The row of `kind`; nullptr for a kind this build does not know.
 const EventKindInfo* FindEventKind(std::string_view kind);
+
+// Whether an event of this kind with its node set counts against that host
+// (crash, hang, node_lost, health).
+bool CountsAgainstHost(std::string_view kind);
 
 // Whether an event kind reports something that went wrong (as opposed to an
 // action taken); LineageDb::LastIncident() returns only these.

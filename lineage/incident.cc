@@ -1,5 +1,6 @@
 #include "lineage/incident.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -281,6 +282,8 @@ std::string ToJson(const IncidentEvidence& e) {
     j["left"] = e.left;
     j["joined"] = e.joined;
     if (!e.nodes.empty()) j["nodes"] = e.nodes;
+  } else if (!e.left.empty()) {
+    j["left"] = e.left;  // a requeue: the hosts it excluded
   }
   PutIf(j, "locked_s", e.locked_s);
   PutIf(j, "held_records", e.held_records);
@@ -289,6 +292,7 @@ std::string ToJson(const IncidentEvidence& e) {
     for (const RankEvidence& r : e.ranks) ranks.push_back(RankToJson(r));
     j["ranks"] = std::move(ranks);
   }
+  if (!e.stacks.empty()) j["stacks"] = json::parse(StacksToJson(e.stacks));
   // Log lines are whatever the rank printed: never let a stray byte throw.
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -358,8 +362,31 @@ Result<IncidentEvidence> ParseIncidentEvidence(std::string_view text) {
   in.Double("locked_s", &e.locked_s);
   in.Int("held_records", &e.held_records);
   in.Array("ranks", [&](const json& v, const std::string& at) { e.ranks.push_back(ReadRank(v, at, &error)); });
+  if (auto it = j.find("stacks"); error.ok() && it != j.end() && !it->is_null()) {
+    Result<StackEvidence> stacks = ParseStacksJson(it->dump(-1, ' ', false, json::error_handler_t::replace));
+    if (!stacks.ok()) return stacks.status();
+    e.stacks = std::move(*stacks);
+  }
   if (!error.ok()) return error;
   return e;
+}
+
+std::vector<int> Culprits(const EventRecord& e, const IncidentEvidence& ev) {
+  std::vector<int> culprits = ev.culprits;
+  if (culprits.empty() && ev.rank) culprits.push_back(*ev.rank);
+  if (culprits.empty() && e.rank) culprits.push_back(*e.rank);
+  return culprits;
+}
+
+std::vector<std::string> CulpritHosts(const EventRecord& e, const IncidentEvidence& ev) {
+  std::vector<std::string> hosts;
+  for (int c : Culprits(e, ev)) {
+    for (const RankEvidence& r : ev.ranks) {
+      if (r.rank != c || r.host.empty()) continue;
+      if (std::find(hosts.begin(), hosts.end(), r.host) == hosts.end()) hosts.push_back(r.host);
+    }
+  }
+  return hosts;
 }
 
 }  // namespace holdfast

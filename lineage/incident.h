@@ -21,6 +21,7 @@
 
 #include "common/status.h"
 #include "lineage/lineage_db.h"
+#include "lineage/stacks.h"
 
 namespace holdfast {
 
@@ -81,7 +82,7 @@ struct SaveFailureEvidence {
 
 // The evidence of one event (lineage/event_kind.h EvidenceType says which
 // fields each kind sets):
-//   hang:              culprits, stalled_s, timeout_s, allowance, ranks
+//   hang:              culprits, stalled_s, timeout_s, allowance, ranks, stacks
 //   crash:             rank, exit_status, exit_code, signal, log_tail, ranks
 //   checkpoint_failed: rank, step, newest_committed_step, reports
 //   straggler:         rank, ratio, held_s, ranks (with pace)
@@ -91,6 +92,7 @@ struct SaveFailureEvidence {
 //                      ("hang_s" or "startup"), ranks (the role process)
 //   checkpoint_corrupt: step, path, reason, newest_good_step
 //   reshard:           world_size_before, world_size_after, left, joined, nodes
+//   requeue:           left (the hosts it excluded), reason ("failure" or "preemption")
 //   lineage_delayed:   locked_s, held_records
 // Other kinds' evidence (health reports) has keys this does not model; they
 // are ignored on reading.
@@ -142,7 +144,19 @@ struct IncidentEvidence {
   std::optional<uint64_t> held_records;
 
   std::vector<RankEvidence> ranks;  // every rank, by rank
+
+  // hang: the hung processes' stacks, captured before they were stopped
+  // (daemon/stack_capture.h), folded (lineage/stacks.h); key "stacks".
+  StackEvidence stacks;
 };
+
+// The incident's culprit ranks: the evidence's list (a hang), else its
+// "rank", else the event's rank.
+std::vector<int> Culprits(const EventRecord& e, const IncidentEvidence& ev);
+
+// The hosts of the culprit ranks, as the evidence's rank records name them,
+// each once in culprit order ("" hosts left out).
+std::vector<std::string> CulpritHosts(const EventRecord& e, const IncidentEvidence& ev);
 
 // A JSON object (no whitespace, keys sorted as holdfastd has always written
 // them). Unset optionals, empty strings and empty lists are left out, except

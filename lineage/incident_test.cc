@@ -416,6 +416,32 @@ TEST(RunbookTest, EachIncidentKindHasItsGuide) {
                         event_kind::kLineageDelayed, "from_a_newer_daemon"}) {
     EXPECT_FALSE(IsIncidentKind(k)) << k;
   }
+  // What a host can be blamed for (the recovery policy's history, the cross-run host history).
+  for (const char* k : {event_kind::kCrash, event_kind::kHang, event_kind::kHealth, event_kind::kNodeLost}) {
+    EXPECT_TRUE(CountsAgainstHost(k)) << k;
+  }
+  for (const char* k : {event_kind::kCheckpointFailed, event_kind::kStraggler, event_kind::kRoleCrash,
+                        event_kind::kRequeue, "from_a_newer_daemon"}) {
+    EXPECT_FALSE(CountsAgainstHost(k)) << k;
+  }
+}
+
+TEST(IncidentEvidenceTest, CulpritsAndTheirHostsComeFromTheEvidenceThenTheEvent) {
+  EventRecord e;
+  e.rank = 5;
+  IncidentEvidence ev;
+  EXPECT_EQ(Culprits(e, ev), std::vector<int>{5});
+  ev.rank = 1;
+  EXPECT_EQ(Culprits(e, ev), std::vector<int>{1});
+  ev.culprits = {2, 0, 3};
+  for (int r = 0; r < 4; ++r) {
+    RankEvidence re;
+    re.rank = r;
+    re.host = r < 2 ? "n1" : (r == 3 ? "" : "n2");
+    ev.ranks.push_back(re);
+  }
+  EXPECT_EQ(Culprits(e, ev), (std::vector<int>{2, 0, 3}));
+  EXPECT_EQ(CulpritHosts(e, ev), (std::vector<std::string>{"n2", "n1"}));
 }
 
 }  // namespace

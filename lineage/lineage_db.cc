@@ -2,8 +2,10 @@
 
 #include "common/run_spec.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -219,6 +221,20 @@ ALTER TABLE checkpoint_v5 RENAME TO checkpoint;
 CREATE INDEX checkpoint_by_run ON checkpoint(run_id, step);
 )sql";
 
+// Version 6: who owns a checkpoint's files. 'trainer': holdfast-train's step
+// folder under [job] checkpoint_dir (manifest-checked, pruned by the trainer);
+// 'job': a path the job reported itself (docs/job-contract.md), which the
+// daemon sizes and checks exists but never calls pruned.
+constexpr const char kSchemaV6[] = R"sql(
+ALTER TABLE checkpoint ADD COLUMN owner TEXT NOT NULL DEFAULT 'trainer' CHECK (owner IN ('trainer', 'job'));
+)sql";
+
+// Version 7: how many of an attempt's ranks holdfastd gave a GPU (0: all on
+// the CPU; NULL in older rows: not recorded), for an incident's GPU-hours.
+constexpr const char kSchemaV7[] = R"sql(
+ALTER TABLE attempt ADD COLUMN gpus INTEGER;
+)sql";
+
 // The migration that takes a file from version `from` to `from + 1`.
 std::string Migration(int from) {
   switch (from) {
@@ -226,7 +242,9 @@ std::string Migration(int from) {
     case 1: return SchemaV2();
     case 2: return kSchemaV3;
     case 3: return kSchemaV4;
-    default: return kSchemaV5;
+    case 4: return kSchemaV5;
+    case 5: return kSchemaV6;
+    default: return kSchemaV7;
   }
 }
 
@@ -259,6 +277,7 @@ std::optional<E> ParseName(const char* const (&names)[N], const std::string& s) 
 constexpr const char* kRunStateNames[] = {"running", "succeeded", "failed", "stopped", "preempted"};
 constexpr const char* kSchedulerNames[] = {"local", "slurm"};  // SchedulerKindName, in enum order
 constexpr const char* kCheckpointStateNames[] = {"committed", "corrupt", "pruned", "fenced"};
+constexpr const char* kCheckpointOwnerNames[] = {"trainer", "job"};
 constexpr const char* kHealthStatusNames[] = {"pass", "warn", "fail", "skipped"};
 constexpr const char* kJournalModeNames[] = {"wal", "delete", "truncate"};
 
@@ -274,6 +293,7 @@ const char* RunStateName(RunState s) { return kRunStateNames[static_cast<int>(s)
 const char* CheckpointStateName(CheckpointState s) {
   return kCheckpointStateNames[static_cast<int>(s)];
 }
+const char* CheckpointOwnerName(CheckpointOwner o) { return kCheckpointOwnerNames[static_cast<int>(o)]; }
 const char* HealthStatusName(HealthStatus s) { return kHealthStatusNames[static_cast<int>(s)]; }
 const char* JournalModeName(JournalMode m) { return kJournalModeNames[static_cast<int>(m)]; }
 
@@ -496,6 +516,26 @@ Result<std::unique_ptr<LineageDb>> LineageDb::Open(const std::string& path,
   return db;
 }
 
+namespace {
+
+// lineage.db holds the job file ([job.env] included; its secret-looking values are redacted,
+// the rest is not): owner-only, 0600. SQLite gives -wal and -shm the database's mode; files a
+// build before this one left group- or world-readable are narrowed when their owner opens them.
+// Errors are SQLite's to report (it opens a write-protected file read-only).
+void MakeOwnerOnly(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd >= 0) ::close(fd);
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+    const std::string p = path + suffix;
+    struct stat st;
+    if (::stat(p.c_str(), &st) == 0 && st.st_uid == ::geteuid() && (st.st_mode & 077) != 0) {
+      ::chmod(p.c_str(), st.st_mode & 0700);
+    }
+  }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<LineageDb>> LineageDb::Connect(const std::string& path,
                                                       const LineageOptions& options,
                                                       bool immutable) {
@@ -517,6 +557,7 @@ Result<std::unique_ptr<LineageDb>> LineageDb::Connect(const std::string& path,
     flags |= SQLITE_OPEN_URI;
   }
   flags |= options.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  if (!options.read_only && !immutable && path != ":memory:" && path.rfind("file:", 0) != 0) MakeOwnerOnly(path);
   int rc = sqlite3_open_v2(name.c_str(), &db->db_, flags, nullptr);
   if (rc != SQLITE_OK) return db->Error(rc, "open");
   sqlite3_extended_result_codes(db->db_, 1);
@@ -737,9 +778,9 @@ Result<int> LineageDb::StartAttempt(const std::string& run_id, const AttemptStar
     HF_ASSIGN_OR_RETURN(
         Stmt st, Stmt::Make(this, "INSERT INTO attempt (run_id, attempt, parent_attempt, "
                                   "slurm_job_id, restart_count, nodes, started_ms, state, "
-                                  "resumed_from_step, seq) VALUES (?,?,?,?,?,?,?,'running',?,?)"));
+                                  "resumed_from_step, seq, gpus) VALUES (?,?,?,?,?,?,?,'running',?,?,?)"));
     st.Bind(run_id, n, parent, start.slurm_job_id, start.restart_count, JoinNodes(start.nodes),
-            now, start.resumed_from_step, seq);
+            now, start.resumed_from_step, seq, start.gpus);
     HF_RETURN_IF_ERROR(st.Run("start attempt " + std::to_string(n)).status());
   }
   {
@@ -872,10 +913,10 @@ Status LineageDb::RecordCheckpoint(const CheckpointRecord& c) {
   }
   HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "INSERT INTO checkpoint (run_id, step, path, "
                                                 "bytes, world_size, attempt, generation, "
-                                                "committed_ms, state, seq, metrics) VALUES "
-                                                "(?,?,?,?,?,?,?,?,'committed',?,?)"));
+                                                "committed_ms, state, seq, metrics, owner) VALUES "
+                                                "(?,?,?,?,?,?,?,?,'committed',?,?,?)"));
   st.Bind(c.run_id, c.step, c.path, c.bytes, c.world_size, c.attempt, c.generation,
-          c.committed_ms != 0 ? c.committed_ms : Now(), seq, metrics.dump());
+          c.committed_ms != 0 ? c.committed_ms : Now(), seq, metrics.dump(), CheckpointOwnerName(c.owner));
   HF_RETURN_IF_ERROR(st.Run("record checkpoint at step " + std::to_string(c.step) +
                                       " of run " + c.run_id).status());
   return tx.Commit();
@@ -950,13 +991,13 @@ constexpr const char kRunCols[] =
     "(SELECT max(last_step) FROM generation g WHERE g.run_id = run.run_id)";
 constexpr const char kAttemptCols[] =
     "run_id, attempt, parent_attempt, slurm_job_id, restart_count, nodes, started_ms, ended_ms, "
-    "state, cause, resumed_from_step, coalesce(seq, 0) AS seq, ended_seq";
+    "state, cause, resumed_from_step, coalesce(seq, 0) AS seq, ended_seq, gpus";
 constexpr const char kGenerationCols[] =
     "run_id, attempt, generation, started_ms, ended_ms, start_step, last_step, last_step_ms, "
     "state, cause, coalesce(seq, 0) AS seq, ended_seq";
 constexpr const char kCheckpointCols[] =
     "run_id, step, path, bytes, world_size, attempt, generation, committed_ms, state, reason, "
-    "state_ms, coalesce(seq, 0) AS seq, state_seq, metrics";
+    "state_ms, coalesce(seq, 0) AS seq, state_seq, metrics, owner";
 constexpr const char kEventCols[] =
     "id, run_id, time_ms, kind, attempt, generation, node, rank, summary, evidence, action, "
     "runbook, incident, coalesce(seq, 0) AS seq";
@@ -1004,6 +1045,7 @@ struct LineageRows {
     a.resumed_from_step = s.OptInt(10);
     a.seq = s.Int(11);
     a.ended_seq = s.OptInt(12);
+    a.gpus = s.OptInt32(13);
     return a;
   }
   static GenerationRecord Generation(Stmt& s) {
@@ -1043,6 +1085,7 @@ struct LineageRows {
         if (value.is_number()) c.metrics[name] = value.get<double>();
       }
     }
+    c.owner = s.Enum<CheckpointOwner>(14, kCheckpointOwnerNames);
     return c;
   }
   static EventRecord Event(Stmt& s) {

@@ -44,11 +44,15 @@ enum class RunState { kRunning, kSucceeded, kFailed, kStopped, kPreempted };
 // kFenced: a later step of a timeline a resume to an earlier step abandoned
 // (RunRecorder: moved aside on disk as evidence, never resumed from).
 enum class CheckpointState { kCommitted, kCorrupt, kPruned, kFenced };
+// Who owns a checkpoint's files: holdfast-train's step folder, or a path the
+// job reported (docs/job-contract.md). Schema version 6.
+enum class CheckpointOwner { kTrainer, kJob };
 enum class HealthStatus { kPass, kWarn, kFail, kSkipped };
 
 // Lower-case names as stored in the database ("running", "slurm", ...).
 const char* RunStateName(RunState state);
 const char* CheckpointStateName(CheckpointState state);
+const char* CheckpointOwnerName(CheckpointOwner owner);
 const char* HealthStatusName(HealthStatus status);
 
 // "r-YYYYMMDD-xxxx": the UTC date of `unix_ms` and 16 random bits in hex.
@@ -81,6 +85,8 @@ struct AttemptStart {
   int restart_count = 0;  // SLURM_RESTART_COUNT
   std::vector<std::string> nodes;
   std::optional<int64_t> resumed_from_step;  // unset: a fresh start
+  // Ranks holdfastd gave a GPU (0: every rank on the CPU); unset: not known.
+  std::optional<int> gpus;
 };
 
 struct AttemptRecord {
@@ -95,6 +101,8 @@ struct AttemptRecord {
   RunState state = RunState::kRunning;
   std::string cause;
   std::optional<int64_t> resumed_from_step;
+  // Ranks on a GPU (0: all on the CPU); unset: not recorded (schema < 7).
+  std::optional<int> gpus;
   // Read only: write order (see the file comment); ended_seq is set with ended_ms.
   int64_t seq = 0;
   std::optional<int64_t> ended_seq;
@@ -121,8 +129,11 @@ struct GenerationRecord {
 struct CheckpointRecord {
   std::string run_id;
   int64_t step = 0;
-  std::string path;  // the step folder
-  int64_t bytes = 0;
+  // The step folder (owner kTrainer), or the file or folder the job reported
+  // (kJob; "" when it reported none).
+  std::string path;
+  int64_t bytes = 0;  // of the folder's files, or of the job's file or tree
+  CheckpointOwner owner = CheckpointOwner::kTrainer;
   int world_size = 0;
   std::optional<int> attempt;
   std::optional<int> generation;
@@ -199,7 +210,7 @@ struct LineageOptions {
 class LineageDb {
  public:
   // Newest schema this build reads and writes.
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 7;
 
   static Result<std::unique_ptr<LineageDb>> Open(const std::string& path,
                                                  const LineageOptions& options = {});

@@ -561,6 +561,36 @@ TEST_F(LineageDbTest, MigratesAVersion2FileNumberingOldRowsInTimeOrder) {
   EXPECT_EQ((*db->LastIncident(id))->summary, "written after the migration");
 }
 
+// Version 6 had no attempt.gpus: its attempts read back with the GPUs unknown.
+TEST_F(LineageDbTest, MigratesAVersion6FileWithTheGpusUnknown) {
+  {
+    auto db = OpenWriter();
+    const std::string id = *db->CreateRun(SampleRun("r-6"));
+    AttemptStart as;
+    as.gpus = 8;
+    ASSERT_EQ(*db->StartAttempt(id, as), 1);
+  }
+  RawSql(db_path(), "ALTER TABLE attempt DROP COLUMN gpus; PRAGMA user_version = 6");
+  {
+    auto reader = OpenReader();
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    EXPECT_EQ((*reader)->file_schema_version(), 6);
+    auto attempts = (*reader)->Attempts("r-6");
+    ASSERT_TRUE(attempts.ok()) << attempts.status().ToString();
+    ASSERT_EQ(attempts->size(), 1u);
+    EXPECT_EQ((*attempts)[0].gpus, std::nullopt);
+  }
+  EXPECT_EQ(RawSql(db_path(), "PRAGMA user_version"), "6");
+  auto db = OpenWriter();
+  EXPECT_EQ(RawSql(db_path(), "PRAGMA user_version"), std::to_string(LineageDb::kSchemaVersion));
+  AttemptStart as;
+  as.gpus = 0;
+  ASSERT_EQ(*db->StartAttempt("r-6", as), 2);
+  auto attempts = *db->Attempts("r-6");
+  EXPECT_EQ(attempts[0].gpus, std::nullopt);
+  EXPECT_EQ(attempts[1].gpus, 0);
+}
+
 TEST_F(LineageDbTest, AClockThatStepsBackDoesNotReorderTheRecord) {
   auto db = OpenWriter();
   const std::string id = *db->CreateRun(SampleRun("r-clock"));
@@ -678,6 +708,34 @@ TEST_F(LineageDbTest, CorruptCheckpointIsSkippedForResume) {
   EXPECT_EQ((*all)[0].state, CheckpointState::kPruned);
 }
 
+// Schema 6: a checkpoint the job owns keeps its owner, path and size; rows
+// written without one are the trainer's.
+TEST_F(LineageDbTest, ACheckpointRemembersWhoOwnsItsFiles) {
+  auto db = OpenWriter();
+  const std::string id = *db->CreateRun(SampleRun("r-3"));
+  CheckpointRecord trainer;
+  trainer.run_id = id;
+  trainer.step = 10;
+  trainer.path = "/ck/step-000000000010";
+  ASSERT_TRUE(db->RecordCheckpoint(trainer).ok());
+  CheckpointRecord job = trainer;
+  job.step = 20;
+  job.path = "/out/ckpt-00000020.pt";
+  job.bytes = 1234567;
+  job.owner = CheckpointOwner::kJob;
+  ASSERT_TRUE(db->RecordCheckpoint(job).ok());
+  ASSERT_TRUE(db->MarkCheckpoint(id, 20, CheckpointState::kFenced, "resumed from 10").ok());
+  auto all = db->Checkpoints(id);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].owner, CheckpointOwner::kTrainer);
+  EXPECT_EQ((*all)[1].owner, CheckpointOwner::kJob);
+  EXPECT_EQ((*all)[1].path, "/out/ckpt-00000020.pt");
+  EXPECT_EQ((*all)[1].bytes, 1234567);
+  EXPECT_EQ((*all)[1].state, CheckpointState::kFenced);
+  EXPECT_STREQ(CheckpointOwnerName(CheckpointOwner::kJob), "job");
+}
+
 TEST_F(LineageDbTest, NewAttemptLinksToTheOldAndClosesWhatWasLeftRunning) {
   auto db = OpenWriter();
   const std::string id = *db->CreateRun(SampleRun("r-2"));
@@ -689,6 +747,7 @@ TEST_F(LineageDbTest, NewAttemptLinksToTheOldAndClosesWhatWasLeftRunning) {
   AttemptStart as;
   as.restart_count = 1;
   as.resumed_from_step = 1200;
+  as.gpus = 16;
   ASSERT_EQ(*db->StartAttempt(id, as), 2);
   ASSERT_EQ(*db->StartGeneration(id, 2, 1200), 0);
   // The daemon of attempt 2 is killed without a word; attempt 3 finds it running.
@@ -703,6 +762,8 @@ TEST_F(LineageDbTest, NewAttemptLinksToTheOldAndClosesWhatWasLeftRunning) {
   EXPECT_EQ(attempts[1].parent_attempt, 1);
   EXPECT_EQ(attempts[1].restart_count, 1);
   EXPECT_EQ(attempts[1].resumed_from_step, 1200);
+  EXPECT_EQ(attempts[0].gpus, std::nullopt);
+  EXPECT_EQ(attempts[1].gpus, 16);
   EXPECT_EQ(attempts[1].state, RunState::kFailed);
   EXPECT_NE(attempts[1].cause.find("superseded by attempt 3"), std::string::npos);
   EXPECT_EQ(attempts[2].parent_attempt, 2);

@@ -73,11 +73,12 @@ namespace {
 // communication errors with backoff until the policy's deadline.
 Status InitOnce();
 
-Status Call(const SlurmClient::RetryPolicy& retry, const std::string& what, const std::function<int()>& rpc) {
+Status Call(const SlurmClient::RetryPolicy& retry, int* rpcs, const std::string& what, const std::function<int()>& rpc) {
   if (Status init = InitOnce(); !init.ok()) return init.WithContext(what);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(retry.deadline_s);
   double wait = retry.initial_s;
   for (int attempt = 1;; ++attempt) {
+    ++*rpcs;
     const int e = rpc();
     if (e == 0) return Status::Ok();
     if (!IsSlurmCommunicationError(e) || std::chrono::steady_clock::now() + std::chrono::duration<double>(wait) > deadline) {
@@ -133,7 +134,7 @@ SlurmClient::SlurmClient(RetryPolicy retry) : retry_(retry) {}
 
 Result<SlurmJob> SlurmClient::LoadJob(uint32_t job_id) const {
   job_info_msg_t* msg = nullptr;
-  Status s = Call(retry_, "load job " + std::to_string(job_id),
+  Status s = Call(retry_, &rpcs_, "load job " + std::to_string(job_id),
                   [&] { return ErrnoOf(slurm_load_job(&msg, job_id, SHOW_ALL | SHOW_DETAIL)); });
   if (!s.ok()) return s;
   if (msg == nullptr || msg->record_count == 0) {
@@ -191,7 +192,7 @@ Result<SlurmJob> SlurmClient::LoadJob(uint32_t job_id) const {
 
 Result<SlurmConfig> SlurmClient::LoadConfig() const {
   slurm_conf_t* conf = nullptr;
-  Status s = Call(retry_, "load the controller's configuration",
+  Status s = Call(retry_, &rpcs_, "load the controller's configuration",
                   [&] { return ErrnoOf(slurm_load_ctl_conf(static_cast<time_t>(0), &conf)); });
   if (!s.ok()) return s;
   SlurmConfig out;
@@ -207,7 +208,7 @@ Result<SlurmConfig> SlurmClient::LoadConfig() const {
 
 Result<std::map<std::string, std::string>> SlurmClient::NodeAddrs() const {
   node_info_msg_t* msg = nullptr;
-  Status s = Call(retry_, "load the node table", [&] { return ErrnoOf(slurm_load_node(0, &msg, SHOW_ALL)); });
+  Status s = Call(retry_, &rpcs_, "load the node table", [&] { return ErrnoOf(slurm_load_node(0, &msg, SHOW_ALL)); });
   if (!s.ok()) return s;
   std::map<std::string, std::string> out;
   for (uint32_t i = 0; i < msg->record_count; ++i) {
@@ -220,7 +221,7 @@ Result<std::map<std::string, std::string>> SlurmClient::NodeAddrs() const {
 }
 
 Status SlurmClient::Requeue(uint32_t job_id) const {
-  return Call(retry_, "requeue job " + std::to_string(job_id), [&] { return ErrnoOf(slurm_requeue(job_id, 0)); });
+  return Call(retry_, &rpcs_, "requeue job " + std::to_string(job_id), [&] { return ErrnoOf(slurm_requeue(job_id, 0)); });
 }
 
 Status SlurmClient::UpdateJob(uint32_t job_id, const SlurmJobUpdate& u) const {
@@ -232,7 +233,7 @@ Status SlurmClient::UpdateJob(uint32_t job_id, const SlurmJobUpdate& u) const {
   if (u.comment) d.comment = const_cast<char*>(comment.c_str());
   if (u.begin_now) d.begin_time = std::time(nullptr);
   if (u.release) d.priority = INFINITE;
-  return Call(retry_, "update job " + std::to_string(job_id), [&] { return ErrnoOf(slurm_update_job(&d)); });
+  return Call(retry_, &rpcs_, "update job " + std::to_string(job_id), [&] { return ErrnoOf(slurm_update_job(&d)); });
 }
 
 Status SlurmClient::SetNodeDrained(const std::string& node, bool drain, const std::string& reason) const {
@@ -245,12 +246,12 @@ Status SlurmClient::SetNodeDrained(const std::string& node, bool drain, const st
     m.reason = Mut(r);
     m.reason_uid = getuid();
   }
-  return Call(retry_, std::string(drain ? "drain" : "resume") + " node " + node,
+  return Call(retry_, &rpcs_, std::string(drain ? "drain" : "resume") + " node " + node,
               [&] { return ErrnoOf(slurm_update_node(&m)); });
 }
 
 Status SlurmClient::Signal(uint32_t job_id, int sig, bool batch_only) const {
-  return Call(retry_, "signal job " + std::to_string(job_id) + " with " + std::to_string(sig),
+  return Call(retry_, &rpcs_, "signal job " + std::to_string(job_id) + " with " + std::to_string(sig),
               [&] { return ErrnoOf(slurm_kill_job(job_id, static_cast<uint16_t>(sig), batch_only ? KILL_JOB_BATCH : 0)); });
 }
 
@@ -259,7 +260,7 @@ Result<std::string> SlurmClient::BatchScript(uint32_t job_id) const {
   size_t len = 0;
   FILE* out = open_memstream(&buf, &len);
   if (out == nullptr) return ErrnoError("open_memstream", errno);
-  Status s = Call(retry_, "read the batch script of job " + std::to_string(job_id), [&] {
+  Status s = Call(retry_, &rpcs_, "read the batch script of job " + std::to_string(job_id), [&] {
     std::rewind(out);
     return ErrnoOf(slurm_job_batch_script(out, job_id));
   });
@@ -306,7 +307,7 @@ Result<uint32_t> SlurmClient::Submit(const SlurmSubmission& j) const {
   d.user_id = getuid();
   d.group_id = getgid();
   submit_response_msg_t* resp = nullptr;
-  Status s = Call(retry_, "submit job " + j.name, [&] { return ErrnoOf(slurm_submit_batch_job(&d, &resp)); });
+  Status s = Call(retry_, &rpcs_, "submit job " + j.name, [&] { return ErrnoOf(slurm_submit_batch_job(&d, &resp)); });
   if (!s.ok()) return s;
   const uint32_t id = resp ? resp->job_id : 0;
   if (resp) slurm_free_submit_response_response_msg(resp);

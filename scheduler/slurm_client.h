@@ -33,7 +33,7 @@ struct SlurmJob {
   std::string state;        // base state: "PENDING", "RUNNING", "COMPLETED", "CANCELLED", "TIMEOUT", ...
   bool completing = false;  // JOB_COMPLETING: still cleaning up (epilogs)
   bool requeue_pending = false;  // JOB_REQUEUE / JOB_REQUEUE_HOLD: Slurm is putting it back in the queue
-  std::string reason;       // why pending or failed ("BeginTime", "launch_failed_requeued_held", "None", ...)
+  std::string reason;       // why pending or failed ("BeginTime", "launch_failed_requeued_held", "JobHeldAdmin", ...)
   int restart_count = 0;
   bool batch = false;       // a batch job (sbatch), the only kind Slurm can requeue
   bool requeue_allowed = false;  // submitted with --requeue (or the cluster's default)
@@ -120,9 +120,12 @@ class SlurmClient {
   Result<uint32_t> Submit(const SlurmSubmission& job) const;
 
   const RetryPolicy& retry() const { return retry_; }
+  // RPCs sent to slurmctld so far, each retry counted.
+  int rpcs() const { return rpcs_; }
 
  private:
   RetryPolicy retry_;
+  mutable int rpcs_ = 0;
 };
 
 // The one place where a Slurm error number becomes a Status: `what` we asked,

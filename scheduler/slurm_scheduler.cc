@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -84,38 +85,112 @@ Result<RequeuePath> ParseRequeuePath(const std::string& text) {
 }
 
 std::string FormatRequeueRequest(const RequeueRequest& r) {
-  std::string out = kRequeueRequestTag;
-  if (!r.exclude.empty()) out += " exclude=" + Join(r.exclude, ",");
+  std::string out = std::string(kRequeueRequestTag) + " job=" + std::to_string(r.job_id) +
+                    " uid=" + std::to_string(r.uid) + " restart=" + std::to_string(r.restart);
   if (!r.run_id.empty()) out += " run=" + r.run_id;
+  if (!r.exclude.empty()) out += " exclude=" + Join(r.exclude, ",");
   return out;
 }
 
-std::optional<RequeueRequest> ParseRequeueRequest(const std::string& comment) {
+namespace {
+
+// The comment's last ';'-separated part without surrounding spaces, and where it starts.
+std::string LastCommentPart(const std::string& comment, size_t* start = nullptr) {
   const size_t semi = comment.rfind(';');
-  std::string part = semi == std::string::npos ? comment : comment.substr(semi + 1);
-  while (!part.empty() && part.front() == ' ') part.erase(part.begin());
-  if (part.rfind(kRequeueRequestTag, 0) != 0) return std::nullopt;
+  const size_t from = semi == std::string::npos ? 0 : semi + 1;
+  if (start != nullptr) *start = semi == std::string::npos ? 0 : semi;
+  std::string part = comment.substr(from);
+  const size_t b = part.find_first_not_of(" \t");
+  const size_t e = part.find_last_not_of(" \t");
+  return b == std::string::npos ? std::string() : part.substr(b, e - b + 1);
+}
+
+bool IsTagged(const std::string& part) {
+  const std::string tag = kRequeueRequestTag;
+  return part.rfind(tag, 0) == 0 && (part.size() == tag.size() || part[tag.size()] == ' ' || part[tag.size()] == '\t');
+}
+
+// A decimal number of at most 10 digits, no sign, that fits `max`.
+bool ParseCount(const std::string& text, uint64_t max, uint64_t* out) {
+  if (text.empty() || text.size() > 10) return false;
+  uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (v > max) return false;
+  *out = v;
+  return true;
+}
+
+// Node names and run ids: letters, digits, '.', '_', '-' (and ':' in run ids), 1..128 characters.
+bool IsName(const std::string& text, bool allow_colon) {
+  if (text.empty() || text.size() > 128) return false;
+  return std::all_of(text.begin(), text.end(), [&](unsigned char c) {
+    return std::isalnum(c) != 0 || c == '.' || c == '_' || c == '-' || (allow_colon && c == ':');
+  });
+}
+
+}  // namespace
+
+Result<std::optional<RequeueRequest>> ReadRequeueRequest(const std::string& comment) {
+  const std::string part = LastCommentPart(comment);
+  if (!IsTagged(part)) return std::optional<RequeueRequest>();
+  auto bad = [](const std::string& why) { return InvalidArgumentError("malformed requeue request: " + why); };
+  if (part.size() > kMaxRequeueRequestBytes) {
+    return bad(std::to_string(part.size()) + " bytes, more than " + std::to_string(kMaxRequeueRequestBytes));
+  }
   std::istringstream in(part.substr(std::string(kRequeueRequestTag).size()));
   RequeueRequest r;
+  std::set<std::string> seen;
   std::string word;
   while (in >> word) {
-    if (word.rfind("exclude=", 0) == 0) {
-      std::stringstream hosts(word.substr(8));
+    const size_t eq = word.find('=');
+    const std::string key = word.substr(0, eq), value = eq == std::string::npos ? "" : word.substr(eq + 1);
+    if (eq == std::string::npos || (key != "job" && key != "uid" && key != "restart" && key != "run" && key != "exclude")) {
+      return bad("'" + word.substr(0, 40) + "' is not one of job=, uid=, restart=, run=, exclude=");
+    }
+    if (!seen.insert(key).second) return bad(key + "= given twice");
+    uint64_t n = 0;
+    if (key == "job") {
+      if (!ParseCount(value, 0xfffffffeu, &n) || n == 0) return bad("job='" + value.substr(0, 40) + "' is not a job id");
+      r.job_id = static_cast<uint32_t>(n);
+    } else if (key == "uid") {
+      if (!ParseCount(value, 0xfffffffeu, &n)) return bad("uid='" + value.substr(0, 40) + "' is not a uid");
+      r.uid = static_cast<uint32_t>(n);
+    } else if (key == "restart") {
+      if (!ParseCount(value, 0xffff, &n)) return bad("restart='" + value.substr(0, 40) + "' is not a restart count");
+      r.restart = static_cast<int>(n);
+    } else if (key == "run") {
+      if (!IsName(value, true)) return bad("run='" + value.substr(0, 40) + "' is not a run id");
+      r.run_id = value;
+    } else {
+      std::stringstream hosts(value);
       std::string h;
       while (std::getline(hosts, h, ',')) {
-        if (!h.empty()) r.exclude.push_back(h);
+        if (!IsName(h, false)) return bad("exclude= holds '" + h.substr(0, 40) + "', not a node name");
+        if (std::find(r.exclude.begin(), r.exclude.end(), h) == r.exclude.end()) r.exclude.push_back(h);
       }
-    } else if (word.rfind("run=", 0) == 0) {
-      r.run_id = word.substr(4);
+      if (r.exclude.empty() || value.back() == ',') return bad("exclude='" + value.substr(0, 40) + "' names no node");
+      if (r.exclude.size() > kMaxRequeueExcludedHosts) {
+        return bad(std::to_string(r.exclude.size()) + " nodes to exclude, more than " +
+                   std::to_string(kMaxRequeueExcludedHosts));
+      }
     }
   }
-  return r;
+  for (const char* key : {"job", "uid", "restart"}) {
+    if (seen.count(key) == 0) {
+      return bad(std::string("no ") + key + "= (every request names its job, owner and attempt; written by hand, "
+                 "or by a holdfastd older than this epilog?)");
+    }
+  }
+  return std::optional<RequeueRequest>(r);
 }
 
 std::string StripRequeueRequest(const std::string& comment) {
-  if (!ParseRequeueRequest(comment)) return comment;
-  const size_t semi = comment.rfind(';');
-  return semi == std::string::npos ? std::string() : comment.substr(0, semi);
+  size_t start = 0;
+  if (!IsTagged(LastCommentPart(comment, &start))) return comment;
+  return comment.substr(0, start);
 }
 
 std::vector<std::string> ResubmitEnvironment(char** env) {
@@ -286,7 +361,11 @@ Status SlurmScheduler::RequeueByEpilog(const SlurmJob& job, const std::string& r
     return FailedPreconditionError("job " + std::to_string(job_id_) +
                                    " is not a batch job (salloc/srun), which Slurm cannot requeue: submit it with sbatch");
   }
+  // Bound to this job, its owner and this attempt: the epilog acts on nothing else.
   RequeueRequest req;
+  req.job_id = job_id_;
+  req.uid = job.user_id;
+  req.restart = job.restart_count;
   req.exclude = exclude;
   req.run_id = run_id;
   const std::string base = StripRequeueRequest(job.comment);
@@ -414,7 +493,8 @@ Status SaveSubmission(const std::string& path, const SlurmSubmission& j) {
                       {"time_limit_min", j.time_limit_min}, {"requeue", j.requeue},
                       {"warn_signal", j.warn_signal}, {"warn_time_s", j.warn_time_s},
                       {"warn_batch_only", j.warn_batch_only}};
-  return WriteFileAtomically(path, o.dump(1) + '\n');
+  // The submitter's environment (tokens and all): owner-only (docs/cli.md, "Secrets").
+  return WriteFileAtomically(path, o.dump(1) + '\n', 0600);
 }
 
 Result<SlurmSubmission> LoadSubmission(const std::string& path) {

@@ -21,7 +21,8 @@
 // (exc_nodes changes only on a pending job; a requeue from inside kills the
 // caller first), and Slurm holds a requeued job back ~120 s (BeginTime). So:
 //   epilog     the daemon writes its request into the job's comment
-//              ("holdfast-requeue exclude=n2 run=R") and calls slurm_requeue;
+//              ("holdfast-requeue job=J uid=U restart=K run=R exclude=n2":
+//              this job, its owner, this attempt) and calls slurm_requeue;
 //              `holdfast-slurmctld-epilog` (EpilogSlurmctld= on the controller,
 //              scheduler/slurmctld_epilog.h) finishes it once the job is
 //              pending: excluded nodes, no BeginTime hold. Same job id,
@@ -41,8 +42,10 @@
 // backoff for up to `rpc_deadline_s`.
 #pragma once
 
+#include <cstddef>
 #include <ctime>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,17 +60,32 @@ const char* RequeuePathName(RequeuePath p);  // "auto", "epilog", "resubmit"
 Result<RequeuePath> ParseRequeuePath(const std::string& text);
 
 // The comment tag of a requeue request (written by the daemon, read by the
-// slurmctld epilog).
+// slurmctld epilog, scheduler/slurmctld_epilog.h).
 inline constexpr const char* kRequeueRequestTag = "holdfast-requeue";
+// A request longer than this is refused whole (a comment is the owner's to fill).
+inline constexpr size_t kMaxRequeueRequestBytes = 1024;
+inline constexpr size_t kMaxRequeueExcludedHosts = 64;
+// What the daemon asks the epilog to finish, bound to the job it was written
+// for: its id, its owner's uid and the restart count of the attempt that asked.
+// The epilog acts only on a request whose three match the job it runs for.
 struct RequeueRequest {
-  std::vector<std::string> exclude;  // node names
+  uint32_t job_id = 0;
+  uint32_t uid = 0;
+  int restart = 0;  // SLURM_RESTART_COUNT of the attempt that wrote it
   std::string run_id;
+  std::vector<std::string> exclude;  // node names
 };
-std::string FormatRequeueRequest(const RequeueRequest& r);  // "holdfast-requeue exclude=n2,n3 run=R"
-// nullopt when `comment` carries no request; the request is the comment's last
-// ';'-separated part (a user's own comment stays in front).
-std::optional<RequeueRequest> ParseRequeueRequest(const std::string& comment);
-// `comment` without the request (what the epilog writes back).
+// "holdfast-requeue job=42 uid=1000 restart=0 run=R exclude=n2,n3"
+std::string FormatRequeueRequest(const RequeueRequest& r);
+// The request `comment` carries: nullopt when it carries none (its last
+// ';'-separated part, where the daemon puts it after the user's own comment,
+// does not begin with the tag); kInvalidArgument saying what is wrong when the
+// part is malformed: an unknown or repeated key, a missing job/uid/restart, a
+// value that is not a number or a name, more than kMaxRequeueExcludedHosts
+// hosts, more than kMaxRequeueRequestBytes bytes.
+Result<std::optional<RequeueRequest>> ReadRequeueRequest(const std::string& comment);
+// `comment` without a tagged last part, well-formed or not (what the epilog
+// writes back once it acted on it, and what the daemon replaces).
 std::string StripRequeueRequest(const std::string& comment);
 
 struct SlurmSchedulerOptions {

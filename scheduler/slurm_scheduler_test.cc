@@ -28,26 +28,79 @@ TEST(SlurmHostlist, ExpandsRangesAndCompressesBack) {
 
 TEST(RequeueRequest, RoundTripsThroughAJobComment) {
   RequeueRequest r;
+  r.job_id = 42;
+  r.uid = 1000;
+  r.restart = 3;
   r.exclude = {"n2", "n5"};
   r.run_id = "r-20261130-ab12";
   const std::string text = FormatRequeueRequest(r);
-  EXPECT_EQ(text, "holdfast-requeue exclude=n2,n5 run=r-20261130-ab12");
-  auto back = ParseRequeueRequest("my own note; " + text);
-  ASSERT_TRUE(back.has_value());
-  EXPECT_EQ(back->exclude, r.exclude);
-  EXPECT_EQ(back->run_id, r.run_id);
+  EXPECT_EQ(text, "holdfast-requeue job=42 uid=1000 restart=3 run=r-20261130-ab12 exclude=n2,n5");
+  auto back = ReadRequeueRequest("my own note; " + text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_TRUE(back->has_value());
+  EXPECT_EQ((*back)->job_id, 42u);
+  EXPECT_EQ((*back)->uid, 1000u);
+  EXPECT_EQ((*back)->restart, 3);
+  EXPECT_EQ((*back)->exclude, r.exclude);
+  EXPECT_EQ((*back)->run_id, r.run_id);
   EXPECT_EQ(StripRequeueRequest("my own note; " + text), "my own note");
   EXPECT_EQ(StripRequeueRequest(text), "");
 }
 
 TEST(RequeueRequest, AUserCommentIsNotARequest) {
-  EXPECT_FALSE(ParseRequeueRequest("").has_value());
-  EXPECT_FALSE(ParseRequeueRequest("lr sweep 3").has_value());
-  EXPECT_FALSE(ParseRequeueRequest("holdfast-requeue exclude=n2; later note").has_value());
-  EXPECT_EQ(StripRequeueRequest("lr sweep 3"), "lr sweep 3");
-  auto bare = ParseRequeueRequest("holdfast-requeue");
-  ASSERT_TRUE(bare.has_value());
-  EXPECT_TRUE(bare->exclude.empty());
+  for (const char* comment : {"", "lr sweep 3", "holdfast-requeue job=1 uid=0 restart=0; later note",
+                              "holdfast-requeuex job=1", "see holdfast-requeue job=1 uid=0 restart=0"}) {
+    auto r = ReadRequeueRequest(comment);
+    ASSERT_TRUE(r.ok()) << comment << ": " << r.status().ToString();
+    EXPECT_FALSE(r->has_value()) << comment;
+    EXPECT_EQ(StripRequeueRequest(comment), comment);
+  }
+}
+
+// Whatever the owner writes after the tag is read strictly: anything but the
+// daemon's own form is refused with what is wrong, never half-read.
+TEST(RequeueRequest, AMalformedOrOversizedRequestIsRefusedSayingWhy) {
+  const std::string ok = "holdfast-requeue job=7 uid=1000 restart=0";
+  const std::string many_hosts = [] {
+    std::string h;
+    for (int i = 0; i < 65; ++i) h += (h.empty() ? "" : ",") + std::string("n") + std::to_string(i);
+    return h;
+  }();
+  const std::pair<std::string, std::string> cases[] = {
+      {"holdfast-requeue", "no job="},
+      {"holdfast-requeue exclude=n2 run=R", "no job="},  // an older daemon's form: unbound
+      {"holdfast-requeue job=7 restart=0", "no uid="},
+      {"holdfast-requeue job=7 uid=1000", "no restart="},
+      {ok + " job=8", "job= given twice"},
+      {ok + " priority=1", "'priority=1' is not one of"},
+      {ok + " release", "'release' is not one of"},
+      {"holdfast-requeue job=-7 uid=1000 restart=0", "is not a job id"},
+      {"holdfast-requeue job=0 uid=1000 restart=0", "is not a job id"},
+      {"holdfast-requeue job=99999999999 uid=1000 restart=0", "is not a job id"},
+      {"holdfast-requeue job=7 uid=root restart=0", "is not a uid"},
+      {"holdfast-requeue job=7 uid=1000 restart=1x", "is not a restart count"},
+      {ok + " exclude=n2,,n3", "not a node name"},
+      {ok + " exclude=", "names no node"},
+      {ok + " exclude=n2,$(reboot)", "not a node name"},
+      {ok + " run=a;b", ""},  // ';' ends the request: "b" is a user's part, no request
+      {ok + " run=r/../x", "is not a run id"},
+      {ok + " exclude=" + many_hosts, "more than 64"},
+      {ok + " run=" + std::string(1100, 'r'), "more than 1024"},
+  };
+  for (const auto& [comment, why] : cases) {
+    auto r = ReadRequeueRequest("note; " + comment);
+    if (why.empty()) {
+      ASSERT_TRUE(r.ok()) << comment;
+      EXPECT_FALSE(r->has_value()) << comment;
+      continue;
+    }
+    ASSERT_FALSE(r.ok()) << comment << " was read as a request";
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << comment << ": " << r.status().message();
+    EXPECT_NE(r.status().message().find("malformed requeue request"), std::string::npos) << r.status().message();
+    EXPECT_LT(r.status().message().size(), 300u) << "an oversized request is not echoed back whole";
+    // The daemon replaces whatever tagged part is there with its own.
+    EXPECT_EQ(StripRequeueRequest("note; " + comment), "note") << comment;
+  }
 }
 
 TEST(ScriptWarnSignal, ReadsTheSbatchSignalLine) {

@@ -45,6 +45,9 @@ TSAN_SUITES=(
   # recorder's writer, the run controller, metrics, and holdfastd itself with stand-in ranks.
   control_protocol_test cluster_protocol_test rank_process_test run_lock_test run_controller_test
   run_recorder_test metrics_test daemon_metrics_test
+  # control over TCP: the server on its own loop thread against client calls (one forked as
+  # another user), each checked with a private munged.
+  control_tcp_test
   # roles: holdfastd with role processes beside the stand-in ranks ([[roles]]: one reaper for
   # ranks and roles, restarts, SIGKILL of a hung one, TERM/KILL at the end of the run).
   daemon_roles_test

@@ -8,6 +8,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 PKGS=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates
+  dpkg-dev file help2man
   libtorch-dev libopenblas0-openmp libgloo-dev
   libboost-dev libspdlog-dev libfmt-dev libsqlite3-dev sqlite3
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
@@ -15,7 +16,9 @@ PKGS=(
   googletest libgtest-dev libgmock-dev
   python3 python3-torch python3-numpy
   clang libclang-rt-14-dev
-  slurm-wlm slurmctld slurmd munge libslurm-dev iproute2
+  slurm-wlm slurmctld slurmd munge libmunge-dev libslurm-dev iproute2
+  libssl-dev
+  elfutils
 )
 
 missing=()

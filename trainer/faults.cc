@@ -46,7 +46,9 @@ Result<Fault> ParseFault(const std::string& text, const std::string& out_dir) {
     return bad("expected KIND@RANK:STEP, e.g. hang@1:12 (slow also takes :xF, e.g. slow@2:10:x4)");
   }
   f.kind = text.substr(0, at);
-  if (f.kind != "hang" && f.kind != "crash" && f.kind != "slow") return bad("KIND must be hang, crash or slow");
+  if (f.kind != "hang" && f.kind != "crash" && f.kind != "slow" && f.kind != "exit") {
+    return bad("KIND must be hang, crash, exit or slow");
+  }
   int64_t rank = 0;
   if (!ParseInt(text.substr(at + 1, colon - at - 1), 0, 1 << 20, &rank)) return bad("RANK must be a rank number");
   f.rank = static_cast<int>(rank);
@@ -124,6 +126,10 @@ void FireHangOrCrash(const Fault& f, int rank, int64_t next_step) {
   if (f.kind == "slow") return;
   spdlog::warn("FAULT INJECTED: {} on rank {} at step {}", f.kind, rank, next_step);
   if (f.kind == "crash") std::abort();
+  if (f.kind == "exit") {  // the job's own failure: exit 1, as a Python job's uncaught exception does
+    spdlog::default_logger()->flush();
+    std::_Exit(1);
+  }
   // A hang in compute: busy, never entering the next collective.
   volatile double x = 1.0;
   for (;;) x = x * 1.0000001 + 1e-9;
@@ -177,7 +183,8 @@ class InjectedFaults final : public FaultHook {
   }
 
   void BeforeStep(int64_t next_step) override {
-    if (fault_ && fault_->kind != "slow" && fault_->rank == rank_ && fault_->step == next_step && ClaimFault(*fault_)) {
+    if (fault_ && fault_->kind != "slow" && fault_->rank == rank_ && fault_->step == next_step &&
+        (fault_->kind == "exit" || ClaimFault(*fault_))) {  // exit: every time (the job fails there wherever it runs)
       FireHangOrCrash(*fault_, rank_, next_step);
     }
     if (slow_here_ && !slow_claimed_ && next_step >= fault_->step) {

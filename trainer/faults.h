@@ -8,6 +8,8 @@
 //   rank 2 a straggler from step 10 on for the rest of that process's life
 //   (4x its compute time; "slow@2:10:x3": 3x). It fires once per run: a marker
 //   file in output.dir records that it fired, so a restarted generation runs clean.
+//   "exit@0:7" is the job's own failure: rank 0 exits 1 at step 7 every time it
+//   gets there, in every generation and on every host (no marker).
 // - --drill-dir DIR, while the run goes on: before each step rank R looks for
 //   DIR/rank-R (one stat), takes it (renames it to DIR/rank-R.taken-STEP, so
 //   it fires once) and does what it says: "hang", "crash", or "slow xF N"

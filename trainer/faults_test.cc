@@ -23,6 +23,12 @@ TEST(FaultsTest, InjectFaultReadsKindRankStepAndFactor) {
   EXPECT_NE(ParseFault("hang@1:12:x3", "").status().message().find("only slow takes a factor"), std::string::npos);
   EXPECT_NE(ParseFault("boom@1:12", "").status().message().find("KIND must be"), std::string::npos);
   EXPECT_NE(ParseFault("hang@1:0", "").status().message().find("STEP must be"), std::string::npos);
+  // The job's own failure: exit 1 at a step.
+  auto e = ParseFault("exit@1:8", "/out");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->kind, "exit");
+  EXPECT_EQ(e->step, 8);
+  EXPECT_NE(ParseFault("exit@1:8:x2", "").status().message().find("only slow takes a factor"), std::string::npos);
 }
 
 TEST(FaultsTest, DrillTextsAndWhatIsWrongWithBadOnes) {

@@ -6,12 +6,16 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
+#include "common/peer_auth.h"
 #include "common/tcp_store.h"
 #include "trainer/exit_codes.h"
 
@@ -36,10 +40,42 @@ std::string Describe(int wstatus) {
   return "ended";
 }
 
+// The store's key for this launch, in a private folder of its own (0700,
+// removed with it): ranks read it from HOLDFAST_STORE_KEY_FILE.
+class LaunchKey {
+ public:
+  Status Create() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/holdfast-train-key.XXXXXX";
+    if (::mkdtemp(templ.data()) == nullptr) return ErrnoError("create a folder for the store's key in " + templ, errno);
+    dir_ = templ;
+    Result<RunKey> key = EnsureRunKey(RunKeyPath(dir_));
+    if (!key.ok()) return key.status();
+    key_ = std::move(key).value();
+    return Status::Ok();
+  }
+  ~LaunchKey() {
+    if (dir_.empty()) return;
+    ::unlink(path().c_str());
+    ::rmdir(dir_.c_str());
+  }
+  std::string path() const { return RunKeyPath(dir_); }
+  const RunKey& key() const { return *key_; }
+
+ private:
+  std::string dir_;
+  std::optional<RunKey> key_;
+};
+
 }  // namespace
 
 int RunLocalRanks(const std::vector<std::string>& argv, const LaunchOptions& options) {
-  auto server = StartTcpStoreServer(options.host, 0);
+  LaunchKey key;
+  if (Status s = key.Create(); !s.ok()) {
+    spdlog::error("cannot make the rendezvous store's key: {}", s.ToString());
+    return 1;
+  }
+  auto server = StartTcpStoreServer(options.host, 0, key.key());
   if (!server.ok()) {
     spdlog::error("cannot start the rendezvous store: {}", server.status().ToString());
     return 1;
@@ -67,6 +103,7 @@ int RunLocalRanks(const std::vector<std::string>& argv, const LaunchOptions& opt
     env_strings.push_back(std::string(kEnvLocalRank) + "=" + std::to_string(r));
     env_strings.push_back(std::string(kEnvWorldSize) + "=" + std::to_string(options.nproc));
     env_strings.push_back(std::string(kEnvStoreAddr) + "=" + store_addr);
+    env_strings.push_back(std::string(kEnvStoreKeyFile) + "=" + key.path());
     env_strings.push_back(std::string(kEnvGeneration) + "=0");
     std::vector<char*> cenv;
     for (auto& s : env_strings) cenv.push_back(s.data());

@@ -1,8 +1,9 @@
 // LocalLauncher: runs N ranks of a command on this machine without the daemon.
 //
 // Hosts the rendezvous store, starts each rank as a child process with
-// HOLDFAST_RANK, HOLDFAST_LOCAL_RANK, HOLDFAST_WORLD_SIZE, HOLDFAST_STORE_ADDR
-// and HOLDFAST_GENERATION set, forwards SIGINT/SIGTERM, and when one rank
+// HOLDFAST_RANK, HOLDFAST_LOCAL_RANK, HOLDFAST_WORLD_SIZE, HOLDFAST_STORE_ADDR,
+// HOLDFAST_STORE_KEY_FILE (the store's key, in a private temporary folder
+// removed at the end) and HOLDFAST_GENERATION set, forwards SIGINT/SIGTERM, and when one rank
 // fails stops the others (TERM, grace, KILL). It is what `holdfast-train
 // --nproc N` uses; the supervisor daemon replaces it for supervised runs.
 // Single-threaded; call from main.

@@ -36,6 +36,7 @@
 #include "trainer/comm/communicator.h"
 #include "trainer/config.h"
 #include "trainer/exit_codes.h"
+#include "trainer/program_info.h"
 #include "trainer/faults.h"
 #include "trainer/local_launcher.h"
 #include "trainer/progress_sink.h"
@@ -85,8 +86,9 @@ Result<std::shared_ptr<Store>> ConnectRunStore(const TrainerConfig& cfg) {
                                 " is not set: start ranks through holdfast-train --nproc N or holdfastd");
   }
   HF_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(addr));
+  HF_ASSIGN_OR_RETURN(RunKey key, StoreKeyFromEnvironment());
   HF_ASSIGN_OR_RETURN(std::shared_ptr<Store> store,
-                      ConnectTcpStore(hp.host, hp.port, std::chrono::seconds(cfg.dist.timeout_s)));
+                      ConnectTcpStore(hp.host, hp.port, key, std::chrono::seconds(cfg.dist.timeout_s)));
   return std::shared_ptr<Store>(
       std::make_shared<PrefixStore>(GenerationPrefix(EnvInt(kEnvGeneration, 0)), std::move(store)));
 }
@@ -287,8 +289,10 @@ StageExit OpenRun(const Flags& flags, const TrainerConfig& cfg, RankRun* run) {
   run->rank = EnvInt(kEnvRank, 0);
   run->world = EnvInt(kEnvWorldSize, 1);
   run->main_rank = run->rank == 0;
-  spdlog::set_pattern(run->world > 1 ? "[%H:%M:%S.%e] [%^%l%$] [rank " + std::to_string(run->rank) + "] %v"
-                                     : "[%H:%M:%S.%e] [%^%l%$] %v");
+  // UTC with the date, like lineage and holdfastd (common/program_cli.h).
+  spdlog::set_pattern(std::string(kUtcLogTime) +
+                          (run->world > 1 ? " [%^%l%$] [rank " + std::to_string(run->rank) + "] %v" : " [%^%l%$] %v"),
+                      spdlog::pattern_time_type::utc);
   ConfigureTorchRuntime(cfg.train.threads);
   InstallSignalHandlers();
 
@@ -608,23 +612,26 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--resume", flags.resume, "auto: continue from the newest checkpoint that verifies; never: start over")
       ->check(CLI::IsMember({"auto", "never"}));
-  app.add_option("--resume-from-step", flags.resume_from_step, "continue from the checkpoint of step N")
+  app.add_option("--from-step", flags.resume_from_step, "continue from the checkpoint of step N (as holdfastd's)")
       ->check(CLI::NonNegativeNumber);
+  // The old spelling, hidden (docs/cli.md: one flag name per concept across the programs).
+  app.add_option("--resume-from-step", flags.resume_from_step)->check(CLI::NonNegativeNumber)->group("");
   app.add_option("--inject-fault", flags.inject_fault,
-                 "test/drill only: KIND@RANK:STEP with KIND hang, crash or slow (slow@RANK:STEP:xF computes F "
-                 "times as long from STEP on, default x4); fires once per output.dir");
+                 "test/drill only: KIND@RANK:STEP with KIND hang, crash, exit or slow (slow@RANK:STEP:xF computes F "
+                 "times as long from STEP on, default x4); fires once per output.dir, except exit (exit 1 "
+                 "every time the rank reaches STEP)");
   app.add_option("--drill-dir", flags.drill_dir,
                  "test/drill only: before each step, rank R takes DIR/rank-R if present and does what it says: "
                  "hang, crash, or 'slow xF N' (F times the compute for N steps)")
       ->envname("HOLDFAST_DRILL_DIR");
   app.add_flag("--strict-determinism", flags.strict_determinism,
                "refuse to resume when threads, BLAS, world size or LibTorch differ from the checkpoint");
+  AddProgramConventions(app, "holdfast-train", TrainerBuiltAgainst(), TrainerExitCodesHelp());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // CLI11's message and "Run with --help for more information."; its own
-    // exit codes (105, 106, 109, ...) become the documented kExitUsage.
-    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+    // --help/--version exit 0; anything else is named (the closest flag) and exits kExitUsage.
+    return HandleParseError(app, e, "holdfast-train", argc, argv, kExitUsage);
   }
   if (!flags.inject_fault.empty()) {
     if (auto f = ParseFault(flags.inject_fault, ""); !f.ok()) {
@@ -641,7 +648,7 @@ int main(int argc, char** argv) {
     flags.resume_from_step = std::atoll(env);  // set by holdfastd for `runctl resume --from-step`
   }
   if (flags.resume_from_step >= 0 && cfg->checkpoint.dir.empty()) {
-    std::fprintf(stderr, "error: --resume-from-step needs checkpoint.dir (--set checkpoint.dir=DIR)\n");
+    std::fprintf(stderr, "error: --from-step needs checkpoint.dir (--set checkpoint.dir=DIR)\n");
     return kExitUsage;
   }
   if (flags.nproc > 1 && std::getenv(kEnvRank) == nullptr) {

@@ -37,6 +37,7 @@
 #include "trainer/progress_sink.h"
 #include "trainer/config.h"
 #include "trainer/exit_codes.h"
+#include "trainer/program_info.h"
 #include "trainer/model.h"
 #include "trainer/rl/exchange.h"
 #include "trainer/rl/policy.h"
@@ -271,11 +272,13 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--workers", count, "how many workers share the prompts (default: HOLDFAST_ROLE_COUNT, else 1)")
       ->check(CLI::PositiveNumber);
+  AddProgramConventions(app, "holdfast-rollout", TrainerBuiltAgainst(), TrainerExitCodesHelp());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+    return HandleParseError(app, e, "holdfast-rollout", argc, argv, kExitUsage);
   }
+  UseUtcLogPattern("holdfast-rollout " + std::to_string(index));  // UTC with the date (common/program_cli.h)
   if (index >= count) {
     std::fprintf(stderr, "holdfast-rollout: --worker %d must be below --workers %d\n", index, count);
     return kExitUsage;

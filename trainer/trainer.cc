@@ -829,7 +829,7 @@ struct StateSlice {
 };
 
 constexpr const char* kWhatToDo =
-    "; the checkpoint cannot be assembled: resume from another one (an earlier step, --resume-from-step) or "
+    "; the checkpoint cannot be assembled: resume from another one (an earlier step, --from-step) or "
     "move this step folder away";
 
 Result<nlohmann::json> ParseMeta(const SavedShard& shard) {

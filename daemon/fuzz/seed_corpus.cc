@@ -366,7 +366,8 @@ void ClusterSeeds(const std::vector<ProgressSnapshot>& records, const fs::path& 
   }
   auto put = [&](const char* name, const ClusterMessage& m) { WriteFile(dir / name, EncodeClusterMessage(m, now)); };
   put("hello.json", HelloMsg{kClusterProtocolVersion, 1, "gpu-b02", 2, 777,
-                              "{\"status\":\"pass\",\"decision\":{\"action\":\"none\",\"reason\":\"\"},\"results\":[]}"});
+                              "{\"status\":\"pass\",\"decision\":{\"action\":\"none\",\"reason\":\"\"},\"results\":[]}",
+                              std::string(32, '\x11'), std::string(32, '\x22')});
   put("progress.json", ProgressMsg{3, views});
   put("rank_exit.json", RankExitMsg{3, 3, 9, "", {"step 120 loss 2.31", "Killed"}, views});
   put("health.json", HealthMsg{3, "{\"status\":\"fail\",\"decision\":{\"action\":\"drain\",\"reason\":\"ib.port_state\"}}"});
@@ -377,6 +378,8 @@ void ClusterSeeds(const std::vector<ProgressSnapshot>& records, const fs::path& 
   put("signal.json", SignalMsg{3, 10});
   put("kill.json", KillMsg{3, {3}});
   put("finish.json", FinishMsg{0, "finished"});
+  put("challenge.json", ChallengeMsg{std::string(32, '\x33')});
+  put("welcome.json", WelcomeMsg{std::string(32, '\x44')});
 }
 
 // ---- configs: the example files ----

@@ -25,6 +25,17 @@ holdfast.instrument_torch_distributed — so a rank stuck outside a collective
 its peers wait in is named, with the collective. --no-progress runs without
 the module: holdfastd still restarts crashes, and says progress is unknown.
 
+The signal contract (docs/job-contract.md) through the module, no signal code
+here: holdfast.install_signal_handlers(); every step every rank asks
+holdfast.should_checkpoint() (`runctl checkpoint`) and holdfast.should_stop()
+(`runctl stop`, a preemption or time-limit warning), agreed across ranks, so
+all ranks save at the same step; rank 0 reports each commit with its path
+(holdfast.checkpoint_committed(step, path): lineage records it and its size);
+after a stop's checkpoint the job exits 75 (holdfast.EXIT_STOPPED). It resumes
+from holdfast.resume_step() when the supervisor names one (`runctl resume
+--from-step N`), else from its newest checkpoint. Extra checkpoints change
+nothing in the training: the final parameters stay bit-identical.
+
 Writes one JSON line per step to OUT/metrics-rank<r>.jsonl and the final loss
 to OUT/final.json (rank 0).
 """
@@ -35,11 +46,19 @@ import os
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel as DDP
+# The progress module first (standard library only, quick): its handlers are in
+# place before the slow torch import, so a `runctl checkpoint` that arrives
+# while the job starts is counted instead of killing it (SIGUSR2's default).
+holdfast = None
+if "--no-progress" not in sys.argv[1:]:
+    import holdfast  # common/python; holdfastd's job.toml puts it on PYTHONPATH
+    holdfast.install_signal_handlers()
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 
 def parse_args():
@@ -83,6 +102,10 @@ def batch_for(tokens, step, rank, args):
     return window[:, :-1], window[:, -1]
 
 
+def checkpoint_path(out, step):
+    return os.path.join(out, f"ckpt-{step:08d}.pt")
+
+
 def newest_checkpoint(out):
     best = None
     for name in os.listdir(out):
@@ -93,7 +116,7 @@ def newest_checkpoint(out):
 
 
 def save_checkpoint(out, step, model, opt):
-    path = os.path.join(out, f"ckpt-{step:08d}.pt")
+    path = checkpoint_path(out, step)
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         torch.save({"step": step, "model": model.state_dict(), "optim": opt.state_dict()}, f)
@@ -105,13 +128,11 @@ def save_checkpoint(out, step, model, opt):
         os.fsync(dfd)
     finally:
         os.close(dfd)
+    return path
 
 
 def main():
     args = parse_args()
-    holdfast = None
-    if not args.no_progress:
-        import holdfast  # noqa: F811  (common/python; holdfastd's job.toml puts it on PYTHONPATH)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -130,15 +151,21 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
 
     start = 0
-    resume = newest_checkpoint(args.out)
+    resume = holdfast.resume_step() if holdfast is not None else None  # runctl resume --from-step N
+    if resume is not None and not os.path.exists(checkpoint_path(args.out, resume)):
+        print(f"rank {rank}: asked to resume from step {resume}, but {checkpoint_path(args.out, resume)} "
+              "does not exist", file=sys.stderr, flush=True)
+        return 1
+    if resume is None:
+        resume = newest_checkpoint(args.out)
     if resume is not None:
-        state = torch.load(os.path.join(args.out, f"ckpt-{resume:08d}.pt"))
+        state = torch.load(checkpoint_path(args.out, resume))
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optim"])
         start = state["step"]
         print(f"rank {rank}: resumed from the checkpoint of step {start}", flush=True)
     if holdfast is not None and resume is not None:
-        holdfast.checkpoint_committed(start)
+        holdfast.checkpoint_committed(start, checkpoint_path(args.out, start) if rank == 0 else None)
 
     metrics = open(os.path.join(args.out, f"metrics-rank{rank}.jsonl"), "a")
     loss_value = float("nan")
@@ -161,20 +188,30 @@ def main():
         dist.all_reduce(mean)  # the step's mean loss over ranks
         loss_value = mean.item() / world
         done = step + 1
-        if done % args.checkpoint_every == 0 or done == args.steps:
+        # Asked on every rank every step; one small all_reduce answers both, the same on every rank.
+        asked = holdfast is not None and holdfast.should_checkpoint()
+        stop = holdfast is not None and holdfast.should_stop() and done < args.steps
+        if done % args.checkpoint_every == 0 or done == args.steps or asked or stop:
             if holdfast is not None:
                 holdfast.set_phase("checkpoint")
-            if rank == 0:
-                save_checkpoint(args.out, done, model, opt)
+            path = save_checkpoint(args.out, done, model, opt) if rank == 0 else None
             dist.barrier()  # every rank resumes from the same checkpoint
             if holdfast is not None:
-                holdfast.checkpoint_committed(done)
+                holdfast.checkpoint_committed(done, path)
         if holdfast is not None:
             holdfast.step(done)
         metrics.write(json.dumps({"step": done, "loss": loss_value, "step_ms": (time.monotonic() - t0) * 1e3}) + "\n")
         metrics.flush()
-    if rank == 0:
-        with open(os.path.join(args.out, "final.json"), "w") as f:
+        if stop:
+            print(f"rank {rank}: stopped after committing step {done} ({holdfast.stop_signal() or 'a peer'})",
+                  flush=True)
+            dist.destroy_process_group()
+            return holdfast.EXIT_STOPPED
+    final = os.path.join(args.out, "final.json")
+    # A generation restarted after the last step (a rank that was slow to exit,
+    # say) trains nothing: it keeps the final.json of the one that did.
+    if rank == 0 and (start < args.steps or not os.path.exists(final)):
+        with open(final, "w") as f:
             json.dump({"step": args.steps, "loss": loss_value,
                        "params_sum": float(sum(p.double().sum() for p in model.parameters()))}, f)
     dist.destroy_process_group()

@@ -62,14 +62,15 @@ class SupervisedRunTest : public ::testing::Test {
   SupervisedRunTest() : dir_("supervision") {}
 
   // Writes the job config; `fault` adds --inject-fault to the ranks' command.
-  std::string WriteJob(const std::string& fault = "", const std::string& supervise_extra = "") {
+  std::string WriteJob(const std::string& fault = "", const std::string& supervise_extra = "", double hang_min_s = 2) {
     std::ostringstream os;
     os << "[job]\nname = \"fault-test\"\ncommand = [\"" << BuildPath("trainer/holdfast-train") << "\", \"--config\", \""
        << *shared_ / "train.toml" << "\", \"--set\", \"output.dir=" << dir_ / "out" << "\", \"--set\", \"checkpoint.dir="
        << dir_ / "ck" << "\", \"--dump-final\", \"" << dir_ / "final" << "\"";
     if (!fault.empty()) os << ", \"--inject-fault\", \"" << fault << "\"";
     os << "]\nnproc = 2\ncheckpoint_dir = \"" << dir_ / "ck" << "\"\n"
-       << "[supervise]\npoll_ms = 50\nhang_min_s = 2\nstartup_timeout_s = 90\nrestart_budget = 2\nterm_grace_s = 2\n"
+       << "[supervise]\npoll_ms = 50\nhang_min_s = " << hang_min_s
+       << "\nstartup_timeout_s = 90\nrestart_budget = 2\nterm_grace_s = 2\n"
        << "backoff_initial_s = 0.1\nprogress_dir = \"" << dir_ / "shm" << "\"\n"
        << supervise_extra
        // Modest disk thresholds: CI machines can be short of space.

@@ -2,8 +2,16 @@
 // ranks: each test breaks the run in one way and checks what a user would
 // notice — the run finishes with parameters bit-identical to a fault-free
 // run, and lineage.db names the right cause.
-#include <set>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "common/host_history.h"
 #include "tests/daemon/supervised_run.h"
 
 namespace holdfast {
@@ -33,10 +41,56 @@ TEST_F(SupervisionTest, SigkillOfARankIsACrashThatRestartsFromTheCheckpoint) {
   auto gens = db->Generations(run->run_id);
   ASSERT_TRUE(gens.ok());
   EXPECT_EQ(gens->size(), 2u);
+
+  // The quickstart's crash written up (`runctl incident`): every field is lineage's.
+  ProcessResult written = RunProcess({BuildPath("cli/runctl"), "--run-dir", dir_ / "run", "incident", "latest",
+                                      "--format", "json"});
+  ASSERT_EQ(written.exit_code, 0) << written.output;
+  const nlohmann::json j = nlohmann::json::parse(written.output, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << written.output;
+  const EventRecord& e = **inc;
+  const GenerationRecord& failed = (*gens)[0];
+  const GenerationRecord& resumed = (*gens)[1];
+  EXPECT_EQ(j["title"], "Incident 1 of run " + run->run_id + " (fault-test): crash of rank 1 on " + ThisHost());
+  EXPECT_EQ(j["incident"]["id"], e.id);
+  EXPECT_EQ(j["incident"]["time_ms"], e.time_ms);
+  EXPECT_EQ(j["incident"]["summary"], e.summary);
+  EXPECT_EQ(j["incident"]["action"], e.action);
+  EXPECT_EQ(j["incident"]["culprits"], nlohmann::json::array({1}));
+  EXPECT_EQ(j["incident"]["log_path"], run->run_dir + "/logs/a1-g0-rank1.log");
+  const nlohmann::json& im = j["impact"];
+  EXPECT_EQ(im["last_progress_ms"], std::max(failed.started_ms, failed.last_step_ms.value_or(failed.started_ms)));
+  EXPECT_EQ(im["resumed_ms"], resumed.started_ms);
+  EXPECT_EQ(im["resumed_from_step"], resumed.start_step);
+  EXPECT_EQ(im["redone_steps"], std::max<int64_t>(0, *failed.last_step - resumed.start_step));
+  EXPECT_DOUBLE_EQ(im["downtime_s"].get<double>(), (resumed.started_ms - e.time_ms) / 1000.0);
+  EXPECT_EQ(im["step_ms_source"], "metrics.jsonl median") << "the run's metrics.jsonl is found from its job file";
+  EXPECT_NEAR(im["rank_hours"].get<double>(), im["lost_s"].get<double>() * 2 / 3600, 1e-12);
+  EXPECT_EQ(im["gpus"], 0) << "CUDA_VISIBLE_DEVICES unset: the ranks ran on the CPU";
+  EXPECT_TRUE(im["gpu_hours"].is_null());
+  EXPECT_EQ(j["nodes"]["credited"], ThisHost());
+  EXPECT_TRUE(j["slurm"]["job_ids"].empty());
+  EXPECT_EQ(j["timeline"].front()["time_ms"], failed.started_ms);
+  EXPECT_EQ(j["timeline"].back()["text"], "generation 1 started from step " + std::to_string(resumed.start_step));
+  EXPECT_NE(j["triage"].get<std::string>().find("exit      killed by signal 9 (SIGKILL)"), std::string::npos);
+  ProcessResult md = RunProcess({BuildPath("cli/runctl"), "--run-dir", dir_ / "run", "incident", "latest"});
+  ASSERT_EQ(md.exit_code, 0) << md.output;
+  for (const char* section : {"# Incident 1 of run ", "## Timeline (UTC)", "## Impact", "## Evidence",
+                              "## Actions taken", "## Nodes", "## Open questions", "Who sent SIGKILL to rank 1?"}) {
+    EXPECT_NE(md.output.find(section), std::string::npos) << section << " not in\n" << md.output;
+  }
+  // And published into the host history beside the run, credited to this host.
+  Result<HostHistory> history = ReadHostHistory(dir_ / ".holdfast/hosts", ThisHost());
+  ASSERT_TRUE(history.ok()) << history.status().ToString();
+  ASSERT_EQ(history->incidents.size(), 1u);
+  EXPECT_EQ(history->incidents[0].event_id, e.id);
+  EXPECT_TRUE(history->incidents[0].credited);
 }
 
+// A SIGSTOPped rank is hung once stopped for stopped_hang_s (1 s by default),
+// long before the step allowance (hang_min_s 30 s here) would run out.
 TEST_F(SupervisionTest, SigstopOfARankIsAHangNamingThatRank) {
-  WriteJob();
+  WriteJob("", "", /*hang_min_s=*/30);
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
   auto st = WaitForStep(12, daemon);
   ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
@@ -52,13 +106,48 @@ TEST_F(SupervisionTest, SigstopOfARankIsAHangNamingThatRank) {
   EXPECT_EQ((*inc)->kind, "hang");
   EXPECT_EQ((*inc)->rank, 0) << (*inc)->summary;
   EXPECT_NE((*inc)->summary.find("process stopped"), std::string::npos) << (*inc)->summary;
+  EXPECT_NE((*inc)->summary.find("stopped allowance 1.0 s)"), std::string::npos) << (*inc)->summary;
   EXPECT_EQ((*inc)->runbook, "runbooks/hang.md");
+}
+
+// A rank stopped by a tracer (on-call's gdb -p, py-spy, strace: state t) is
+// being looked at on purpose: it is shown as traced and gets the usual
+// allowance, and once the tracer lets go the run goes on as if nothing happened.
+TEST_F(SupervisionTest, ARankStoppedByATracerIsNotAHang) {
+  WriteJob("", "", /*hang_min_s=*/60);
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  auto st = WaitForStep(12, daemon);
+  ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
+  const pid_t victim = static_cast<pid_t>(st->nodes[0].ranks[0].pid);
+  ASSERT_EQ(ptrace(PTRACE_SEIZE, victim, nullptr, nullptr), 0) << std::strerror(errno);
+  ASSERT_EQ(ptrace(PTRACE_INTERRUPT, victim, nullptr, nullptr), 0) << std::strerror(errno);
+  int ws = 0;
+  ASSERT_EQ(waitpid(victim, &ws, __WALL), victim) << std::strerror(errno);
+  // Status shows it traced; held well past stopped_hang_s (1 s), no hang is declared.
+  auto traced = testing::WaitForStatus(daemon, dir_ / "run", "rank 0 shown traced", 120, [](const RunStatus& s) {
+    return !s.nodes.empty() && !s.nodes[0].ranks.empty() && s.nodes[0].ranks[0].state == "stopped (traced)";
+  });
+  ASSERT_TRUE(traced.has_value()) << ReadFile(dir_ / "daemon.log");
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  auto still = Status();
+  ASSERT_TRUE(still.has_value()) << ReadFile(dir_ / "daemon.log");
+  EXPECT_EQ(still->generation, 0) << ReadFile(dir_ / "daemon.log");
+  EXPECT_EQ(ReadFile(dir_ / "daemon.log").find("HANG:"), std::string::npos) << ReadFile(dir_ / "daemon.log");
+  ASSERT_EQ(ptrace(PTRACE_DETACH, victim, nullptr, nullptr), 0) << std::strerror(errno);
+  ExpectFinishedBitExact(daemon);
+  auto db = Lineage();
+  ASSERT_NE(db, nullptr);
+  auto run = db->LatestRun();
+  ASSERT_TRUE(run.ok());
+  auto gens = db->Generations(run->run_id);
+  ASSERT_TRUE(gens.ok());
+  EXPECT_EQ(gens->size(), 1u) << "no restart: the traced rank was never called hung";
 }
 
 // Two ranks train with ZeRO-1 (the default), so the gradients go through a
 // reduce-scatter: the waiting rank is in that collective.
 TEST_F(SupervisionTest, ARankStuckInComputeIsNamedWhileTheOthersWaitInTheGradientReduceScatter) {
-  WriteJob("hang@1:14");
+  WriteJob("hang@1:14", "stack_timeout_s = 120\n");  // generous: a loaded machine reads LibTorch's symbols slowly
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
   ExpectFinishedBitExact(daemon);
   auto db = Lineage();
@@ -73,6 +162,14 @@ TEST_F(SupervisionTest, ARankStuckInComputeIsNamedWhileTheOthersWaitInTheGradien
   EXPECT_NE((*inc)->summary.find("rank 0 waiting in it"), std::string::npos) << (*inc)->summary;
   auto ev = nlohmann::json::parse((*inc)->evidence_json);
   EXPECT_EQ(ev["ranks"].size(), 2u);
+  // Its stack, read before it was killed, names the busy loop it spins in (trainer/faults.cc).
+  ProcessResult triage = RunProcess({BuildPath("cli/runctl"), "--run-dir", dir_ / "run", "triage", "latest"});
+  EXPECT_EQ(triage.exit_code, 0) << triage.output;
+  const size_t culprit = triage.output.find("1 rank (1), culprit");
+  ASSERT_NE(culprit, std::string::npos) << triage.output;
+  const size_t next = triage.output.find("\n    1 rank", culprit + 1);
+  EXPECT_NE(triage.output.substr(culprit, next - culprit).find("holdfast::FireHangOrCrash"), std::string::npos)
+      << triage.output;
 }
 
 TEST_F(SupervisionTest, AKilledDaemonIsStartedAgainAndContinuesTheRun) {

@@ -119,6 +119,8 @@ void SlurmSuite::WriteJob(Train train, const std::string& fault, const std::stri
             "if [ -n \"${BAD_HOST:-}\" ] && [ \"$HOLDFAST_HOST\" = \"$BAD_HOST\" ]; then\n"
             "  fault=(--inject-fault \"crash@$HOLDFAST_RANK:$((8 + 6 * HOLDFAST_GENERATION))\")\n"
             "fi\n"
+            "# JOB_FAILS_AT=N: the job's own failure, every rank exits 1 at step N wherever it runs.\n"
+            "if [ -n \"${JOB_FAILS_AT:-}\" ]; then fault=(--inject-fault \"exit@$HOLDFAST_RANK:$JOB_FAILS_AT\"); fi\n"
             "exec '" + BuildPath("trainer/holdfast-train") + "' \"$@\" \"${fault[@]}\"\n");
   std::filesystem::permissions(D("rank.sh"), std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
                                                  std::filesystem::perms::group_exec | std::filesystem::perms::others_read |

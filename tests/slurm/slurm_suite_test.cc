@@ -8,8 +8,13 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
+#include "lineage/incident.h"
 #include "tests/slurm/slurm_fixture.h"
 
 namespace holdfast {
@@ -19,6 +24,13 @@ std::string Join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
   return s;
+}
+
+// examples/pytorch_ddp's checkpoint file name for a step: ckpt-00000020.pt.
+std::string Padded(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%08lld", static_cast<long long>(step));
+  return buf;
 }
 
 // The run as lineage.db has it: the run, its attempts and events.
@@ -174,6 +186,103 @@ TEST_F(SlurmJobs, NodeImplicatedTwiceIsExcludedAndTheJobRequeued) {
   EXPECT_EQ(rec->attempts[1].slurm_job_id, std::to_string(job)) << "the epilog path keeps the job id";
   EXPECT_EQ(rec->attempts[1].restart_count, 1);
   ExpectFinalParamsEqualReference(Train::kShort);
+
+  // The incident that requeued the job, written up (`runctl incident RUN N`): its Slurm job and
+  // restarts, the hosts, the action, all as lineage has them.
+  int number = 0, n = 0;
+  const EventRecord* requeued = nullptr;
+  for (const EventRecord& e : rec->events) {
+    if (!e.incident) continue;
+    ++n;
+    if (requeued == nullptr && e.action.find("requeue excluding n2") != std::string::npos) {
+      requeued = &e;
+      number = n;
+    }
+  }
+  ASSERT_NE(requeued, nullptr) << rec->EventList();
+  ProcessResult written = RunProcess({BuildPath("cli/runctl"), "--run-dir", D("run"), "incident", rec->run.run_id,
+                                      std::to_string(number), "--format", "json"});
+  ASSERT_EQ(written.exit_code, 0) << written.output;
+  const nlohmann::json j = nlohmann::json::parse(written.output, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << written.output;
+  EXPECT_EQ(j["incident"]["id"], requeued->id);
+  EXPECT_EQ(j["incident"]["action"], requeued->action);
+  EXPECT_EQ(j["slurm"]["job_ids"], nlohmann::json::array({std::to_string(job)}));
+  EXPECT_EQ(j["slurm"]["attempt"]["attempt"], rec->attempts[0].attempt);
+  EXPECT_EQ(j["slurm"]["attempt"]["restart_count"], rec->attempts[0].restart_count);
+  EXPECT_EQ(j["slurm"]["attempt"]["nodes"], nlohmann::json(rec->attempts[0].nodes));
+  EXPECT_EQ(j["slurm"]["resumed_attempt"]["restart_count"], rec->attempts[1].restart_count);
+  EXPECT_EQ(j["slurm"]["resumed_attempt"]["nodes"], nlohmann::json::array({"n1", "n3"}));
+  EXPECT_EQ(j["nodes"]["credited"], "n2");
+  EXPECT_EQ(j["nodes"]["excluded"], nlohmann::json::array({"n2"}));
+  EXPECT_EQ(j["nodes"]["resumed_on"], nlohmann::json::array({"n1", "n3"}));
+  bool requeue_action = false;
+  for (const auto& a : j["actions"]) {
+    requeue_action = requeue_action || (requeue != nullptr && a["action"] == requeue->action);
+  }
+  EXPECT_TRUE(requeue_action) << j["actions"].dump(2);
+  EXPECT_EQ(j["impact"]["resumed_attempt"], rec->attempts[1].attempt);
+  EXPECT_DOUBLE_EQ(j["impact"]["between_attempts_s"].get<double>(),
+                   std::max<int64_t>(0, rec->attempts[1].started_ms - *rec->attempts[0].ended_ms) / 1000.0);
+  EXPECT_EQ(j["impact"]["gpus"], 0);
+  ProcessResult md = RunProcess({BuildPath("cli/runctl"), "--run-dir", D("run"), "incident", rec->run.run_id,
+                                 std::to_string(number)});
+  EXPECT_NE(md.output.find("| 2 | " + std::to_string(job) + " | 1 | n1,n3 |"), std::string::npos) << md.output;
+  // n2's record across runs: this job's crashes on it, credited.
+  ProcessResult node = RunProcess({BuildPath("cli/runctl"), "--run-dir", D("run"), "--json", "node", "n2"});
+  ASSERT_EQ(node.exit_code, 0) << node.output;
+  const nlohmann::json h = nlohmann::json::parse(node.output, nullptr, false);
+  ASSERT_FALSE(h.is_discarded()) << node.output;
+  int credited = 0;
+  for (const auto& i : h["incidents"]) {
+    EXPECT_EQ(i["run_id"], rec->run.run_id);
+    EXPECT_EQ(i["slurm_job_id"], std::to_string(job));
+    credited += i["credited"].get<bool>() ? 1 : 0;
+  }
+  EXPECT_GE(credited, 2) << node.output;
+}
+
+// The job's own failure: every rank exits 1 at step 8, on whichever node it
+// runs. Nodes are not to blame: the run is requeued at most once (when the
+// first failures happen to be on one node, which then leaves) and stops with
+// the job's cause; no further node is excluded and none is drained.
+TEST_F(SlurmJobs, AJobThatFailsAtTheSameStepOnEveryHostStopsWithoutBlamingNodes) {
+  WriteJob(Train::kShort);
+  const uint32_t job = Submit({{"JOB_FAILS_AT", "8"}});
+  ASSERT_NE(job, 0u);
+  ASSERT_TRUE(WaitForJobsToEnd());
+
+  const std::string info = ShowJob(job);
+  EXPECT_EQ(Field(info, "JobState"), "FAILED") << info;
+  EXPECT_LE(std::atoi(Field(info, "Restarts").c_str()), 1) << info;
+  auto rec = Record();
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->run.state, RunState::kFailed) << rec->run.cause << "\n" << rec->EventList();
+  EXPECT_NE(rec->run.cause.find("the job fails at step 8 wherever it runs"), std::string::npos)
+      << rec->run.cause << "\n" << rec->EventList();
+  EXPECT_LE(rec->attempts.size(), 2u) << rec->EventList();
+  // At most one requeue, excluding at most the one node that failed twice.
+  std::set<std::string> excluded;
+  int requeues = 0;
+  for (const EventRecord& e : rec->events) {
+    if (e.kind != event_kind::kRequeue || e.action.rfind("requeued", 0) != 0) continue;
+    ++requeues;
+    auto ev = ParseIncidentEvidence(e.evidence_json);
+    ASSERT_TRUE(ev.ok()) << e.evidence_json;
+    excluded.insert(ev->left.begin(), ev->left.end());
+  }
+  EXPECT_LE(requeues, 1) << rec->EventList();
+  EXPECT_LE(excluded.size(), 1u) << rec->EventList();
+  const std::string exc = Field(info, "ExcNodeList");
+  EXPECT_TRUE(exc == "(null)" || exc.empty() || (excluded.size() == 1 && exc == *excluded.begin())) << info;
+  // The last crash is the job's: no node is credited with it, and it has the job-failure guide.
+  const EventRecord* last = rec->Find(event_kind::kCrash, "wherever it runs");
+  ASSERT_NE(last, nullptr) << rec->EventList();
+  EXPECT_EQ(last->node, "") << rec->EventList();
+  EXPECT_EQ(last->runbook, "runbooks/job-failure.md");
+  // No node was drained for it.
+  ProcessResult nodes = Slurm("sinfo", {"-h", "-N", "-o", "%N %t"});
+  EXPECT_EQ(nodes.output.find(" dr"), std::string::npos) << nodes.output;  // drain, drng
 }
 
 // (b) again, without the controller's epilog: holdfastd submits the job's
@@ -457,6 +566,85 @@ TEST_F(SlurmJobs, RunctlResumeSubmitsTheRunAgain) {
   ASSERT_TRUE(rec->attempts[1].resumed_from_step.has_value());
   EXPECT_EQ(*rec->attempts[1].resumed_from_step, newest);
   ExpectFinalParamsEqualReference(Train::kShort);
+}
+
+
+// A user's own PyTorch script (examples/pytorch_ddp) through the GPU template
+// (examples/slurm/holdfast-gpu.sbatch, CPU ranks here: NPROC=1 on each of 2
+// nodes, --gpus-per-node=0), launched in torchrun's form with no job file:
+// Slurm's time-limit warning reaches the script as the signal contract's
+// stop (docs/job-contract.md), the script commits a checkpoint and exits 75,
+// the job is requeued, and the same run finishes with the parameters of a
+// fault-free run.
+TEST_F(SlurmJobs, AUsersPythonJobThroughTheGpuTemplateCheckpointsOnTheWarningAndFinishesAfterTheRequeue) {
+  std::string text;
+  for (const char* name : {"GPL-3", "LGPL-2.1", "Apache-2.0"}) {
+    text += ReadFile(std::string("/usr/share/common-licenses/") + name);
+  }
+  WriteFile(D("corpus.txt"), text);
+  const std::string python = "/usr/bin/python3";
+  auto script_args = [&](const std::string& out) {
+    return std::vector<std::string>{python, SourcePath("examples/pytorch_ddp/train.py"), "--data", D("corpus.txt"),
+                                    "--out", out, "--steps", "80", "--checkpoint-every", "10", "--step-sleep", "0.1"};
+  };
+  const std::map<std::string, std::string> env = {{"PYTHONPATH", SourcePath("common/python")},
+                                                  {"OMP_NUM_THREADS", "1"}};
+  // The fault-free reference: the same script, 2 ranks on this machine, supervised the same way.
+  std::vector<std::string> ref = {BuildPath("daemon/holdfastd"), "--scheduler", "local", "--run-dir", D("ref-run"),
+                                  "--nproc-per-node", "2", "--"};
+  for (const std::string& a : script_args(D("ref-out"))) ref.push_back(a);
+  ProcessResult r = RunProcess(ref, env);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json reference = nlohmann::json::parse(ReadFile(D("ref-out/final.json")));
+
+  std::vector<std::string> argv = {Tool("sbatch"), "--parsable", "-N2", "--gpus-per-node=0", "--cpus-per-task=2",
+                                   "--job-name", job_name_, "--chdir", dir_, "--output", D("job-%j.out"),
+                                   SourcePath("examples/slurm/holdfast-gpu.sbatch"), "--max-restarts", "2", "--"};
+  for (const std::string& a : script_args(D("out"))) argv.push_back(a);
+  std::map<std::string, std::string> job_env = env;
+  job_env["RUN_DIR"] = D("run");
+  job_env["HOLDFASTD"] = BuildPath("daemon/holdfastd");
+  job_env["NPROC"] = "1";
+  r = RunProcess(argv, job_env);
+  const uint32_t job = static_cast<uint32_t>(std::strtoul(r.output.c_str(), nullptr, 10));
+  ASSERT_TRUE(r.exit_code == 0 && job != 0) << "sbatch of the GPU template failed: " << r.output;
+  ASSERT_TRUE(WaitFor("the script's checkpoint of step 20", std::chrono::seconds(180),
+                      [&] { return std::filesystem::exists(D("out/ckpt-00000020.pt")); }))
+      << Diagnostics();
+  ProcessResult sig = Slurm("scancel", {"--signal=USR1", "--batch", std::to_string(job)});
+  ASSERT_EQ(sig.exit_code, 0) << sig.output;
+  ASSERT_TRUE(WaitForJobsToEnd()) << Diagnostics();
+
+  const std::string info = ShowJob(job);
+  EXPECT_EQ(Field(info, "JobState"), "COMPLETED") << info;
+  EXPECT_EQ(Field(info, "Restarts"), "1") << info;
+  auto rec = Record();
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->run.state, RunState::kSucceeded) << rec->run.cause << "\n" << rec->EventList();
+  EXPECT_EQ(rec->Find(event_kind::kCrash, ""), nullptr) << "the warning is no crash:\n" << rec->EventList();
+  ASSERT_EQ(rec->attempts.size(), 2u) << rec->EventList();
+  EXPECT_EQ(rec->attempts[0].state, RunState::kPreempted) << rec->EventList();
+  ASSERT_TRUE(rec->attempts[1].resumed_from_step.has_value()) << rec->EventList();
+  EXPECT_GT(*rec->attempts[1].resumed_from_step, 20) << "the warning's own checkpoint, past the periodic one";
+  EXPECT_NE(JobOutputs().find("exited with code 75"), std::string::npos) << JobOutputs();
+  // The checkpoint the warning asked for is in lineage at the script's own path.
+  auto db = Lineage();
+  ASSERT_NE(db, nullptr);
+  auto cks = db->Checkpoints(rec->run.run_id);
+  ASSERT_TRUE(cks.ok()) << cks.status().ToString();
+  bool found = false;
+  for (const auto& c : *cks) {
+    if (c.step == *rec->attempts[1].resumed_from_step) {
+      found = true;
+      EXPECT_EQ(c.path, D("out/ckpt-" + Padded(c.step) + ".pt"));
+      EXPECT_EQ(c.bytes, static_cast<int64_t>(std::filesystem::file_size(c.path)));
+    }
+  }
+  EXPECT_TRUE(found) << "no lineage checkpoint at the resumed step";
+  const nlohmann::json final_state = nlohmann::json::parse(ReadFile(D("out/final.json")));
+  EXPECT_EQ(final_state["step"], 80);
+  EXPECT_EQ(final_state["params_sum"].get<double>(), reference["params_sum"].get<double>());
+  EXPECT_EQ(final_state["loss"].get<double>(), reference["loss"].get<double>());
 }
 
 }  // namespace

@@ -121,6 +121,15 @@ bool WaitForLines(const std::string& path, size_t lines, ChildProcess& child) {
 }
 
 std::string BuildPath(const std::string& relative) {
+  const char* prefix = std::getenv("HOLDFAST_PREFIX");
+  if (prefix != nullptr && *prefix != '\0') {
+    const std::string name = relative.substr(relative.rfind('/') + 1);
+    for (const char* program : {"holdfastd", "runctl", "holdfast-train", "holdfast-rollout", "holdfast-reward",
+                                "holdfast-health", "holdfast-health-gpu"}) {
+      if (name == program) return std::string(prefix) + "/bin/" + name;
+    }
+    if (name == "holdfast-slurmctld-epilog") return std::string(prefix) + "/sbin/" + name;
+  }
   const char* dir = std::getenv("HOLDFAST_BUILD_DIR");
   return std::string(dir != nullptr ? dir : ".") + "/" + relative;
 }

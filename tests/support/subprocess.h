@@ -39,7 +39,11 @@ class ChildProcess {
 // Returns whether the lines arrived.
 bool WaitForLines(const std::string& path, size_t lines, ChildProcess& child);
 
-// The build tree's path of a target binary, from HOLDFAST_BUILD_DIR (set by ctest).
+// The path of a target binary: `relative` in the build tree, HOLDFAST_BUILD_DIR (set
+// by ctest). With HOLDFAST_PREFIX set, an installed program (holdfastd, runctl,
+// holdfast-train, ...: cmake/HoldfastInstall.cmake) is the one installed under that
+// prefix instead (PREFIX/bin/holdfastd, PREFIX/sbin/holdfast-slurmctld-epilog), so a
+// suite runs against an install; test helpers still come from the build tree.
 std::string BuildPath(const std::string& relative);
 
 // A fresh temporary directory, removed by the destructor.

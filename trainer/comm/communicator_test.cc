@@ -26,13 +26,13 @@ using std::chrono::milliseconds;
 class GlooTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto server = StartTcpStoreServer("127.0.0.1", 0);
+    auto server = StartTcpStoreServer("127.0.0.1", 0, key_);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
   }
 
   CommunicatorOptions Options(int rank, int world, milliseconds timeout = milliseconds(20000)) {
-    auto client = ConnectTcpStore("127.0.0.1", server_->port(), milliseconds(5000));
+    auto client = ConnectTcpStore("127.0.0.1", server_->port(), key_, milliseconds(5000));
     EXPECT_TRUE(client.ok()) << client.status().ToString();
     CommunicatorOptions o;
     o.rank = rank;
@@ -59,6 +59,7 @@ class GlooTest : public ::testing::Test {
     for (auto& t : threads) t.join();
   }
 
+  const RunKey key_ = *RunKey::Generate();
   std::unique_ptr<TcpStoreServer> server_;
   int generation_ = 0;
 };

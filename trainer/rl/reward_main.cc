@@ -21,6 +21,7 @@
 
 #include "common/atomic_file.h"
 #include "common/launch_contract.h"
+#include "common/program_cli.h"
 #include "common/progress_record.h"
 #include "trainer/progress_sink.h"
 #include "trainer/rl/reward_server.h"
@@ -70,11 +71,16 @@ int main(int argc, char** argv) {
   app.add_option("--emit", emit, "write data instead of serving: sft | preference | eval");
   app.add_option("--count", count, "--emit: number of lines (eval: at most the held-out prompt count)");
   app.add_option("--out", out_path, "--emit: output file (written atomically)");
+  AddProgramConventions(app, "holdfast-reward", kBuiltAgainstNothing,
+                        ExitCodesHelp({{kRankExitOk, "served until SIGTERM/SIGINT, or wrote the data (--emit)"},
+                                       {kRankExitFailed, "a runtime failure: the port, the progress record, a write"},
+                                       {kRankExitUsage, "bad flags or task spec"}}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kRankExitOk : kRankExitUsage;
+    return HandleParseError(app, e, "holdfast-reward", argc, argv, kRankExitUsage);
   }
+  UseUtcLogPattern("holdfast-reward");  // UTC with the date (common/program_cli.h)
 
   std::vector<TaskSpec> specs;
   for (const std::string& t : task_texts) {

@@ -20,9 +20,24 @@ entered a collective the others wait in.
             opt.step()
         holdfast.step(step + 1)                       # completed steps
 
+The signal contract (docs/job-contract.md) without signal code:
+
+    holdfast.install_signal_handlers()               # SIGUSR2, SIGTERM, SIGUSR1
+    start = holdfast.resume_step() or newest_checkpoint_step() or 0
+    for step in range(start, steps):
+        ...                                            # one training step
+        stop = holdfast.should_stop()                  # every rank, every step
+        if holdfast.should_checkpoint() or stop or step + 1 == steps:
+            path = save(step + 1)                      # e.g. rank 0 writes, all barrier
+            holdfast.checkpoint_committed(step + 1, path)
+        if stop:
+            sys.exit(holdfast.EXIT_STOPPED)            # 75: stopped after a checkpoint
+
 Without HOLDFAST_PROGRESS_PATH every call is a no-op (a function call and an
-attribute lookup). Standard library only; torch is imported only by the
-collective wrappers, which need it anyway.
+attribute lookup), and install_signal_handlers() installs nothing when no
+supervisor started the process. Standard library only; torch is imported only
+by the collective wrappers and by the agreement of should_checkpoint() /
+should_stop() when torch.distributed is initialised, which need it anyway.
 
 Thread-safety: updates may come from any thread (DDP calls its communication
 hook and completes futures off the training thread); phase() contexts belong
@@ -30,20 +45,32 @@ to one thread, the training loop's. A process forked from the rank (a
 DataLoader worker) writes nothing: the record is the rank's.
 """
 
+import json
 import os
 import sys
 
-from holdfast import _record
+from holdfast import _record, _signals, _stacks
 from holdfast._record import COLLECTIVE_KINDS, PHASES
+from holdfast._signals import should_checkpoint, should_stop, stop_signal
 
 __all__ = [
     "enabled", "init", "close", "step", "phase", "set_phase", "checkpoint_committed", "checkpoint_failed",
     "issue_collective", "wait_collective", "collective_done", "collective", "instrument_torch_distributed",
-    "ddp_comm_hook",
+    "ddp_comm_hook", "install_signal_handlers", "should_checkpoint", "should_stop", "stop_signal", "resume_step",
+    "EXIT_STOPPED",
 ]
 
 ENV_PROGRESS_PATH = "HOLDFAST_PROGRESS_PATH"
 ENV_RANK = "HOLDFAST_RANK"
+ENV_RUN_DIR = "HOLDFAST_RUN_DIR"
+ENV_RESUME_FROM_STEP = "HOLDFAST_RESUME_FROM_STEP"
+
+# Exit code of a rank that stopped after committing a checkpoint (common/launch_contract.h
+# kRankExitPreempted, EX_TEMPFAIL): the supervisor resumes it later, never calls it a crash.
+EXIT_STOPPED = 75
+# Where checkpoint_committed(step, path) reports paths: RUN_DIR/job-checkpoints/rank-<R>.jsonl
+# (daemon/job_checkpoints.h reads them).
+JOB_CHECKPOINTS_DIR = "job-checkpoints"
 
 _rec = None  # the open _record._Record, or None: every call is a no-op
 
@@ -80,6 +107,8 @@ def init(path=None, rank=None):
     except (OSError, ValueError) as e:
         _warn("progress record %s disabled: %s" % (path, e))
         return False
+    # holdfastd can then ask for this process's Python stacks when it hangs (holdfast._stacks).
+    _stacks.register(path)
     return True
 
 
@@ -89,6 +118,7 @@ def close():
     rec, _rec = _rec, None
     if rec is not None:
         rec.close()
+    _stacks.unregister()
 
 
 def enabled():
@@ -162,11 +192,83 @@ def set_phase(name):
         rec.set_phase(value)
 
 
-def checkpoint_committed(step):
-    """A checkpoint of `step` is committed (visible to a restart)."""
+def _rank():
     rec = _rec
     if rec is not None:
-        rec.set_checkpoint_step(step)
+        return rec._i32[_record.OFF_RANK // 4]
+    try:
+        return int(os.environ.get(ENV_RANK, "0"))
+    except ValueError:
+        return 0
+
+
+def _report_path(step, path):
+    """Appends {"step", "path", "rank", "generation"} to RUN_DIR/job-checkpoints/rank-<R>.jsonl
+    in one write, fsynced: the daemon reads it once the record says the step is committed."""
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if not run_dir:
+        _warn("checkpoint path of step %d not reported: %s is not set (not under holdfastd?)" % (step, ENV_RUN_DIR))
+        return
+    rank = _rank()
+    line = json.dumps({"step": step, "path": os.path.abspath(os.fspath(path)), "rank": rank,
+                       "generation": os.environ.get("HOLDFAST_GENERATION", "")}) + "\n"
+    folder = os.path.join(run_dir, JOB_CHECKPOINTS_DIR)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(os.path.join(folder, "rank-%d.jsonl" % rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT |
+                     os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        _warn("checkpoint path of step %d not reported (%s): lineage records the step without it" % (step, e))
+
+
+def checkpoint_committed(step, path=None):
+    """A checkpoint of `step` (completed steps) is committed: durable, and what
+    a restart would load. With `path` (the file or folder holding it; relative
+    to the current directory) the daemon records that path and its size in
+    lineage and `runctl resume --from-step` can go back to it; pass it on the
+    rank(s) that wrote it, the others may pass None. Every rank calls this: the
+    daemon records the step once every rank has reported it."""
+    rec = _rec
+    if rec is None:
+        return
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError("checkpoint_committed: step must be an int >= 0, got %r" % (step,))
+    if path is not None:
+        _report_path(step, path)  # before the step: the daemon looks for the path once it sees the step
+    rec.set_checkpoint_step(step)
+
+
+def install_signal_handlers(replace=False, force=False):
+    """Handles the supervisor's signals (docs/job-contract.md): SIGUSR2 asks for
+    a checkpoint (should_checkpoint()), SIGTERM and SIGUSR1 for a checkpoint and
+    a stop (should_stop()). Returns the names of the signals now handled.
+
+    A no-op returning [] when no supervisor started the process (no
+    HOLDFAST_RANK), unless force=True. A signal the job already handles itself
+    is left alone (said on stderr) unless replace=True. Call it from the main
+    thread, before training starts."""
+    return _signals.install(replace=replace, force=force)
+
+
+def resume_step():
+    """The checkpoint step the supervisor asks this run to resume from
+    (`runctl resume --from-step N`: HOLDFAST_RESUME_FROM_STEP), or None: then
+    resume from the newest checkpoint the job has, if any."""
+    value = os.environ.get(ENV_RESUME_FROM_STEP, "")
+    if value == "":
+        return None
+    try:
+        step = int(value)
+    except ValueError:
+        raise ValueError("%s=%r is not a step (an integer >= 0)" % (ENV_RESUME_FROM_STEP, value)) from None
+    if step < 0:
+        raise ValueError("%s=%r is not a step (an integer >= 0)" % (ENV_RESUME_FROM_STEP, value))
+    return step
 
 
 def checkpoint_failed(step, message):
@@ -264,6 +366,7 @@ def _after_fork_in_child():
     # without unmapping what the parent still uses (the mapping is shared).
     global _rec
     _rec = None
+    _stacks._after_fork_in_child()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
