@@ -145,6 +145,7 @@ Result<JobConfig> JobConfigFromTable(const toml::table& root, const std::string&
     HF_RETURN_IF_ERROR(r.Double("backoff_initial_s", &s.backoff_initial_s, 0, 3600));
     HF_RETURN_IF_ERROR(r.Double("backoff_max_s", &s.backoff_max_s, 0, 86400));
     HF_RETURN_IF_ERROR(r.Double("term_grace_s", &s.term_grace_s, 0, 3600));
+    HF_RETURN_IF_ERROR(r.Double("exit_grace_s", &s.exit_grace_s, 0, 86400));
     HF_RETURN_IF_ERROR(r.Int("max_requeues", &s.max_requeues, 0, 1000000));
     HF_RETURN_IF_ERROR(r.Int("max_excluded_nodes", &s.max_excluded_nodes, 0, 1000000));
     HF_RETURN_IF_ERROR(r.Double("node_timeout_s", &s.node_timeout_s, 0, 86400));

@@ -5,7 +5,7 @@
 //                min_nodes, max_nodes (an elastic run: recovery_policy.h)
 //   [supervise]  poll_ms, startup_timeout_s, hang_factor, hang_min_s, stopped_hang_s,
 //                checkpoint_allowance_s, eval_allowance_s, restart_budget,
-//                backoff_initial_s, backoff_max_s, term_grace_s, progress_dir,
+//                backoff_initial_s, backoff_max_s, term_grace_s, exit_grace_s, progress_dir,
 //                straggler_factor, straggler_min_duration_s, stack_timeout_s, stack_tool
 //   [lineage]    journal_mode (wal | delete | truncate), host_history, history_dir
 //   [[roles]]    role groups beside the learner (the [job] command ranks):
@@ -53,6 +53,12 @@ struct SuperviseConfig {
   double backoff_initial_s = 0.25; // delay before restart n: initial * 2^(n-1), capped
   double backoff_max_s = 30;
   double term_grace_s = 3;         // TERM, then KILL after this
+  // Once a rank has exited cleanly (0, or 75 after a stop's checkpoint), how
+  // long its peers may take to follow once they report the same work done (the
+  // same final step, the same committed checkpoint): a rank stuck in its
+  // teardown (destroy_process_group, an atexit hook, a non-daemon thread) is
+  // then terminated and its peers' result stands (0 = wait for the allowance).
+  double exit_grace_s = 30;
   // Bounds of the exclude-and-requeue loop, per run (daemon/recovery_policy.h
   // "Bounds"): requeues after failures, and hosts those requeues exclude.
   int max_requeues = 5;

@@ -41,6 +41,8 @@ void RunController::StartGeneration() {
   generation_start_step_ = requested >= 0 ? requested : std::max<int64_t>(0, newest);
   generation_ = recorder_->StartGeneration(generation_start_step_);
   exits_.clear();
+  first_clean_exit_.reset();
+  ended_after_peers_.clear();
   max_step_seen_ = -1;
   pending_.reset();
   pending_facts_.reset();
@@ -82,6 +84,7 @@ void RunController::OnTick(const std::vector<RankView>& views) {
   const int64_t step = NewestStep(views, -1);
   max_step_seen_ = std::max(max_step_seen_, step);
   ObserveSaves(clock_->MonotonicNs(), views);
+  CheckExitGrace(clock_->MonotonicNs(), views);
   if (state_ != State::kRunning) return;
   recorder_->UpdateStep(step);
   // Ranks that finished cleanly are not waiting for anyone.
@@ -91,6 +94,9 @@ void RunController::OnTick(const std::vector<RankView>& views) {
   }
   const int64_t now = clock_->MonotonicNs();
   ObserveStragglers(now, views);
+  // Ranks that did the work of a peer that exited cleanly are finishing, not
+  // hung: exit_grace_s bounds them (CheckExitGrace).
+  if (first_clean_exit_ && opts_.supervise.exit_grace_s > 0 && OnlyFinishedRanksRun(views)) return;
   HangDetector::Verdict verdict = hang_.Observe(now, live);
   if (verdict.hung && WaitingForInput(live)) {
     // Every rank waits for input: in a run with roles, for what they produce.
@@ -106,7 +112,13 @@ void RunController::OnTick(const std::vector<RankView>& views) {
   if (verdict.hung) {
     Facts f;
     f.cause = IncidentKind::kHang;
-    f.report = TriageHang(now, views, verdict);
+    // Ranks that already exited cleanly are no suspects: their records stop
+    // where they finished (a hang after its peers exited 0 named rank 0).
+    std::vector<RankView> suspects;
+    for (const RankView& v : views) {
+      if (exits_.count(v.rank) == 0) suspects.push_back(v);
+    }
+    f.report = TriageHang(now, suspects, verdict);
     // Before anything is stopped: what every hung process is doing (bounded in time).
     f.report.evidence.stacks = actions_->CaptureStacks(views);
     for (int c : f.report.culprits) {
@@ -142,7 +154,12 @@ void RunController::ObserveStragglers(int64_t now, const std::vector<RankView>& 
 }
 
 void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& views) {
-  exits_[e.rank] = e.wstatus;
+  const bool ended_after_peers =
+      std::find(ended_after_peers_.begin(), ended_after_peers_.end(), e.rank) != ended_after_peers_.end();
+  // A rank terminated after it had done its peers' work ends as they did (the
+  // exit_stuck event holds how it really ended).
+  exits_[e.rank] = ended_after_peers && first_clean_exit_ ? first_clean_exit_->wstatus : e.wstatus;
+  if (!ended_after_peers) NoteCleanExit(e, views);
   if (state_ == State::kRunning || state_ == State::kStopping) {
     // A save that failed (or committed) just before the exit is recorded before what follows it.
     recorder_->ObserveCheckpoints(views, opts_.world_size);
@@ -154,7 +171,7 @@ void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& v
     return;
   }
   if (state_ != State::kRunning) return;
-  const int ws = e.wstatus;
+  const int ws = exits_[e.rank];
   const ExitClass exit = ClassifyExit(ws, e.exec_error);
   if (exit == ExitClass::kClean || exit == ExitClass::kCheckpointed) {
     if (!all_exited) return;  // the others follow; one that does not is a hang
@@ -187,6 +204,80 @@ void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& v
   }
   spdlog::error("CRASH: {}", f.report.summary);
   HandleIncident(std::move(f), views);
+}
+
+void RunController::NoteCleanExit(const RankExit& e, const std::vector<RankView>& views) {
+  if (first_clean_exit_ || (state_ != State::kRunning && state_ != State::kStopping)) return;
+  const ExitClass exit = ClassifyExit(e.wstatus, e.exec_error);
+  if (exit != ExitClass::kClean && exit != ExitClass::kCheckpointed) return;
+  if (static_cast<int>(exits_.size()) >= opts_.world_size) return;  // nobody left to wait for
+  CleanExit c;
+  c.rank = e.rank;
+  c.wstatus = e.wstatus;
+  c.checkpointed = exit == ExitClass::kCheckpointed;
+  c.at_ns = clock_->MonotonicNs();
+  for (const RankView& v : views) {
+    if (v.rank != e.rank || !v.progress.attached() || v.progress.torn) continue;
+    c.step = v.progress.step;
+    c.checkpoint_step = v.progress.checkpoint_step;
+  }
+  first_clean_exit_ = c;
+}
+
+bool RunController::DidPeersWork(const RankView& v) const {
+  if (!first_clean_exit_ || !v.progress.attached() || v.progress.torn) return false;
+  const CleanExit& c = *first_clean_exit_;
+  // A stop's exit 75 is work done only when the exiting rank committed the step
+  // it was on (the contract's "save the last completed step"); an older
+  // checkpoint says nothing of what a peer still saving is doing.
+  if (c.checkpointed) {
+    return c.checkpoint_step >= 0 && c.checkpoint_step >= c.step && v.progress.checkpoint_step >= c.checkpoint_step;
+  }
+  return c.step >= 0 && v.progress.step >= c.step;
+}
+
+bool RunController::OnlyFinishedRanksRun(const std::vector<RankView>& views) const {
+  bool any = false;
+  for (const RankView& v : views) {
+    if (!v.alive || exits_.count(v.rank) != 0) continue;
+    if (!DidPeersWork(v)) return false;
+    any = true;
+  }
+  return any;
+}
+
+void RunController::CheckExitGrace(int64_t now, const std::vector<RankView>& views) {
+  if (!first_clean_exit_ || !ended_after_peers_.empty() || opts_.supervise.exit_grace_s <= 0) return;
+  const CleanExit& c = *first_clean_exit_;
+  const double waited_s = static_cast<double>(now - c.at_ns) / 1e9;
+  if (waited_s < opts_.supervise.exit_grace_s || !OnlyFinishedRanksRun(views)) return;
+  IncidentEvidence ev;
+  std::string names;
+  for (const RankView& v : views) {
+    ev.ranks.push_back(RankEvidenceOf(now, v));
+    if (!v.alive || exits_.count(v.rank) != 0) continue;
+    ended_after_peers_.push_back(v.rank);
+    names += (names.empty() ? "" : ", ") + std::to_string(v.rank);
+  }
+  const std::string work = c.checkpointed ? "committed the checkpoint of step " + std::to_string(c.checkpoint_step)
+                                          : "completed step " + std::to_string(c.step);
+  char waited[32];
+  std::snprintf(waited, sizeof(waited), "%.1f", waited_s);
+  const std::string summary = std::string(ended_after_peers_.size() == 1 ? "rank " : "ranks ") + names + " " +
+                              work + " but did not exit " + waited + " s after rank " + std::to_string(c.rank) +
+                              " exited " + (c.checkpointed ? "75 (stopped)" : "0") +
+                              " (stuck in its teardown: destroy_process_group, an atexit hook, a thread)";
+  const std::string action = "SIGTERM, SIGKILL after " + std::to_string(static_cast<int>(opts_.supervise.term_grace_s)) +
+                             " s; the generation ends as its peers did (exit_grace_s " +
+                             std::to_string(static_cast<int>(opts_.supervise.exit_grace_s)) + ")";
+  ev.stacks = actions_->CaptureStacks(views);
+  spdlog::warn("{}: {} -> {}", event_kind::kExitStuck, summary, action);
+  EventContext at;
+  at.rank = ended_after_peers_.front();
+  at.host = opts_.host_of_rank(ended_after_peers_.front());
+  recorder_->Record(event_kind::kExitStuck, summary, action, ev, at);
+  actions_->TerminateRanks(summary, opts_.supervise.term_grace_s);
+  actions_->ArmTimer(ControllerTimer::kKillGrace, opts_.supervise.term_grace_s);
 }
 
 void RunController::OnHealth(const health::Decision& decision, const std::string& host, const std::string& when) {
@@ -413,7 +504,8 @@ std::string RunController::ActionText(const Facts& facts, const RecoveryDecision
 
 void RunController::OnTimer(ControllerTimer timer) {
   if (timer == ControllerTimer::kKillGrace) {
-    if (state_ != State::kStopping) return;
+    // Stopping, or running while ranks that did their peers' work are ended (CheckExitGrace).
+    if (state_ != State::kStopping && (state_ != State::kRunning || ended_after_peers_.empty())) return;
     spdlog::warn("ranks did not stop within the grace period: SIGKILL");
     actions_->KillRanks({});
     return;

@@ -209,6 +209,27 @@ class RunController {
   double measured_save_s_ = -1;
   void ObserveSaves(int64_t now, const std::vector<RankView>& views);
   std::map<int, int> exits_;         // this generation: global rank -> wait status
+  // The first rank of this generation to exit cleanly (0, or 75 after a stop's
+  // checkpoint) while others still ran, and what it had done: its peers that
+  // report the same get exit_grace_s to follow (OnExitGrace).
+  struct CleanExit {
+    int rank = -1;
+    int wstatus = 0;
+    bool checkpointed = false;     // 75: the work is the committed checkpoint
+    int64_t step = -1;             // its last reported step (-1 = no record)
+    int64_t checkpoint_step = -1;  // its last committed checkpoint
+    int64_t at_ns = 0;             // when it exited
+  };
+  std::optional<CleanExit> first_clean_exit_;
+  // Ranks terminated after they had done their peers' work: they end as the peers did.
+  std::vector<int> ended_after_peers_;
+  void NoteCleanExit(const RankExit& e, const std::vector<RankView>& views);
+  // Whether `v` (alive, not exited) reports the work of first_clean_exit_ done.
+  bool DidPeersWork(const RankView& v) const;
+  // Every rank still running has done first_clean_exit_'s work.
+  bool OnlyFinishedRanksRun(const std::vector<RankView>& views) const;
+  // Every tick: ranks past exit_grace_s that did their peers' work are terminated.
+  void CheckExitGrace(int64_t now, const std::vector<RankView>& views);
   // The incident being handled and what the policy decided about it.
   std::optional<Facts> pending_facts_;
   std::optional<RecoveryDecision> pending_;

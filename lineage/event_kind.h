@@ -30,6 +30,10 @@ inline constexpr const char kBudgetExhausted[] = "budget_exhausted";
 inline constexpr const char kDaemonRestart[] = "daemon_restart";
 inline constexpr const char kStraggler[] = "straggler";                    // a rank computing far slower than the others
 inline constexpr const char kStragglerRecovered[] = "straggler_recovered";  // an action-free note
+// A rank that reported its peers' work done (their final step, their stop's
+// checkpoint) but did not exit within exit_grace_s of their clean exit: it was
+// terminated, and the generation ended as its peers did (not an incident).
+inline constexpr const char kExitStuck[] = "exit_stuck";
 inline constexpr const char kLineageDelayed[] = "lineage_delayed";  // records held while lineage.db was locked
 inline constexpr const char kRestart[] = "restart";    // an action, not an incident
 inline constexpr const char kRequeue[] = "requeue";    // an action
@@ -46,7 +50,7 @@ inline constexpr const char kRoleHang[] = "role_hang";
 // What an event's evidence_json holds (the fields of IncidentEvidence each sets).
 enum class EvidenceType {
   kNone,            // no evidence ({})
-  kRanks,           // crash, hang, role_crash, role_hang: every rank's record, how the culprit ended
+  kRanks,           // crash, hang, role_crash, role_hang, exit_stuck: every rank's record, how the culprit ended
   kHealthReport,    // health: the report of health/report.h (its own keys)
   kSaveFailure,     // checkpoint_failed: step, rank, newest_committed_step, reports
   kCorruptCheckpoint,  // checkpoint_corrupt: step, path, reason, newest_good_step
@@ -88,6 +92,7 @@ inline constexpr EventKindInfo kEventKinds[] = {
     {event_kind::kDaemonRestart, true, "runbooks/crash.md", EvidenceType::kNone},
     {event_kind::kStraggler, false, "runbooks/straggler.md", EvidenceType::kStraggler},
     {event_kind::kStragglerRecovered, false, "runbooks/straggler.md", EvidenceType::kStraggler},
+    {event_kind::kExitStuck, false, "runbooks/hang.md", EvidenceType::kRanks},
     {event_kind::kLineageDelayed, false, "runbooks/lineage-locked.md", EvidenceType::kLineageDelayed},
     {event_kind::kRestart, false, "", EvidenceType::kNone},
     {event_kind::kRequeue, false, "runbooks/requeue-failed.md", EvidenceType::kRequeue},

@@ -11,6 +11,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <iostream>
+
 #include <nlohmann/json.hpp>
 
 #include "common/peer_auth.h"
@@ -92,6 +94,8 @@ TEST_F(SlurmTrust, RunctlFromTheHostFollowsAndStopsATwoNodeRunOverMungeAndStrang
   EXPECT_NE(endpoint.find(R"("auth":"munge")"), std::string::npos) << endpoint;
   ProcessResult table = Runctl({"--via", "tcp", "status"});
   EXPECT_EQ(table.exit_code, 0) << table.output;
+  // The transcript docs/slurm.md shows ("runctl from the login node").
+  std::cout << "$ runctl --run-dir RUN_DIR --via tcp status\n" << table.output << std::flush;
   EXPECT_NE(table.output.find("n1"), std::string::npos) << table.output;
   EXPECT_NE(table.output.find("n2"), std::string::npos) << table.output;
 
