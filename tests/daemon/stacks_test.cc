@@ -178,5 +178,31 @@ TEST_F(StacksTest, ACaptureThatHangsIsCutAtTheLimitAndRecoveryGoesOn) {
   EXPECT_NE(triage.find("stopped all ranks; restart generation 1"), std::string::npos) << triage;
 }
 
+
+// A Python rank that did the last step with its peer but never exits (SIGTERM
+// blocked, asleep: as in a stuck destroy_process_group): after exit_grace_s it
+// is ended, an exit_stuck event holds its Python stack, and the run succeeds in
+// one generation — no hang, no restart.
+TEST_F(StacksTest, ARankStuckInItsTeardownIsEndedWithItsStackAndTheRunSucceedsWithoutARestart) {
+  WriteJob("\"/usr/bin/python3\", \"" + SourceDir() + "/tests/daemon/hung_python_rank.py\", \"20\", \"-1\", \"stuck\"",
+           "exit_grace_s = 2\n");
+  ChildProcess daemon = Start();
+  EXPECT_EQ(daemon.Wait(), 0) << ReadFile(dir_ / "daemon.log");
+  EXPECT_EQ(testing::LatestRunGenerations(dir_ / "run"), 1u) << ReadFile(dir_ / "daemon.log");
+  const EventRecord* stuck = nullptr;
+  const auto events = testing::LatestRunEvents(dir_ / "run");
+  for (const EventRecord& e : events) {
+    EXPECT_NE(e.kind, "hang") << e.summary;
+    EXPECT_NE(e.kind, "crash") << e.summary;
+    if (e.kind == "exit_stuck") stuck = &e;
+  }
+  ASSERT_NE(stuck, nullptr) << ReadFile(dir_ / "daemon.log");
+  EXPECT_EQ(stuck->rank, 1);
+  EXPECT_NE(stuck->summary.find("rank 1 completed step 20 but did not exit"), std::string::npos) << stuck->summary;
+  EXPECT_NE(stuck->summary.find("after rank 0 exited 0"), std::string::npos) << stuck->summary;
+  EXPECT_EQ(stuck->runbook, "runbooks/hang.md");
+  EXPECT_NE(stuck->evidence_json.find("stuck_in_teardown"), std::string::npos) << stuck->evidence_json;
+}
+
 }  // namespace
 }  // namespace holdfast
