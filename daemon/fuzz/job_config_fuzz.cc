@@ -43,7 +43,7 @@ void CheckRanges(const JobConfig& job) {
   const SuperviseConfig& s = job.supervise;
   HF_CHECK(s.poll_ms >= 10 && s.poll_ms <= 60000);
   HF_CHECK(s.hang_factor >= 1.5 && s.hang_factor <= 1000 && s.hang_min_s >= 0.5);
-  HF_CHECK(s.restart_budget >= 0 && s.backoff_initial_s >= 0 && s.term_grace_s >= 0);
+  HF_CHECK(s.restart_budget >= 0 && s.backoff_initial_s >= 0 && s.term_grace_s >= 0 && s.exit_grace_s >= 0);
   HF_CHECK(s.straggler_factor == 0 || (s.straggler_factor >= 1.1 && s.straggler_factor <= 1000));
   const StragglerConfig straggler = StragglerConfig::FromSupervise(s);
   HF_CHECK(straggler.factor == s.straggler_factor && straggler.min_duration_s == s.straggler_min_duration_s);
