@@ -106,6 +106,7 @@ TEST_F(SlurmTrust, RunctlFromTheHostFollowsAndStopsATwoNodeRunOverMungeAndStrang
                                "this run: only its owner (uid 0) or root may"),
             std::string::npos)
       << nobody.output;
+  std::cout << "$ runuser -u nobody -- runctl --run-dir RUN_DIR status\n" << nobody.output << std::flush;
   nobody = Runctl({"--via", "tcp", "stop"}, /*as_nobody=*/true);
   EXPECT_NE(nobody.exit_code, 0) << nobody.output;
   EXPECT_NE(nobody.output.find("PermissionDenied"), std::string::npos) << nobody.output;
@@ -159,6 +160,8 @@ TEST_F(SlurmTrust, RunctlFromTheHostFollowsAndStopsATwoNodeRunOverMungeAndStrang
   ProcessResult stopped = Runctl({"--via", "tcp", "stop", "--wait", "--timeout", "120", "latest"});
   EXPECT_EQ(stopped.exit_code, 0) << stopped.output << Diagnostics();
   EXPECT_NE(stopped.output.find("ended stopped"), std::string::npos) << stopped.output;
+  std::cout << "$ runctl --run-dir RUN_DIR --via tcp checkpoint --wait --timeout 120 latest\n" << ck.output
+            << "$ runctl --run-dir RUN_DIR --via tcp stop --wait --timeout 120 latest\n" << stopped.output << std::flush;
   ASSERT_TRUE(WaitForJobsToEnd());
 
   // The run was untouched by the strangers: one generation, no incident, stopped by its owner.
