@@ -39,6 +39,7 @@
 #include "daemon/role_supervisor.h"
 #include "daemon/run_controller.h"
 #include "daemon/run_recorder.h"
+#include "daemon/snapshot_dir.h"
 #include "daemon/supervisor.h"
 
 namespace holdfast {
@@ -126,6 +127,7 @@ class Supervisor::Impl : public RunActions, public ControlTarget, public std::en
   ControlHandler control_handler_;
   ClusterMembership members_;  // active and spare nodes, the plan, the followers' views
   RankGroup ranks_;
+  std::unique_ptr<SnapshotDir> snapshots_;  // this node's memory snapshot folder; null when the tier is off
   HealthWatch health_;
   MetricsReporter metrics_;
   std::unique_ptr<RunRecorder> recorder_;
