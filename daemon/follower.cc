@@ -262,7 +262,7 @@ void Follower::Impl::OnMessage(const ClusterMessage& msg) {
       std::vector<int> mine;
       for (const RankPlacement& p : m->ranks) mine.push_back(p.global_rank);
       RemoveProgressRecords(opts_.job.supervise.progress_dir, run_id_, &mine);
-      Result<std::unique_ptr<SnapshotDir>> snapshots = OpenSnapshotDir(opts_.job.recovery, run_id_);
+      Result<std::unique_ptr<SnapshotDir>> snapshots = OpenSnapshotDir(opts_.job.recovery, run_id_, opts_.allocation.nodes.size());
       if (snapshots.ok()) {
         snapshots_ = std::move(snapshots).value();
         if (snapshots_) ranks_.set_snapshot_dir(snapshots_->path());

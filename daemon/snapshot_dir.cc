@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -106,9 +107,16 @@ int SweepDeadSnapshotDirs(const std::string& memory_dir) {
   return removed;
 }
 
-Result<std::unique_ptr<SnapshotDir>> OpenSnapshotDir(const RecoveryConfig& recovery, const std::string& run_id) {
+Result<std::unique_ptr<SnapshotDir>> OpenSnapshotDir(const RecoveryConfig& recovery, const std::string& run_id,
+                                                     size_t nodes) {
   SweepDeadSnapshotDirs(recovery.memory_dir);
   if (!recovery.enabled()) return std::unique_ptr<SnapshotDir>();
+  if (nodes > 1) {
+    spdlog::warn("recovery.memory_budget_mb is set, but memory snapshots are for runs on one node so far (this run "
+                 "has {}): its restarts restore from the disk (docs/memory-snapshots.md)",
+                 nodes);
+    return std::unique_ptr<SnapshotDir>();
+  }
   HF_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotDir> dir, SnapshotDir::Create(recovery.memory_dir, run_id));
   spdlog::info("memory snapshots in {} (recovery.memory_budget_mb = {} on this node, a snapshot every {} step(s))",
                dir->path(), recovery.memory_budget_mb, recovery.snapshot_every);

@@ -59,7 +59,10 @@ int SweepDeadSnapshotDirs(const std::string& memory_dir);
 
 // What a daemon does at start (leader and follower alike): sweeps the dead
 // daemons' folders in recovery.memory_dir (logged), then, when the tier is on,
-// creates its own; nullptr when it is off.
-Result<std::unique_ptr<SnapshotDir>> OpenSnapshotDir(const RecoveryConfig& recovery, const std::string& run_id);
+// creates its own; nullptr when it is off. A run of several nodes takes no
+// snapshots (logged): a restore reads every shard's parameters, and each
+// node's folder holds only its own ranks' shards.
+Result<std::unique_ptr<SnapshotDir>> OpenSnapshotDir(const RecoveryConfig& recovery, const std::string& run_id,
+                                                     size_t nodes);
 
 }  // namespace holdfast

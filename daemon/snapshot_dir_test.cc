@@ -50,6 +50,29 @@ TEST(SnapshotDirTest, ASweepRemovesTheFoldersOfOwnersThatAreGone) {
   EXPECT_TRUE(fs::is_directory(shm.path() + "/holdfast-r0-a1-g0-r0.rec.d"));
 }
 
+// At start: the sweep always; a folder only with a budget, and only on one node.
+TEST(SnapshotDirTest, ADaemonOpensAFolderOnlyWhenTheTierIsOnAndTheRunHasOneNode) {
+  TempDir shm("snapshot_dir");
+  const std::string dead = shm.path() + "/holdfast-snap-r0-999999";
+  fs::create_directories(dead);
+  std::ofstream(dead + "/owner.lock") << "";
+  RecoveryConfig recovery;
+  recovery.memory_dir = shm.path();
+  auto off = OpenSnapshotDir(recovery, "r3", 1);
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(*off, nullptr);
+  EXPECT_FALSE(fs::exists(dead)) << "swept even with the tier off";
+  recovery.memory_budget_mb = 16;
+  auto several = OpenSnapshotDir(recovery, "r3", 2);
+  ASSERT_TRUE(several.ok()) << several.status().ToString();
+  EXPECT_EQ(*several, nullptr);
+  EXPECT_TRUE(fs::is_empty(shm.path()));
+  auto on = OpenSnapshotDir(recovery, "r3", 1);
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  ASSERT_NE(*on, nullptr);
+  EXPECT_TRUE(fs::is_directory((*on)->path()));
+}
+
 TEST(SnapshotDirTest, AMemoryDirThatIsNotThereIsRefusedSayingWhatToDo) {
   auto dir = SnapshotDir::Create("/nonexistent/shm", "r1");
   ASSERT_FALSE(dir.ok());

@@ -130,7 +130,7 @@ Status Supervisor::Impl::StartRankSide() {
   if (int n = RemoveProgressRecords(job_.supervise.progress_dir, recorder_->run_id()); n > 0) {
     spdlog::info("removed {} stale progress record(s) of run {}", n, recorder_->run_id());
   }
-  HF_ASSIGN_OR_RETURN(snapshots_, OpenSnapshotDir(job_.recovery, recorder_->run_id()));
+  HF_ASSIGN_OR_RETURN(snapshots_, OpenSnapshotDir(job_.recovery, recorder_->run_id(), alloc_.nodes.size()));
   if (snapshots_) ranks_.set_snapshot_dir(snapshots_->path());
   ControllerOptions co;
   co.supervise = job_.supervise;

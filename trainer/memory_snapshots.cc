@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -60,7 +61,7 @@ Status CheckSnapshotBudget(uint64_t shard_bytes, uint64_t budget_bytes) {
                 "a snapshot of this rank is %.1f MiB and %d of them (the newest and the one being written) need "
                 "%.1f MiB, more than this rank's %.1f MiB of recovery.memory_budget_mb; raise the budget to at "
                 "least %.0f MiB x the ranks per node",
-                shard_bytes / mib, kSnapshotsHeld, need / mib, budget_bytes / mib, need / mib + 0.5);
+                shard_bytes / mib, kSnapshotsHeld, need / mib, budget_bytes / mib, std::ceil(need / mib));
   return ResourceExhaustedError(text);
 }
 

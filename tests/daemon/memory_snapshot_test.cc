@@ -174,7 +174,7 @@ TEST_F(MemorySnapshotTest, ASnapshotOverTheBudgetIsRefusedAndTheRunGoesOnWithDis
         << log;
     EXPECT_NE(log.find("of recovery.memory_budget_mb; raise the budget"), std::string::npos) << log;
   }
-  EXPECT_TRUE(fs::exists(dir_ / "ck" / StepDirName(kSteps) / kManifestFileName)) << "the disk checkpoints went on";
+  EXPECT_TRUE(fs::exists(dir_ / ("ck/" + StepDirName(kSteps) + "/" + kManifestFileName))) << "the disk checkpoints went on";
   ExpectNothingLeftInShm(run_id);
 }
 
