@@ -159,6 +159,32 @@ TEST_F(MemorySnapshotTest, AFlippedByteInTheSnapshotsFallsBackToTheDiskCheckpoin
   ExpectNothingLeftInShm(st->run_id);
 }
 
+// A SIGKILLed daemon cannot remove its folder; the next holdfastd on the node
+// (here the one that continues the run) removes it before it starts its own.
+TEST_F(MemorySnapshotTest, AKilledDaemonsSnapshotsAreRemovedByTheNextDaemon) {
+  WriteJob("", kRecovery, /*hang_min_s=*/60);
+  std::string run_id;
+  std::vector<std::string> folders;
+  {
+    ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+    auto st = WaitForStep(12, daemon);
+    ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
+    run_id = st->run_id;
+    folders = SnapshotFolders(run_id);
+    ASSERT_EQ(folders.size(), 1u) << ReadFile(dir_ / "daemon.log");
+    daemon.Signal(SIGKILL);
+    EXPECT_EQ(daemon.Wait(), 128 + SIGKILL);
+  }
+  EXPECT_TRUE(fs::exists(folders[0] + "/owner.lock")) << "the dead daemon's folder is still there";
+  ChildProcess again(Daemon(), dir_ / "daemon2.log");
+  ExpectFinishedBitExact(again);
+  EXPECT_FALSE(fs::exists(folders[0]));
+  EXPECT_NE(ReadFile(dir_ / "daemon2.log").find("removed " + folders[0] + ": memory snapshots of a holdfastd that is gone"),
+            std::string::npos)
+      << ReadFile(dir_ / "daemon2.log");
+  ExpectNothingLeftInShm(run_id);
+}
+
 // A budget smaller than two snapshots of a rank: refused with the numbers on
 // every rank, and the run trains on with its disk checkpoints.
 TEST_F(MemorySnapshotTest, ASnapshotOverTheBudgetIsRefusedAndTheRunGoesOnWithDiskCheckpoints) {
