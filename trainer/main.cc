@@ -159,7 +159,7 @@ Status ApplyCheckpoint(const Flags& flags, const LoadedCheckpoint& ckpt, const c
     spdlog::error("DETERMINISM BROKEN on resume: {} -- this run will not reproduce the uninterrupted run bit for bit",
                   w);
   }
-  spdlog::info("resumed from {} {} (step {}, restore tier: {})", what, ckpt.dir, trainer->step(), tier);
+  spdlog::info("resumed from {} {} (step {}); restore tier: {}", what, ckpt.dir, trainer->step(), tier);
   const int saved_world = static_cast<int>(ckpt.shards.size());
   if (saved_world != trainer->world_size() && trainer->rank() == 0) {
     spdlog::warn("RESHARDED: checkpoint of step {} saved by {} ranks, resumed on {}; grad_accum {} keeps its global "
@@ -229,7 +229,7 @@ Result<int64_t> ResumeFromCheckpoint(const Flags& flags, const std::string& root
   }
   if (!ckpt.ok()) {
     if (flags.resume_from_step < 0 && ckpt.status().code() == StatusCode::kNotFound) {
-      spdlog::info("no checkpoint to resume from in {}: starting at step 0 (restore tier: none)", root);
+      spdlog::info("no checkpoint to resume from in {}: starting at step 0; restore tier: none", root);
       return int64_t{-1};
     }
     return ckpt.status().WithContext("resume from " + root);

@@ -96,7 +96,7 @@ TEST_F(MemorySnapshotTest, AKilledRankResumesFromTheNewestSnapshotWithTheDiskChe
   // Both ranks of generation 1 came back from memory, at the newest step every
   // rank held (rank 0, continued by the daemon to act on its TERM, may have
   // committed one more step with rank 1's shard already there).
-  const std::regex resumed("resumed from memory snapshot (\\S+)/step-0*([0-9]+) \\(step ([0-9]+), restore tier: memory\\)");
+  const std::regex resumed("resumed from memory snapshot (\\S+)/step-0*([0-9]+) \\(step ([0-9]+)\\); restore tier: memory");
   for (int rank : {0, 1}) {
     const std::string log = RankLog(1, rank);
     std::smatch m;
