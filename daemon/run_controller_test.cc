@@ -42,6 +42,7 @@ class RecordingActions : public RunActions {
     return Status::Ok();
   }
   void Finish(int code) override { finished = code; }
+  int64_t NewestMemorySnapshot() const override { return memory_snapshot; }
   int BlameRolesForStall(double stalled_s, double, const std::string& doing) override {
     stalls.push_back({stalled_s, doing});
     return roles_to_blame;
@@ -55,6 +56,7 @@ class RecordingActions : public RunActions {
     return static_cast<int>(active.size()) * 2;
   }
   std::vector<std::string> active = {"host-a", "host-b"};
+  int64_t memory_snapshot = -1;  // NewestMemorySnapshot
   std::vector<std::vector<std::string>> reshapes;
 
   std::vector<std::pair<int, int64_t>> launches;
@@ -197,6 +199,32 @@ TEST_F(RunControllerTest, ACrashStopsEveryRankAndRestartsInPlaceWhenTheTimerFire
   EXPECT_EQ(events.back().action,
             "stopped all ranks; restart generation 1 from the start [recovery: restart in place now (restart 1 of 2): "
             "crash on host-b]");
+}
+
+// With memory snapshots the trainer resumes from the newest one every rank
+// holds before the disk: the action and the generation's start step say so.
+TEST_F(RunControllerTest, ARestartFromAMemorySnapshotStartsAtItsStep) {
+  Make();
+  controller_->Launch();
+  Train(5);
+  actions_.memory_snapshot = 4;
+  controller_->OnRankExit(RankExit{3, Killed(SIGKILL), "", {}}, Views(5));
+  ExitAll(Killed(SIGTERM), 5);
+  controller_->OnTimer(ControllerTimer::kRestart);
+  ASSERT_EQ(actions_.launches.size(), 2u);
+  EXPECT_EQ(actions_.launches[1].second, -1) << "the trainer chooses; no step is imposed";
+  const auto events = Events();
+  ASSERT_FALSE(events.empty());
+  EXPECT_NE(events.back().action.find("restart generation 1 from step 4 (memory snapshot)"), std::string::npos)
+      << events.back().action;
+  LineageOptions o;
+  o.read_only = true;
+  auto db = LineageDb::Open(dir_.path() + "/lineage.db", o);
+  ASSERT_TRUE(db.ok());
+  auto gens = (*db)->Generations(recorder_->run_id());
+  ASSERT_TRUE(gens.ok());
+  ASSERT_EQ(gens->size(), 2u);
+  EXPECT_EQ((*gens)[1].start_step, 4);
 }
 
 TEST_F(RunControllerTest, GenerationsThatFailBeforeAStepBackOffExponentially) {

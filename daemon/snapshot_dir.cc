@@ -11,6 +11,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "checkpoint/checkpoint_loader.h"
+
 namespace holdfast {
 namespace {
 
@@ -105,6 +107,16 @@ int SweepDeadSnapshotDirs(const std::string& memory_dir) {
     }
   }
   return removed;
+}
+
+int64_t NewestSnapshotStep(const std::string& dir) {
+  CheckpointLoader loader(dir);
+  Result<std::vector<int64_t>> steps = loader.ListSteps();
+  if (!steps.ok()) return -1;
+  for (int64_t step : *steps) {
+    if (loader.Inspect(step, InspectDepth::kSizes).ok()) return step;
+  }
+  return -1;
 }
 
 Result<std::unique_ptr<SnapshotDir>> OpenSnapshotDir(const RecoveryConfig& recovery, const std::string& run_id,

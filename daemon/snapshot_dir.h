@@ -57,6 +57,10 @@ class SnapshotDir {
 // stay. Returns how many were removed.
 int SweepDeadSnapshotDirs(const std::string& memory_dir);
 
+// The newest step in a snapshot folder whose manifest is committed and whose
+// shards are all there with their sizes (InspectDepth::kSizes); -1 if none.
+int64_t NewestSnapshotStep(const std::string& dir);
+
 // What a daemon does at start (leader and follower alike): sweeps the dead
 // daemons' folders in recovery.memory_dir (logged), then, when the tier is on,
 // creates its own; nullptr when it is off. A run of several nodes takes no

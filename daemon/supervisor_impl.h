@@ -56,6 +56,9 @@ class Supervisor::Impl : public RunActions, public ControlTarget, public std::en
   Status LaunchGeneration(int generation, int64_t resume_step) override;
   void TerminateRanks(const std::string& why, double grace_s) override;
   void KillRanks(const std::vector<int>& ranks) override;
+  int64_t NewestMemorySnapshot() const override {
+    return snapshots_ ? NewestSnapshotStep(snapshots_->path()) : -1;
+  }
   void ArmTimer(ControllerTimer timer, double seconds) override;
   void CancelTimer(ControllerTimer timer) override;
   Status Drain(const std::string& host, const std::string& reason) override { return scheduler_->Drain(host, reason); }

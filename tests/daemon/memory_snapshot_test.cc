@@ -114,7 +114,15 @@ TEST_F(MemorySnapshotTest, AKilledRankResumesFromTheNewestSnapshotWithTheDiskChe
   EXPECT_EQ(run->state, RunState::kSucceeded);
   auto gens = db->Generations(run->run_id);
   ASSERT_TRUE(gens.ok());
-  EXPECT_EQ(gens->size(), 2u);
+  ASSERT_EQ(gens->size(), 2u);
+  // Lineage has the step generation 1 started from: the snapshot's, not the disk's (which is gone).
+  std::smatch m;
+  const std::string log = RankLog(1, 0);
+  ASSERT_TRUE(std::regex_search(log, m, resumed));
+  EXPECT_EQ((*gens)[1].start_step, std::stoll(m[3].str()));
+  auto inc = db->LastIncident(run->run_id);
+  ASSERT_TRUE(inc.ok() && inc->has_value());
+  EXPECT_NE((*inc)->action.find(" (memory snapshot)"), std::string::npos) << (*inc)->action;
   ExpectNothingLeftInShm(st->run_id);
 }
 
