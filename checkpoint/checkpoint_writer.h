@@ -41,6 +41,10 @@
 // resuming rank the parts of every shard it needs to assemble its state
 // (docs/checkpoint-format.md).
 //
+// holdfast-train runs a second writer beside the disk one for its in-memory
+// snapshots (trainer/memory_snapshots.h): root on tmpfs, its own Store
+// namespace, the newest kept, routine lines at debug level (log_commits).
+//
 // A step is saved at most once per Store namespace (generation): the keys of a
 // failed step are not reused. A step that already has a manifest is refused.
 //

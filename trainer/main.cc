@@ -417,11 +417,8 @@ StageExit OpenRun(const Flags& flags, const TrainerConfig& cfg, RankRun* run) {
 // The memory snapshot writer, when this rank's snapshot fits its budget and
 // every other rank's fits theirs (AgreeOnSnapshots); otherwise the refusal is
 // logged with the numbers and the run goes on with disk checkpoints only.
-void StartMemorySnapshots(const SnapshotTierConfig& tier, const CheckpointWriterOptions& disk, RankRun* run) {
-  std::vector<std::pair<std::string, uint64_t>> sizes;
-  if (auto views = run->trainer->StateViews(); views.ok()) {
-    for (const StateView& v : *views) sizes.emplace_back(v.name, v.size);
-  }
+void StartMemorySnapshots(const SnapshotTierConfig& tier, const CheckpointWriterOptions& disk,
+                          const std::vector<std::pair<std::string, uint64_t>>& sizes, RankRun* run) {
   Result<ShardHeader> layout = LayoutShard(0, run->rank, run->world, sizes);
   Status fits = layout.ok() ? CheckSnapshotBudget(layout->file_size, tier.budget_bytes) : layout.status();
   std::shared_ptr<Store> agree;
@@ -486,11 +483,23 @@ StageExit SetUpCheckpoints(const Flags& flags, const TrainerConfig& cfg, RankRun
       return kExitFailed;
     }
     run->writer = std::move(w).value();
+    // The state's buffers (one StateViews: on a GPU it stages the state) size
+    // the staging buffers before the first save.
+    std::vector<std::pair<std::string, uint64_t>> sizes;
+    size_t bytes = 0;
+    if (auto views = trainer.StateViews(); views.ok()) {
+      for (const StateView& v : *views) {
+        sizes.emplace_back(v.name, v.size);
+        bytes += v.size;
+      }
+    }
+    Status reserved = run->writer->Reserve(bytes + (1 << 20));
+    if (!reserved.ok()) spdlog::warn("could not pre-allocate the checkpoint staging buffer: {}", reserved.ToString());
     if (tier->has_value()) {
       // Snapshots of steps after the one resumed belong to a timeline that
       // ended; one rank per node clears them before any rank can save.
       if (EnvInt(kEnvLocalRank, 0) == 0) RemoveSnapshotsAfter((*tier)->dir, *step);
-      StartMemorySnapshots(**tier, wo, run);
+      StartMemorySnapshots(**tier, wo, sizes, run);
     }
   }
   // The writers and the fault hook are declared after the trainer in RankRun,
@@ -500,15 +509,6 @@ StageExit SetUpCheckpoints(const Flags& flags, const TrainerConfig& cfg, RankRun
     if (snap != nullptr) snap->WaitStaged();
     faults->BeforeUpdate();
   });
-  if (run->writer != nullptr) {
-    auto views = trainer.StateViews();
-    if (views.ok()) {
-      size_t bytes = 0;
-      for (const StateView& v : *views) bytes += v.size;
-      Status s = run->writer->Reserve(bytes + (1 << 20));
-      if (!s.ok()) spdlog::warn("could not pre-allocate the checkpoint staging buffer: {}", s.ToString());
-    }
-  }
   return std::nullopt;
 }
 
