@@ -417,12 +417,21 @@ StageExit OpenRun(const Flags& flags, const TrainerConfig& cfg, RankRun* run) {
 // The memory snapshot writer, when this rank's snapshot fits its budget and
 // every other rank's fits theirs (AgreeOnSnapshots); otherwise the refusal is
 // logged with the numbers and the run goes on with disk checkpoints only.
-void StartMemorySnapshots(const SnapshotTierConfig& tier, const CheckpointWriterOptions& disk,
+void StartMemorySnapshots(const SnapshotTierConfig& tier, const TrainerConfig& cfg, CheckpointWriterOptions disk,
                           const std::vector<std::pair<std::string, uint64_t>>& sizes, RankRun* run) {
   Result<ShardHeader> layout = LayoutShard(0, run->rank, run->world, sizes);
   Status fits = layout.ok() ? CheckSnapshotBudget(layout->file_size, tier.budget_bytes) : layout.status();
+  // A store client of its own: a client serialises its requests, so the
+  // snapshot commits' Gets parked for a peer's key would hold up the disk
+  // writer's commits behind them (per-step saves: disk checkpoints went
+  // uncommitted for many steps).
+  if (run->world > 1) {
+    Result<std::shared_ptr<Store>> own = ConnectRunStore(cfg);
+    if (fits.ok() && !own.ok()) fits = own.status().WithContext("a store client for the snapshots");
+    disk.store = own.ok() ? *own : run->store;
+  }
   std::shared_ptr<Store> agree;
-  if (run->store != nullptr) agree = std::make_shared<PrefixStore>(kSnapshotStorePrefix, run->store);
+  if (disk.store != nullptr) agree = std::make_shared<PrefixStore>(kSnapshotStorePrefix, disk.store);
   Status all = AgreeOnSnapshots(fits, run->rank, run->world, agree.get(), disk.commit_timeout);
   if (all.ok() && layout.ok()) {
     auto w = CheckpointWriter::Create(SnapshotWriterOptions(tier, disk));
@@ -499,7 +508,7 @@ StageExit SetUpCheckpoints(const Flags& flags, const TrainerConfig& cfg, RankRun
       // Snapshots of steps after the one resumed belong to a timeline that
       // ended; one rank per node clears them before any rank can save.
       if (EnvInt(kEnvLocalRank, 0) == 0) RemoveSnapshotsAfter((*tier)->dir, *step);
-      StartMemorySnapshots(**tier, wo, sizes, run);
+      StartMemorySnapshots(**tier, cfg, wo, sizes, run);
     }
   }
   // The writers and the fault hook are declared after the trainer in RankRun,

@@ -64,6 +64,9 @@ Status AgreeOnSnapshots(const Status& mine, int rank, int world, Store* store, s
 // config hash, commit timeout): root = the tier's folder, the store under
 // kSnapshotStorePrefix, only the newest snapshot kept, saves waiting for the
 // one in flight (every rank must save every due step), routine lines at debug.
+// Give it a store client of its own (holdfast-train does): a client
+// serialises its requests, and the per-step commits' parked Gets would
+// otherwise delay the disk writer's commits on a shared one.
 CheckpointWriterOptions SnapshotWriterOptions(const SnapshotTierConfig& tier, const CheckpointWriterOptions& disk);
 
 // Removes the snapshot folders of steps after `step` (-1: all) in `dir`: a
