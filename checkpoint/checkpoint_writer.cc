@@ -37,6 +37,12 @@ std::string Text(const std::vector<uint8_t>& v) { return std::string(v.begin(), 
 
 std::string JoinPath(const std::string& a, const std::string& b) { return a + "/" + b; }
 
+// The level of the routine lines (commits, skips, retention): info, or debug
+// for saves taken every step (CheckpointWriterOptions::log_commits).
+spdlog::level::level_enum RoutineLevel(const CheckpointWriterOptions& o) {
+  return o.log_commits ? spdlog::level::info : spdlog::level::debug;
+}
+
 }  // namespace
 
 const char* InFlightPolicyName(InFlightPolicy policy) {
@@ -116,7 +122,7 @@ void CheckpointWriter::WaitCommitted(std::unique_lock<std::mutex>* lock) {
 
 void CheckpointWriter::EnsureStaging(size_t bytes) {
   if (bytes <= staging_capacity_) return;
-  spdlog::info("checkpoint: rank {} allocating a {:.1f} MB staging buffer (was {:.1f} MB)", options_.rank,
+  spdlog::info("{}: rank {} allocating a {:.1f} MB staging buffer (was {:.1f} MB)", options_.log_name, options_.rank,
                bytes / 1e6, staging_capacity_ / 1e6);
   staging_.reset();  // free first: bounded memory matters more than the realloc
   std::unique_ptr<uint8_t[]> fresh(new uint8_t[bytes]);
@@ -160,15 +166,17 @@ Result<SaveDecision> CheckpointWriter::Save(int64_t step, const std::vector<Buff
                                           "(the store does not answer)";
       if (options_.policy == InFlightPolicy::kSkip) {
         ++skipped_;
-        spdlog::warn("checkpoint: save of step {} skipped: {} (policy=skip, {} skipped so far)", step, in_flight,
-                     skipped_.load());
+        spdlog::log(options_.log_commits ? spdlog::level::warn : spdlog::level::debug,
+                    "{}: save of step {} skipped: {} (policy=skip, {} skipped so far)", options_.log_name, step,
+                    in_flight, skipped_.load());
         return SaveDecision::kSkipped;
       }
       idle_cv_.wait(l, [this] {
         return !job_.has_value() && PendingCommits() < kMaxPendingCommits;
       });
-      spdlog::warn("checkpoint: save of step {} waited {:.1f} ms: {} (policy=wait)", step, SecondsSince(t0) * 1e3,
-                   in_flight);
+      spdlog::log(options_.log_commits ? spdlog::level::warn : spdlog::level::debug,
+                  "{}: save of step {} waited {:.1f} ms: {} (policy=wait)", options_.log_name, step,
+                  SecondsSince(t0) * 1e3, in_flight);
     }
   }
   // The background thread is idle: the staging buffer is ours until handover.
@@ -258,9 +266,9 @@ void CheckpointWriter::CommitMain() {
     }
     SaveOutcome outcome = Finish(c);
     if (outcome.committed()) {
-      spdlog::info("checkpoint: rank {} step {} committed: {:.1f} MB staged in {:.3f} s, written in {:.3f} s "
-                   "({:.0f} MB/s), stall {:.1f} ms (fence {:.1f} ms)",
-                   options_.rank, outcome.step, outcome.shard_bytes / 1e6, outcome.stage_seconds,
+      spdlog::log(RoutineLevel(options_), "{}: rank {} step {} committed: {:.1f} MB staged in {:.3f} s, written in {:.3f} s "
+                  "({:.0f} MB/s), stall {:.1f} ms (fence {:.1f} ms)",
+                   options_.log_name, options_.rank, outcome.step, outcome.shard_bytes / 1e6, outcome.stage_seconds,
                    outcome.write_seconds, outcome.shard_bytes / 1e6 / std::max(outcome.write_seconds, 1e-9),
                    outcome.stall_seconds * 1e3, outcome.fence_seconds * 1e3);
     } else {
@@ -269,7 +277,7 @@ void CheckpointWriter::CommitMain() {
         std::lock_guard<std::mutex> l(mu_);
         exiting = stop_;
       }
-      spdlog::error("checkpoint: rank {} step {} NOT saved{}: {}", options_.rank, outcome.step,
+      spdlog::error("{}: rank {} step {} NOT saved{}: {}", options_.log_name, options_.rank, outcome.step,
                     exiting ? "" : ", training continues", outcome.status.ToString());
     }
     if (callback_) callback_(outcome);
@@ -549,23 +557,24 @@ void CheckpointWriter::Prune(int64_t newest) {
     if (step < newest) doomed.push_back(step);  // a save that died before committing
   }
   for (int64_t step : doomed) {
-    Status s = RemoveCheckpointDir(JoinPath(options_.root, StepDirName(step)));
+    Status s = RemoveStepDir(JoinPath(options_.root, StepDirName(step)), storage_);
     if (s.ok()) {
-      spdlog::info("checkpoint: retention removed step {}", step);
+      spdlog::log(RoutineLevel(options_), "{}: retention removed step {}", options_.log_name, step);
     } else {
       spdlog::warn("checkpoint: retention could not remove step {}: {}", step, s.ToString());
     }
   }
 }
 
-Status CheckpointWriter::RemoveCheckpointDir(const std::string& dir) {
+Status RemoveStepDir(const std::string& dir, Storage* storage) {
+  if (storage == nullptr) storage = PosixStorage::Default();
   // Manifest first, made durable, so a crash mid-removal leaves a partial folder
   // (ignored) and never a visible checkpoint with missing shards.
-  HF_RETURN_IF_ERROR(storage_->Unlink(JoinPath(dir, kManifestFileName)));
-  HF_RETURN_IF_ERROR(storage_->SyncDir(dir));
-  HF_ASSIGN_OR_RETURN(std::vector<std::string> names, storage_->ListDir(dir));
-  for (const std::string& name : names) HF_RETURN_IF_ERROR(storage_->Unlink(JoinPath(dir, name)));
-  return storage_->RemoveDir(dir);
+  HF_RETURN_IF_ERROR(storage->Unlink(JoinPath(dir, kManifestFileName)));
+  HF_RETURN_IF_ERROR(storage->SyncDir(dir));
+  HF_ASSIGN_OR_RETURN(std::vector<std::string> names, storage->ListDir(dir));
+  for (const std::string& name : names) HF_RETURN_IF_ERROR(storage->Unlink(JoinPath(dir, name)));
+  return storage->RemoveDir(dir);
 }
 
 }  // namespace holdfast

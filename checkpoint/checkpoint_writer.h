@@ -41,6 +41,10 @@
 // resuming rank the parts of every shard it needs to assemble its state
 // (docs/checkpoint-format.md).
 //
+// holdfast-train runs a second writer beside the disk one for its in-memory
+// snapshots (trainer/memory_snapshots.h): root on tmpfs, its own Store
+// namespace, the newest kept, routine lines at debug level (log_commits).
+//
 // A step is saved at most once per Store namespace (generation): the keys of a
 // failed step are not reused. A step that already has a manifest is refused.
 //
@@ -128,6 +132,12 @@ struct CheckpointWriterOptions {
   // Start writeback of each chunk as soon as it is written (StartWriteback),
   // instead of leaving it all to the final fsync.
   bool start_writeback = true;
+  // Log each commit, skip and retention removal at info level; false: at
+  // debug level (holdfast-train's memory snapshots, taken every step). Failures
+  // are logged either way.
+  bool log_commits = true;
+  // What the log lines call a save ("checkpoint", "memory snapshot").
+  std::string log_name = "checkpoint";
 };
 
 enum class SaveDecision { kQueued, kSkipped };
@@ -146,6 +156,12 @@ struct SaveOutcome {
   double total_seconds = 0;  // from Save's return to commit (or failure)
   bool committed() const { return status.ok(); }
 };
+
+// Removes step folder `dir` the way retention does: its manifest first (made
+// durable), so that a crash part way leaves a folder loaders ignore, then
+// every file in it, then the folder. `storage` is
+// not owned; nullptr = PosixStorage::Default().
+Status RemoveStepDir(const std::string& dir, Storage* storage = nullptr);
 
 class CheckpointWriter {
  public:
@@ -236,7 +252,6 @@ class CheckpointWriter {
   Result<std::vector<uint8_t>> AwaitPeerKey(const std::string& key);
   Status WriteManifest(const std::string& dir, const Manifest& manifest);
   void Prune(int64_t newest);
-  Status RemoveCheckpointDir(const std::string& dir);
   void EnsureStaging(size_t bytes);  // caller holds save_mu_, writer idle
   void WaitIdle(std::unique_lock<std::mutex>* lock);       // no shard being staged or written
   void WaitCommitted(std::unique_lock<std::mutex>* lock);  // ... and no commit queued or running

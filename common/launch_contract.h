@@ -33,6 +33,14 @@ inline constexpr const char* kEnvRole = "HOLDFAST_ROLE";
 inline constexpr const char* kEnvRoleIndex = "HOLDFAST_ROLE_INDEX";
 inline constexpr const char* kEnvRoleCount = "HOLDFAST_ROLE_COUNT";
 inline constexpr const char* kRoleLearner = "learner";
+// The in-memory snapshot tier (docs/memory-snapshots.md), set only when the
+// job file's recovery.memory_budget_mb > 0: the folder on tmpfs that this
+// node's holdfastd owns for the run (removed when the daemon ends; a dead
+// daemon's is swept by the next), the bytes of it one rank may fill, and how
+// often (in steps) a rank snapshots its state there.
+inline constexpr const char* kEnvSnapshotDir = "HOLDFAST_SNAPSHOT_DIR";
+inline constexpr const char* kEnvSnapshotBudgetBytes = "HOLDFAST_SNAPSHOT_BUDGET_BYTES";
+inline constexpr const char* kEnvSnapshotEvery = "HOLDFAST_SNAPSHOT_EVERY";
 // Set only for `runctl resume --from-step N`: the checkpoint step to resume from.
 inline constexpr const char* kEnvResumeFromStep = "HOLDFAST_RESUME_FROM_STEP";
 

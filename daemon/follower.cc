@@ -17,6 +17,7 @@
 #include "daemon/daemon_signals.h"
 #include "daemon/exit_codes.h"
 #include "daemon/health_watch.h"
+#include "daemon/snapshot_dir.h"
 #include "daemon/line_connection.h"
 #include "daemon/rank_group.h"
 #include "health/report.h"
@@ -70,6 +71,7 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   DaemonSignals signals_;
   std::unique_ptr<Timer> poll_timer_, kill_timer_, retry_timer_;
   RankGroup ranks_;
+  std::unique_ptr<SnapshotDir> snapshots_;  // this node's memory snapshot folder; null when the tier is off
   HealthWatch health_;
   std::shared_ptr<LineConnection> conn_;
   std::optional<RunKey> key_;  // RUN_DIR/cluster.key
@@ -260,6 +262,13 @@ void Follower::Impl::OnMessage(const ClusterMessage& msg) {
       std::vector<int> mine;
       for (const RankPlacement& p : m->ranks) mine.push_back(p.global_rank);
       RemoveProgressRecords(opts_.job.supervise.progress_dir, run_id_, &mine);
+      Result<std::unique_ptr<SnapshotDir>> snapshots = OpenSnapshotDir(opts_.job.recovery, run_id_, opts_.allocation.nodes.size());
+      if (snapshots.ok()) {
+        snapshots_ = std::move(snapshots).value();
+        if (snapshots_) ranks_.set_snapshot_dir(snapshots_->path());
+      } else {  // this node's ranks restore from disk; the leader's plan is not this node's to refuse
+        spdlog::error("no memory snapshots on this node: {}", snapshots.status().ToString());
+      }
     }
     generation_ = m->spec.generation;
     kill_timer_->Cancel();  // the previous generation's
@@ -350,6 +359,7 @@ void Follower::Impl::Done(int code) {
   signals_.Stop();
   if (conn_) conn_->Close("finished");
   if (!ranks_.AnyAlive()) {
+    if (snapshots_) snapshots_->Remove();
     io_.stop();
     return;
   }
@@ -360,6 +370,7 @@ void Follower::Impl::Done(int code) {
 void Follower::Impl::WaitForRanksThenStop() {
   ranks_.Reap();
   if (!ranks_.AnyAlive()) {
+    if (snapshots_) snapshots_->Remove();
     io_.stop();
     return;
   }

@@ -98,14 +98,15 @@ Result<JobConfig> JobConfigFromTable(const toml::table& root, const std::string&
   JobConfig cfg;
   cfg.source = path;
   cfg.text = std::move(text);
-  static const char* kSections = "[job], [supervise], [lineage], [health], [[roles]]";
+  static const char* kSections = "[job], [supervise], [lineage], [recovery], [health], [[roles]]";
   for (auto&& [k, v] : root) {
     const std::string section(k.str());
     if (section == "roles") {
       HF_RETURN_IF_ERROR(LoadRoles(path, v, k.source(), &cfg.roles, keys));
       continue;
     }
-    if (section != "job" && section != "supervise" && section != "lineage" && section != "health") {
+    if (section != "job" && section != "supervise" && section != "lineage" && section != "recovery" &&
+        section != "health") {
       return InvalidArgumentError(TomlWhere(path, k.source()) + ": unknown section '" + section +
                                   "' (known sections: " + kSections + ")");
     }
@@ -181,6 +182,19 @@ Result<JobConfig> JobConfigFromTable(const toml::table& root, const std::string&
     LogKeys(r, "lineage", keys);
     HF_RETURN_IF_ERROR(r.RejectUnknown());
   }
+  if (const toml::table* t = root["recovery"].as_table()) {
+    TomlTableReader r(path, "recovery", *t);
+    HF_RETURN_IF_ERROR(r.Int("memory_budget_mb", &cfg.recovery.memory_budget_mb, 0, int64_t{1} << 30));
+    HF_RETURN_IF_ERROR(r.Int("snapshot_every", &cfg.recovery.snapshot_every, 1, int64_t{1} << 50));
+    HF_RETURN_IF_ERROR(r.String("memory_dir", &cfg.recovery.memory_dir));
+    if (cfg.recovery.memory_dir.empty() || cfg.recovery.memory_dir[0] != '/') {
+      return InvalidArgumentError(TomlWhere(path, t->get("memory_dir")->source()) +
+                                  ": key 'recovery.memory_dir' must be an absolute path on a tmpfs, e.g. "
+                                  "\"/dev/shm\", got '" + cfg.recovery.memory_dir + "'");
+    }
+    LogKeys(r, "recovery", keys);
+    HF_RETURN_IF_ERROR(r.RejectUnknown());
+  }
   if (cfg.command.empty()) {
     return InvalidArgumentError(path + ": job.command is required: the program and arguments of one rank, e.g. "
                                 "command = [\"build/trainer/holdfast-train\", \"--config\", \"run.toml\"]");
@@ -205,7 +219,7 @@ void ResolveSizedDefaults(JobConfig* job, int world_size) {
 std::vector<std::string> JobConfigKeys() {
   // A job with every section once: each reader asks for all of its keys.
   const std::string text =
-      "[job]\ncommand = [\"x\"]\n[supervise]\n[lineage]\n[[roles]]\nname = \"r\"\ncommand = [\"x\"]\n";
+      "[job]\ncommand = [\"x\"]\n[supervise]\n[lineage]\n[recovery]\n[[roles]]\nname = \"r\"\ncommand = [\"x\"]\n";
   std::vector<std::string> keys;
   auto root = ParseToml(text, "keys");
   if (root.ok()) (void)JobConfigFromTable(*root, "keys", text, &keys);

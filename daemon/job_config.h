@@ -8,6 +8,8 @@
 //                backoff_initial_s, backoff_max_s, term_grace_s, exit_grace_s, progress_dir,
 //                straggler_factor, straggler_min_duration_s, stack_timeout_s, stack_tool
 //   [lineage]    journal_mode (wal | delete | truncate), host_history, history_dir
+//   [recovery]   memory_budget_mb, snapshot_every, memory_dir: the in-memory
+//                snapshot tier (docs/memory-snapshots.md)
 //   [[roles]]    role groups beside the learner (the [job] command ranks):
 //                name, command, count, restart (alone | learner), hang_s,
 //                env, restart_budget — each a RoleConfig below
@@ -110,6 +112,18 @@ struct RoleConfig {
 };
 inline constexpr int kMaxRoleCount = 256;  // processes of one role
 
+// [recovery]: the in-memory snapshot tier (docs/memory-snapshots.md). With
+// memory_budget_mb > 0 each node's holdfastd owns a folder on tmpfs for the
+// run (memory_dir/holdfast-snap-RUN-PID) and tells its ranks its path, their
+// share of the budget and snapshot_every (common/launch_contract.h); a rank
+// restarts from the newest snapshot every rank holds before the disk.
+struct RecoveryConfig {
+  int64_t memory_budget_mb = 0;  // per node, MiB; 0 = no memory snapshots
+  int64_t snapshot_every = 1;    // steps between snapshots
+  std::string memory_dir = "/dev/shm";
+  bool enabled() const { return memory_budget_mb > 0; }
+};
+
 struct JobConfig {
   std::string name = "run";
   std::vector<std::string> command;
@@ -130,6 +144,7 @@ struct JobConfig {
   int min_nodes = 0;
   int max_nodes = 0;
   SuperviseConfig supervise;
+  RecoveryConfig recovery;
   std::vector<RoleConfig> roles;  // [[roles]], in file order
   JournalMode journal_mode = JournalMode::kWal;  // [lineage] journal_mode
   // [lineage] host_history: publish each incident that names hosts into the

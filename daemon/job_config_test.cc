@@ -172,6 +172,31 @@ TEST(JobConfigTest, StackCaptureKeysAreReadAndBadOnesRefused) {
   EXPECT_NE(unbounded.status().message().find("stack_timeout_s"), std::string::npos) << unbounded.status().message();
 }
 
+// The memory snapshot tier: off unless a budget is given; bad values refused at load, saying what to write.
+TEST(JobConfigTest, RecoveryKeysAreReadAndBadOnesRefused) {
+  auto off = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n"));
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->recovery.enabled());
+  auto cfg = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[recovery]\nmemory_budget_mb = 512\n"
+                                 "snapshot_every = 2\nmemory_dir = \"/run/hf\"\n"));
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_TRUE(cfg->recovery.enabled());
+  EXPECT_EQ(cfg->recovery.memory_budget_mb, 512);
+  EXPECT_EQ(cfg->recovery.snapshot_every, 2);
+  EXPECT_EQ(cfg->recovery.memory_dir, "/run/hf");
+  auto relative = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[recovery]\nmemory_dir = \"shm\"\n"));
+  ASSERT_FALSE(relative.ok());
+  EXPECT_NE(relative.status().message().find(":4: key 'recovery.memory_dir' must be an absolute path on a tmpfs"),
+            std::string::npos)
+      << relative.status().message();
+  auto never = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[recovery]\nsnapshot_every = 0\n"));
+  ASSERT_FALSE(never.ok());
+  EXPECT_NE(never.status().message().find("snapshot_every"), std::string::npos) << never.status().message();
+  auto typo = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[recovery]\nmemory_budget = 5\n"));
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("memory_budget_mb"), std::string::npos) << typo.status().message();
+}
+
 TEST(JobConfigTest, ReadsRoleGroups) {
   auto cfg = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\nenv = { A = \"1\" }\n"
                                  "[[roles]]\nname = \"rollout\"\ncommand = [\"/bin/sleep\", \"9\"]\ncount = 2\n"

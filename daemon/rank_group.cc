@@ -111,6 +111,12 @@ Status RankGroup::Launch(const GenerationSpec& spec, const std::vector<RankPlace
     s.env[kEnvRole] = kRoleLearner;
     s.env[kEnvRunDir] = run_dir_abs;
     if (spec.resume_step >= 0) s.env[kEnvResumeFromStep] = std::to_string(spec.resume_step);
+    if (!snapshot_dir_.empty()) {  // the node's budget, shared evenly by its ranks
+      s.env[kEnvSnapshotDir] = snapshot_dir_;
+      s.env[kEnvSnapshotBudgetBytes] =
+          std::to_string((static_cast<uint64_t>(job_->recovery.memory_budget_mb) << 20) / placements.size());
+      s.env[kEnvSnapshotEvery] = std::to_string(job_->recovery.snapshot_every);
+    }
     // torchrun's contract, for PyTorch jobs.
     s.env["RANK"] = std::to_string(p.global_rank);
     s.env["LOCAL_RANK"] = std::to_string(p.local_rank);

@@ -66,11 +66,15 @@ class RankGroup {
   std::vector<RankView> Views(int node, const std::string& host) const;
   int generation() const { return generation_; }
   void Clear() { ranks_.clear(); }
+  // The daemon's memory snapshot folder (snapshot_dir.h), told to the ranks
+  // with their share of job.recovery.memory_budget_mb; "" = no snapshots.
+  void set_snapshot_dir(std::string dir) { snapshot_dir_ = std::move(dir); }
 
  private:
   const JobConfig* job_;  // not owned
   std::string run_dir_;
   int generation_ = -1;
+  std::string snapshot_dir_;
   std::vector<std::unique_ptr<RankProcess>> ranks_;
 };
 

@@ -37,7 +37,8 @@ void RunController::Launch() {
 
 void RunController::StartGeneration() {
   const int64_t requested = generation_ < 0 ? recorder_->requested_start_step() : -1;
-  const int64_t newest = recorder_->NewestCommittedStep();
+  const int64_t memory = requested >= 0 ? -1 : actions_->NewestMemorySnapshot();
+  const int64_t newest = memory >= 0 ? memory : recorder_->NewestCommittedStep();
   generation_start_step_ = requested >= 0 ? requested : std::max<int64_t>(0, newest);
   generation_ = recorder_->StartGeneration(generation_start_step_);
   exits_.clear();
@@ -492,9 +493,11 @@ std::string RunController::ActionText(const Facts& facts, const RecoveryDecision
                      : state_ == State::kIdle  ? "did not launch"
                                                : "restart cancelled";
   if (d.action == RecoveryAction::kRestartInPlace || d.action == RecoveryAction::kContinueWithout) {
-    const int64_t from = recorder_->NewestCommittedStep();
+    // As the trainer chooses: the newest memory snapshot first, then the disk.
+    const int64_t memory = actions_->NewestMemorySnapshot();
+    const int64_t from = memory >= 0 ? memory : recorder_->NewestCommittedStep();
     text += "; restart generation " + std::to_string(generation_ + 1) + " from " +
-            (from >= 0 ? "step " + std::to_string(from) : "the start");
+            (from >= 0 ? "step " + std::to_string(from) : "the start") + (memory >= 0 ? " (memory snapshot)" : "");
   }
   if (facts.cause == IncidentKind::kHealth) {
     text += std::string(" [health policy: ") + health::ActionName(facts.health_action) + "]";

@@ -66,6 +66,10 @@ class RunActions {
   virtual Status Requeue(const std::vector<std::string>& exclude_hosts, const std::string& reason) = 0;
   // After a successful Requeue: what the scheduler did, for lineage ("" = nothing to add).
   virtual std::string RequeueNote() const { return ""; }
+  // The newest step of this run's memory snapshots (docs/memory-snapshots.md)
+  // that every rank committed, which a restarted trainer resumes from before
+  // the disk; -1 = none, or no memory tier.
+  virtual int64_t NewestMemorySnapshot() const { return -1; }
   // Elastic runs: the hosts the ranks run on now, and the joined nodes
   // standing by (ControllerOptions::min_nodes > 0 only).
   virtual std::vector<std::string> ActiveHosts() const { return {}; }

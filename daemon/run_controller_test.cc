@@ -41,6 +41,18 @@ TEST_F(RunControllerTest, ACrashStopsEveryRankAndRestartsInPlaceWhenTheTimerFire
             "crash on host-b]");
 }
 
+TEST_F(RunControllerTest, ARestartFromAMemorySnapshotStartsAtItsStep) {
+  Make();
+  controller_->Launch();
+  Train(5);
+  actions_.memory_snapshot = 4;
+  controller_->OnRankExit(RankExit{3, Killed(SIGKILL), "", {}}, Views(5));
+  ExitAll(Killed(SIGTERM), 5);
+  controller_->OnTimer(ControllerTimer::kRestart);
+  ASSERT_EQ(actions_.launches.size(), 2u);
+  EXPECT_NE(Events().back().action.find("generation 1 from step 4 (memory snapshot)"), std::string::npos);
+}
+
 TEST_F(RunControllerTest, GenerationsThatFailBeforeAStepBackOffExponentially) {
   Make();
   job_.supervise.restart_budget = 5;

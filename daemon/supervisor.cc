@@ -130,6 +130,8 @@ Status Supervisor::Impl::StartRankSide() {
   if (int n = RemoveProgressRecords(job_.supervise.progress_dir, recorder_->run_id()); n > 0) {
     spdlog::info("removed {} stale progress record(s) of run {}", n, recorder_->run_id());
   }
+  HF_ASSIGN_OR_RETURN(snapshots_, OpenSnapshotDir(job_.recovery, recorder_->run_id(), alloc_.nodes.size()));
+  if (snapshots_) ranks_.set_snapshot_dir(snapshots_->path());
   ControllerOptions co;
   co.supervise = job_.supervise;
   co.world_size = members_.world();
@@ -270,6 +272,7 @@ void Supervisor::Impl::Finish(int code) {
   WithdrawControlEndpoint();
   if (store_) store_->Shutdown();
   if (recorder_) RemoveProgressRecords(job_.supervise.progress_dir, recorder_->run_id());
+  if (snapshots_) snapshots_->Remove();
   if (link_) link_->Close(/*flush=*/true);  // the "finish" reaches the followers first
   if (roles_ && roles_->AnyAlive()) {
     roles_->StopAll(SIGTERM);

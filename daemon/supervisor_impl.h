@@ -39,6 +39,7 @@
 #include "daemon/role_supervisor.h"
 #include "daemon/run_controller.h"
 #include "daemon/run_recorder.h"
+#include "daemon/snapshot_dir.h"
 #include "daemon/supervisor.h"
 
 namespace holdfast {
@@ -55,6 +56,9 @@ class Supervisor::Impl : public RunActions, public ControlTarget, public std::en
   Status LaunchGeneration(int generation, int64_t resume_step) override;
   void TerminateRanks(const std::string& why, double grace_s) override;
   void KillRanks(const std::vector<int>& ranks) override;
+  int64_t NewestMemorySnapshot() const override {
+    return snapshots_ ? NewestSnapshotStep(snapshots_->path()) : -1;
+  }
   void ArmTimer(ControllerTimer timer, double seconds) override;
   void CancelTimer(ControllerTimer timer) override;
   Status Drain(const std::string& host, const std::string& reason) override { return scheduler_->Drain(host, reason); }
@@ -126,6 +130,7 @@ class Supervisor::Impl : public RunActions, public ControlTarget, public std::en
   ControlHandler control_handler_;
   ClusterMembership members_;  // active and spare nodes, the plan, the followers' views
   RankGroup ranks_;
+  std::unique_ptr<SnapshotDir> snapshots_;  // this node's memory snapshot folder; null when the tier is off
   HealthWatch health_;
   MetricsReporter metrics_;
   std::unique_ptr<RunRecorder> recorder_;

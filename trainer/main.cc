@@ -30,6 +30,7 @@
 #include "checkpoint/checkpoint_loader.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "common/atomic_file.h"
+#include "common/launch_contract.h"
 #include "common/progress_record.h"
 #include "common/store.h"
 #include "common/tcp_store.h"
@@ -39,6 +40,7 @@
 #include "trainer/program_info.h"
 #include "trainer/faults.h"
 #include "trainer/local_launcher.h"
+#include "trainer/memory_snapshots.h"
 #include "trainer/progress_sink.h"
 #include "trainer/train_state.h"
 #include "trainer/trainer.h"
@@ -135,35 +137,87 @@ void SetAsideCorrupt(const std::string& dir, const Status& reason) {
   else spdlog::warn("moved corrupt checkpoint {} to {} (evidence; remove it once looked at)", dir, *to);
 }
 
+// Every shard's buffers, as views; those this rank did not read have null data.
+std::vector<SavedShard> SavedShards(const LoadedCheckpoint& c) {
+  std::vector<SavedShard> out;
+  for (const LoadedShard& shard : c.shards) {
+    SavedShard s{shard.dir + "/" + c.manifest.shards[shard.header.rank].file, {}};
+    for (const ConstBufferView& b : shard.Buffers()) s.views.push_back({b.name, b.data, b.size});
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// Restores the trainer's state from a checkpoint every rank accepted (`what`
+// names its tier in the log: "checkpoint" from disk, "memory snapshot").
+Status ApplyCheckpoint(const Flags& flags, const LoadedCheckpoint& ckpt, const char* what, const char* tier,
+                       Trainer* trainer) {
+  std::vector<std::string> warnings;
+  HF_RETURN_IF_ERROR(trainer->RestoreShards(SavedShards(ckpt), flags.strict_determinism, &warnings)
+                         .WithContext(std::string("restore ") + what + " " + ckpt.dir));
+  for (const std::string& w : warnings) {
+    spdlog::error("DETERMINISM BROKEN on resume: {} -- this run will not reproduce the uninterrupted run bit for bit",
+                  w);
+  }
+  spdlog::info("resumed from {} {} (step {}); restore tier: {}", what, ckpt.dir, trainer->step(), tier);
+  const int saved_world = static_cast<int>(ckpt.shards.size());
+  if (saved_world != trainer->world_size() && trainer->rank() == 0) {
+    spdlog::warn("RESHARDED: checkpoint of step {} saved by {} ranks, resumed on {}; grad_accum {} keeps its global "
+                 "batch of {} samples",
+                 trainer->step(), saved_world, trainer->world_size(), trainer->grad_accum(),
+                 static_cast<int64_t>(trainer->config().train.micro_batch) * trainer->grad_accum() *
+                     trainer->world_size());
+  }
+  return Status::Ok();
+}
+
+// The newest memory snapshot every rank holds and that verifies, or nullopt
+// when there is none (logged: the caller goes on to the disk). An error only
+// when the ranks could not agree (a peer gone).
+Result<std::optional<LoadedCheckpoint>> RestoreFromMemory(const std::string& dir, RestoreOptions ro,
+                                                          const RestorePlanner& plan) {
+  if (ro.store != nullptr) ro.store = std::make_shared<PrefixStore>(kSnapshotStorePrefix, ro.store);
+  std::vector<SkippedCheckpoint> skipped;
+  Result<LoadedCheckpoint> snap = CheckpointLoader(dir).RestoreNewest(ro, plan, &skipped);
+  for (const SkippedCheckpoint& s : skipped) {
+    spdlog::warn("memory snapshot of step {} ({}) not used: {}", s.step, s.dir, s.reason.ToString());
+  }
+  if (snap.ok()) return std::optional<LoadedCheckpoint>(std::move(snap).value());
+  if (snap.status().code() != StatusCode::kNotFound) return snap.status().WithContext("restore from memory " + dir);
+  spdlog::log(skipped.empty() ? spdlog::level::info : spdlog::level::warn,
+              "no memory snapshot in {} that every rank holds and that verifies ({} passed over): restoring from disk",
+              dir, skipped.size());
+  return std::optional<LoadedCheckpoint>();
+}
+
 // Finds and restores the checkpoint to resume from. Returns the step restored,
-// or -1 when starting fresh. The ranks split the work (CheckpointLoader::
-// RestoreNewest): each reads and checksums only the shards it verifies, plus
-// every shard's slice of the parameters and the moments of its own slice
-// (Trainer::BuffersToRestore), and they agree through the store on the step
-// every one of them accepted; a checkpoint whose slices do not fit together is
-// skipped like a corrupt one, by all ranks. A checkpoint saved by another
-// number of ranks is resumed by resharding (Trainer::RestoreShards: the global
-// batch kept, or a clear error).
-Result<int64_t> ResumeFromCheckpoint(const Flags& flags, const std::string& root, Trainer* trainer,
-                                     std::shared_ptr<Store> store, std::chrono::milliseconds peer_timeout) {
+// or -1 when starting fresh. With memory snapshots (`memory_root`), the newest
+// snapshot every rank holds and that verifies comes first; then the disk. The
+// ranks split the work (CheckpointLoader::RestoreNewest): each reads and
+// checksums only the shards it verifies, plus every shard's slice of the
+// parameters and the moments of its own slice (Trainer::BuffersToRestore),
+// and they agree through the store on the step every one of them accepted; a
+// checkpoint whose slices do not fit together is skipped like a corrupt one,
+// by all ranks. A checkpoint saved by another number of ranks is resumed by
+// resharding (Trainer::RestoreShards: the global batch kept, or a clear error).
+Result<int64_t> ResumeFromCheckpoint(const Flags& flags, const std::string& root, const std::string& memory_root,
+                                     Trainer* trainer, std::shared_ptr<Store> store,
+                                     std::chrono::milliseconds peer_timeout) {
   if (flags.resume == "never" && flags.resume_from_step < 0) return int64_t{-1};
-  CheckpointLoader loader(root);
   RestoreOptions ro;
   ro.rank = trainer->rank();
   ro.world_size = trainer->world_size();
   ro.store = std::move(store);
   ro.peer_timeout = peer_timeout;
-  // Every shard's buffers, as views; those this rank did not read have null data.
-  auto saved_shards = [](const LoadedCheckpoint& c) {
-    std::vector<SavedShard> out;
-    for (const LoadedShard& shard : c.shards) {
-      SavedShard s{shard.dir + "/" + c.manifest.shards[shard.header.rank].file, {}};
-      for (const ConstBufferView& b : shard.Buffers()) s.views.push_back({b.name, b.data, b.size});
-      out.push_back(std::move(s));
+  auto plan = [&](const LoadedCheckpoint& preview) { return trainer->BuffersToRestore(SavedShards(preview)); };
+  if (!memory_root.empty() && flags.resume_from_step < 0) {
+    HF_ASSIGN_OR_RETURN(std::optional<LoadedCheckpoint> snap, RestoreFromMemory(memory_root, ro, plan));
+    if (snap.has_value()) {
+      HF_RETURN_IF_ERROR(ApplyCheckpoint(flags, *snap, "memory snapshot", "memory", trainer));
+      return trainer->step();
     }
-    return out;
-  };
-  auto plan = [&](const LoadedCheckpoint& preview) { return trainer->BuffersToRestore(saved_shards(preview)); };
+  }
+  CheckpointLoader loader(root);
   std::vector<SkippedCheckpoint> skipped;
   Result<LoadedCheckpoint> ckpt = flags.resume_from_step >= 0 ? loader.Restore(flags.resume_from_step, ro, plan)
                                                              : loader.RestoreNewest(ro, plan, &skipped);
@@ -175,27 +229,12 @@ Result<int64_t> ResumeFromCheckpoint(const Flags& flags, const std::string& root
   }
   if (!ckpt.ok()) {
     if (flags.resume_from_step < 0 && ckpt.status().code() == StatusCode::kNotFound) {
-      spdlog::info("no checkpoint to resume from in {}: starting at step 0", root);
+      spdlog::info("no checkpoint to resume from in {}: starting at step 0; restore tier: none", root);
       return int64_t{-1};
     }
     return ckpt.status().WithContext("resume from " + root);
   }
-  std::vector<std::string> warnings;
-  HF_RETURN_IF_ERROR(trainer->RestoreShards(saved_shards(*ckpt), flags.strict_determinism, &warnings)
-                         .WithContext("restore checkpoint " + ckpt->dir));
-  for (const std::string& w : warnings) {
-    spdlog::error("DETERMINISM BROKEN on resume: {} -- this run will not reproduce the uninterrupted run bit for bit",
-                  w);
-  }
-  spdlog::info("resumed from checkpoint {} (step {})", ckpt->dir, trainer->step());
-  const int saved_world = static_cast<int>(ckpt->shards.size());
-  if (saved_world != trainer->world_size() && trainer->rank() == 0) {
-    spdlog::warn("RESHARDED: checkpoint of step {} saved by {} ranks, resumed on {}; grad_accum {} keeps its global "
-                 "batch of {} samples",
-                 trainer->step(), saved_world, trainer->world_size(), trainer->grad_accum(),
-                 static_cast<int64_t>(trainer->config().train.micro_batch) * trainer->grad_accum() *
-                     trainer->world_size());
-  }
+  HF_RETURN_IF_ERROR(ApplyCheckpoint(flags, *ckpt, "checkpoint", "disk", trainer));
   return trainer->step();
 }
 
@@ -212,6 +251,18 @@ void LogOutcomes(CheckpointWriter* writer, ProgressSink& progress) {
                     o.step, o.status.ToString());
       // The supervisor records it in lineage.db, where on-call looks first.
       progress.RecordCheckpointFailure(o.step, o.status.ToString());
+    }
+  }
+}
+
+// The memory snapshots' failures (their commits are logged at debug level
+// only: one per step). Training goes on; the disk checkpoints are unaffected.
+void LogSnapshotOutcomes(CheckpointWriter* snapshots) {
+  if (snapshots == nullptr) return;
+  for (const SaveOutcome& o : snapshots->TakeOutcomes()) {
+    if (!o.committed()) {
+      spdlog::warn("memory snapshot of step {} failed (training goes on; disk checkpoints are unaffected): {}", o.step,
+                   o.status.ToString());
     }
   }
 }
@@ -249,6 +300,10 @@ struct RankRun {
   std::unique_ptr<Trainer> trainer;
   std::unique_ptr<FaultHook> faults;        // never null once OpenRun succeeded
   std::unique_ptr<CheckpointWriter> writer;  // null without checkpoint.dir
+  // The memory snapshot writer (trainer/memory_snapshots.h): null without
+  // the tier, or when a snapshot does not fit its budget.
+  std::unique_ptr<CheckpointWriter> snapshots;
+  int64_t snapshot_every = 1;
   bool resumed = false;                      // from a checkpoint
   std::ofstream metrics;                     // the main rank's metrics.jsonl
 };
@@ -359,11 +414,58 @@ StageExit OpenRun(const Flags& flags, const TrainerConfig& cfg, RankRun* run) {
 // With checkpoint.dir: resumes from the newest checkpoint that verifies (or
 // the one asked for) and starts the writer. Either way installs the trainer's
 // before-update hook: the writer's staging fence, then the fault hook's point.
+// The memory snapshot writer, when this rank's snapshot fits its budget and
+// every other rank's fits theirs (AgreeOnSnapshots); otherwise the refusal is
+// logged with the numbers and the run goes on with disk checkpoints only.
+void StartMemorySnapshots(const SnapshotTierConfig& tier, const TrainerConfig& cfg, CheckpointWriterOptions disk,
+                          const std::vector<std::pair<std::string, uint64_t>>& sizes, RankRun* run) {
+  Result<ShardHeader> layout = LayoutShard(0, run->rank, run->world, sizes);
+  Status fits = layout.ok() ? CheckSnapshotBudget(layout->file_size, tier.budget_bytes) : layout.status();
+  // A store client of its own: a client serialises its requests, so the
+  // snapshot commits' Gets parked for a peer's key would hold up the disk
+  // writer's commits behind them (per-step saves: disk checkpoints went
+  // uncommitted for many steps).
+  if (run->world > 1) {
+    Result<std::shared_ptr<Store>> own = ConnectRunStore(cfg);
+    if (fits.ok() && !own.ok()) fits = own.status().WithContext("a store client for the snapshots");
+    disk.store = own.ok() ? *own : run->store;
+  }
+  std::shared_ptr<Store> agree;
+  if (disk.store != nullptr) agree = std::make_shared<PrefixStore>(kSnapshotStorePrefix, disk.store);
+  Status all = AgreeOnSnapshots(fits, run->rank, run->world, agree.get(), disk.commit_timeout);
+  if (all.ok() && layout.ok()) {
+    auto w = CheckpointWriter::Create(SnapshotWriterOptions(tier, disk));
+    if (w.ok() && (*w)->Reserve(layout->file_size).ok()) {
+      run->snapshots = std::move(w).value();
+      run->snapshot_every = tier.every;
+      spdlog::info("memory snapshots every {} step(s) in {}: {:.1f} MiB each, {} held of this rank's {:.1f} MiB budget",
+                   tier.every, tier.dir, layout->file_size / 1048576.0, kSnapshotsHeld, tier.budget_bytes / 1048576.0);
+      return;
+    }
+    all = w.ok() ? ResourceExhaustedError("cannot allocate the snapshot staging buffer") : w.status();
+  }
+  spdlog::warn("memory snapshots REFUSED, training goes on with disk checkpoints only: {}", all.ToString());
+}
+
+// With checkpoint.dir: resumes from the newest memory snapshot or checkpoint
+// that verifies (or the one asked for), starts the writer and, under a
+// supervisor with the memory tier, the snapshot writer. Either way installs
+// the trainer's before-update hook: the writers' staging fences, then the
+// fault hook's point.
 StageExit SetUpCheckpoints(const Flags& flags, const TrainerConfig& cfg, RankRun* run) {
   Trainer& trainer = *run->trainer;
   const std::string ckpt_root = CheckpointRoot(cfg);
+  auto tier = SnapshotTierFromEnvironment([](const char* name) -> const char* { return std::getenv(name); });
+  if (!tier.ok()) {
+    spdlog::error("{}", tier.status().ToString());
+    return kExitUsage;
+  }
+  if (tier->has_value() && ckpt_root.empty()) {
+    spdlog::warn("memory snapshots need checkpoint.dir (the tier they fall back to): none are taken");
+    tier->reset();
+  }
   if (!ckpt_root.empty()) {
-    auto step = ResumeFromCheckpoint(flags, ckpt_root, &trainer, run->store,
+    auto step = ResumeFromCheckpoint(flags, ckpt_root, tier->has_value() ? (*tier)->dir : "", &trainer, run->store,
                                      std::chrono::seconds(cfg.checkpoint.commit_timeout_s));
     if (!step.ok()) {
       spdlog::error("{}", step.status().ToString());
@@ -390,22 +492,32 @@ StageExit SetUpCheckpoints(const Flags& flags, const TrainerConfig& cfg, RankRun
       return kExitFailed;
     }
     run->writer = std::move(w).value();
-  }
-  // The writer and the fault hook are declared after the trainer in RankRun,
-  // so they die first; no Step runs after that.
-  trainer.SetBeforeUpdateHook([w = run->writer.get(), faults = run->faults.get()] {
-    if (w != nullptr) w->WaitStaged();
-    faults->BeforeUpdate();
-  });
-  if (run->writer != nullptr) {
-    auto views = trainer.StateViews();
-    if (views.ok()) {
-      size_t bytes = 0;
-      for (const StateView& v : *views) bytes += v.size;
-      Status s = run->writer->Reserve(bytes + (1 << 20));
-      if (!s.ok()) spdlog::warn("could not pre-allocate the checkpoint staging buffer: {}", s.ToString());
+    // The state's buffers (one StateViews: on a GPU it stages the state) size
+    // the staging buffers before the first save.
+    std::vector<std::pair<std::string, uint64_t>> sizes;
+    size_t bytes = 0;
+    if (auto views = trainer.StateViews(); views.ok()) {
+      for (const StateView& v : *views) {
+        sizes.emplace_back(v.name, v.size);
+        bytes += v.size;
+      }
+    }
+    Status reserved = run->writer->Reserve(bytes + (1 << 20));
+    if (!reserved.ok()) spdlog::warn("could not pre-allocate the checkpoint staging buffer: {}", reserved.ToString());
+    if (tier->has_value()) {
+      // Snapshots of steps after the one resumed belong to a timeline that
+      // ended; one rank per node clears them before any rank can save.
+      if (EnvInt(kEnvLocalRank, 0) == 0) RemoveSnapshotsAfter((*tier)->dir, *step);
+      StartMemorySnapshots(**tier, cfg, wo, sizes, run);
     }
   }
+  // The writers and the fault hook are declared after the trainer in RankRun,
+  // so they die first; no Step runs after that.
+  trainer.SetBeforeUpdateHook([w = run->writer.get(), snap = run->snapshots.get(), faults = run->faults.get()] {
+    if (w != nullptr) w->WaitStaged();
+    if (snap != nullptr) snap->WaitStaged();
+    faults->BeforeUpdate();
+  });
   return std::nullopt;
 }
 
@@ -497,7 +609,9 @@ int StepFailed(const Status& status, RankRun* run) {
   return kExitPreempted;
 }
 
-// After a completed step: what it asked for (stop, checkpoint) and what is due.
+// After a completed step: what it asked for (stop, checkpoint) and what is
+// due: the memory snapshot (every snapshot_every steps), the disk checkpoint
+// (every checkpoint.every_steps), both from the same state views.
 StageExit CheckpointAfterStep(const StepMetrics& m, const TrainerConfig& cfg, RankRun* run) {
   CheckpointWriter* writer = run->writer.get();
   if (writer == nullptr) {
@@ -506,21 +620,28 @@ StageExit CheckpointAfterStep(const StepMetrics& m, const TrainerConfig& cfg, Ra
     return kExitPreempted;
   }
   LogOutcomes(writer, *run->progress);
+  LogSnapshotOutcomes(run->snapshots.get());
   if (m.stop) {
     spdlog::warn("stop requested (signal): committing a checkpoint of step {} before exiting", m.step);
     return SaveAndExitPreempted(run);
   }
-  if (!m.checkpoint && (cfg.checkpoint.every_steps <= 0 || m.step % cfg.checkpoint.every_steps != 0)) {
-    return std::nullopt;
-  }
+  const bool disk_due = m.checkpoint || (cfg.checkpoint.every_steps > 0 && m.step % cfg.checkpoint.every_steps == 0);
+  const bool memory_due = run->snapshots != nullptr && m.step % run->snapshot_every == 0;
+  if (!disk_due && !memory_due) return std::nullopt;
   if (m.checkpoint) spdlog::info("checkpoint requested (runctl checkpoint): saving step {}", m.step);
-  run->progress->SetPhase(Phase::kCheckpoint);
+  if (disk_due) run->progress->SetPhase(Phase::kCheckpoint);
   auto views = run->trainer->StateViews();
   if (!views.ok()) {
     spdlog::error("cannot capture state for checkpoint: {}", views.status().ToString());
     return kExitFailed;
   }
-  auto decision = writer->Save(m.step, ToBufferViews(*views), run->trainer->LatestEvalMetrics());
+  const std::vector<BufferView> buffers = ToBufferViews(*views);
+  if (memory_due) {
+    auto decision = run->snapshots->Save(m.step, buffers, run->trainer->LatestEvalMetrics());
+    if (!decision.ok()) spdlog::warn("memory snapshot of step {}: {}", m.step, decision.status().ToString());
+  }
+  if (!disk_due) return std::nullopt;
+  auto decision = writer->Save(m.step, buffers, run->trainer->LatestEvalMetrics());
   if (!decision.ok()) spdlog::error("checkpoint step {}: {}", m.step, decision.status().ToString());
   // The save goes on in the writer's thread: this rank is on to the next
   // batch, and the checkpoint allowance must not cover a hang there.
@@ -531,6 +652,10 @@ StageExit CheckpointAfterStep(const StepMetrics& m, const TrainerConfig& cfg, Ra
 // After the last step: its checkpoint, phase kDone, the final parameters.
 int FinishRun(const Flags& flags, RankRun* run) {
   Trainer& trainer = *run->trainer;
+  if (run->snapshots != nullptr) {
+    (void)run->snapshots->Flush();
+    LogSnapshotOutcomes(run->snapshots.get());
+  }
   if (run->writer != nullptr) {
     Status s = SaveAndWait(&trainer, run->writer.get(), *run->progress);
     if (!s.ok()) spdlog::error("final checkpoint failed: {}", s.ToString());
