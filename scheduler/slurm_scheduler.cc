@@ -448,6 +448,7 @@ std::optional<SignalMeaning> SlurmScheduler::ExplainSignal(int sig) {
   const std::time_t now = std::time(nullptr);
   if (sig == SIGUSR1) {
     // No RPC: a warning must be acted on at once, controller or not.
+    m.warning = true;
     if (end_time_ > 0) m.lead_time_s = static_cast<double>(end_time_ - now);
     m.why = "Slurm's warning signal (SIGUSR1) to " + id +
             (m.lead_time_s > 0 ? " with " + std::to_string(static_cast<int64_t>(m.lead_time_s)) +
