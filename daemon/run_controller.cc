@@ -304,6 +304,7 @@ void RunController::OnPreemptionWarning(const std::string& why, double lead_time
   const PreemptInputs in{lead_time_s, measured_save_s_, hang_.P99StepSeconds(), opts_.supervise.preempt_margin_s};
   const PreemptPlan plan = PlanPreemptStop(in);
   IncidentEvidence ev;
+  ev.step = max_step_seen_;  // where the ranks were when the warning came
   if (lead_time_s >= 0) ev.lead_time_s = lead_time_s;
   if (measured_save_s_ >= 0) ev.save_s = measured_save_s_;
   if (plan.step_allowance_s > 0) ev.step_allowance_s = plan.step_allowance_s;

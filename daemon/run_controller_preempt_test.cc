@@ -223,6 +223,7 @@ TEST_F(PreemptWarningTest, WithAMeasuredSaveTheRanksTrainOnAndStopWhenTheDeadlin
   EXPECT_EQ(ev.step_allowance_s, 2.0);
   EXPECT_EQ(ev.margin_s, 15.0);
   EXPECT_EQ(ev.save_in_s, 98.0);
+  EXPECT_EQ(ev.step, 8) << "the newest step when the warning came";
 
   Train(90);  // the steps the warning would have cost
   EXPECT_TRUE(actions_.terminated.empty());

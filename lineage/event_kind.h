@@ -54,7 +54,7 @@ enum class EvidenceType {
   kReshard,         // reshard: world_size_before/after, left, joined, nodes
   kRequeue,         // requeue (made): left (the hosts it excluded), reason ("failure" or "preemption")
   kLineageDelayed,  // lineage_delayed: locked_s, held_records
-  kPreemptPlan,     // preempt at a warning: lead_time_s, save_s, step_allowance_s, margin_s, save_in_s
+  kPreemptPlan,     // preempt at a warning: step, lead_time_s, save_s, step_allowance_s, margin_s, save_in_s
 };
 
 struct EventKindInfo {
