@@ -2,14 +2,15 @@
 """Slurm lead-time benchmark: how much of each allocation a time-limited job trains, when Slurm's
 warning signal comes well before its limit (issue 25, "use the lead time").
 
-  bench/slurm_lead_time_bench.sh [--build-dir build] [--time-min 3] [--signal-s 60] [--steps 2400]
+  bench/slurm_lead_time_bench.sh [--build-dir build] [--time-min 3] [--signal-s 60] [--steps 14000]
                                  [--no-docs] [--keep]
 
 Starts scripts/slurm-cluster.sh --netns (three nodes, each in its own network namespace) and submits
 one 2-node job (1 rank of holdfast-train per node, the quickstart-size GPT, a checkpoint every 25
 steps) with examples/slurm/holdfast.sbatch, its `#SBATCH --signal` line set to
 `B:USR1@{signal-s}` and `--time={time-min}`, so that every attempt (holdfastd resubmits the job with
-the script's lines) gets the same warning. The run needs several attempts. Per attempt, from
+the script's lines) gets the same warning. The run needs several attempts (14000 steps: three
+at ~40 steps/s, what 2 ranks do here on an idle machine; more when it is busy). Per attempt, from
 lineage.db and the ranks' own log timestamps (one clock):
 
   allocation   the attempt's job: StartTime to EndTime (`scontrol show job`, whole seconds)
@@ -164,7 +165,7 @@ def main():
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     ap.add_argument("--time-min", type=int, default=3)
     ap.add_argument("--signal-s", type=int, default=60)
-    ap.add_argument("--steps", type=int, default=2400)
+    ap.add_argument("--steps", type=int, default=14000)
     ap.add_argument("--timeout-s", type=float, default=1800)
     ap.add_argument("--no-docs", action="store_true")
     ap.add_argument("--keep", action="store_true")

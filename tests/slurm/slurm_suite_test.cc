@@ -414,10 +414,11 @@ TEST_F(SlurmJobs, PreemptionSignalCheckpointsRequeuesAndLosesNothing) {
 // supervise.preempt_margin_s = 10 (daemon/preempt_plan.h). The plan is in
 // lineage, the job is requeued, and nothing is lost.
 TEST_F(SlurmJobs, WarningWithALeadTimeTrainsOnThenCheckpointsBeforeTheLimit) {
-  // Rank 0 computes 15x as long from step 25 in attempt 1 (the fault fires
-  // once per run): a checkpoint is measured early, attempt 1 outlasts the
-  // warning, attempt 2 finishes at full speed.
-  WriteJob(Train::kLong, "slow@0:25:x15", "preempt_margin_s = 10\n");
+  // Rank 0 computes 40x as long from step 25 in attempt 1 (the fault fires
+  // once per run): a checkpoint is measured early (Slurm sends this warning
+  // 10 s after the start at the earliest), attempt 1 outlasts the planned
+  // stop (x15 did not: the run finished first), attempt 2 runs at full speed.
+  WriteJob(Train::kLong, "slow@0:25:x40", "preempt_margin_s = 10\n");
   const uint32_t job = Submit({}, {}, {"--time=1", "--signal=B:USR1@20"});
   ASSERT_NE(job, 0u);
   ASSERT_TRUE(WaitForJobsToEnd(std::chrono::seconds(300)));
