@@ -38,6 +38,7 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
         poll_timer_(timers->NewTimer()),
         kill_timer_(timers->NewTimer()),
         retry_timer_(timers->NewTimer()),
+        warning_timer_(timers->NewTimer()),
         ranks_(&opts_.job, opts_.run_dir),
         health_(timers, &opts_.job, clock) {}
 
@@ -61,6 +62,7 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   void ArmPoll();
   void Reap();
   void StopRanks(double grace_s);
+  void AwaitLeadersStop(const std::string& why, double lead_time_s);
   void Done(int code);
   void WaitForRanksThenStop();
 
@@ -69,7 +71,7 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   Scheduler* scheduler_;     // not owned
   const TimeSource* clock_;  // not owned
   DaemonSignals signals_;
-  std::unique_ptr<Timer> poll_timer_, kill_timer_, retry_timer_;
+  std::unique_ptr<Timer> poll_timer_, kill_timer_, retry_timer_, warning_timer_;
   RankGroup ranks_;
   std::unique_ptr<SnapshotDir> snapshots_;  // this node's memory snapshot folder; null when the tier is off
   HealthWatch health_;
@@ -109,13 +111,19 @@ Status Follower::Impl::Start() {
     }
     // A scheduler's warning or requeue signal reaches every node's daemon at
     // once (srun forwards it to each task): the leader got it too and decides.
-    // This node's ranks are told (a trainer checkpoints on it) and report
-    // their exit to the leader as usual.
     const std::optional<SignalMeaning> meant = self->scheduler_->ExplainSignal(sig);
+    if (meant && meant->preemption && meant->warning && meant->lead_time_s >= 0) {
+      // The leader may use the lead time (daemon/preempt_plan.h): its stop
+      // reaches this node as a StopMsg, when the save is due.
+      self->AwaitLeadersStop(meant->why, meant->lead_time_s);
+      return;
+    }
     if (meant ? meant->preemption : MeaningOf(sig).kind == IncidentKind::kPreemption) {
-      spdlog::warn("{} ({}): passing it to this node's ranks; the leader decides", SignalName(sig),
+      // Now: this node's ranks checkpoint on SIGTERM (they ignore SIGUSR1:
+      // RankProcess) and report their exit to the leader as usual.
+      spdlog::warn("{} ({}): telling this node's ranks to checkpoint and stop; the leader decides", SignalName(sig),
                    meant ? meant->why : MeaningOf(sig).why);
-      if (self->ranks_.AnyAlive()) self->ranks_.SignalAll(sig);
+      if (self->ranks_.AnyAlive()) self->ranks_.SignalAll(SIGTERM);
       return;
     }
     // The leader decides about the run; this node's daemon was told to go.
@@ -324,6 +332,23 @@ void Follower::Impl::StopRanks(double grace_s) {
   });
 }
 
+// Slurm's warning with a known lead time: this node's ranks train on until the
+// leader's stop. Should none come (a leader that can no longer act, its
+// connection not yet found dead), this node stops its own ranks `margin` s
+// before the limit; the leader's own plan stops them earlier than that.
+void Follower::Impl::AwaitLeadersStop(const std::string& why, double lead_time_s) {
+  const double margin = opts_.job.supervise.preempt_margin_s;
+  const double fallback_s = std::max(0.0, lead_time_s - margin);
+  spdlog::warn("{}: this node's ranks train on until the leader stops them (by itself {:.1f} s from now, {:.1f} s "
+               "before the limit, should the leader not)",
+               why, fallback_s, std::min(margin, lead_time_s));
+  warning_timer_->Arm(fallback_s, [self = shared_from_this()] {
+    if (self->done_ || !self->ranks_.AnyAlive()) return;
+    spdlog::error("the leader has not stopped this node's ranks before the time limit: stopping them now");
+    self->StopRanks(std::max(self->opts_.job.supervise.term_grace_s, self->opts_.job.supervise.checkpoint_allowance_s));
+  });
+}
+
 void Follower::Impl::ArmPoll() {
   poll_timer_->Arm(opts_.job.supervise.poll_ms / 1000.0, [self = shared_from_this()] {
     if (self->done_) return;
@@ -355,6 +380,7 @@ void Follower::Impl::Done(int code) {
   spdlog::info("node {} done", node());
   poll_timer_->Cancel();
   retry_timer_->Cancel();
+  warning_timer_->Cancel();
   health_.Stop();
   signals_.Stop();
   if (conn_) conn_->Close("finished");

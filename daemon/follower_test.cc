@@ -6,6 +6,7 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -198,6 +199,63 @@ TEST_F(FollowerTest, ARankThatIgnoresTermIsKilledWhenTheGracePassesOnTheFakeCloc
   const RankExitMsg exit = Expect<RankExitMsg>("rank 1's exit after SIGKILL");
   EXPECT_EQ(exit.rank, 1);
   EXPECT_TRUE(WIFSIGNALED(exit.wstatus) && WTERMSIG(exit.wstatus) == SIGKILL) << exit.wstatus;
+}
+
+// Slurm's warning with a known lead time reaches every node's daemon (and
+// every rank, which ignores it): the leader may use the lead time, so this
+// node's ranks train on until the leader's stop.
+class FollowerWarningTest : public FollowerTest {
+ protected:
+  void StartWithWarningMeaning(double lead_time_s = 120) {
+    SignalMeaning m;
+    m.preemption = true;
+    m.warning = true;
+    m.lead_time_s = lead_time_s;
+    m.why = "Slurm's warning signal (SIGUSR1) to job 7 with 120 s left before its time limit";
+    job_.supervise.preempt_margin_s = 15;
+    Start();
+    scheduler_->set_signal_meaning(SIGUSR1, m);
+    StartGeneration(0);
+    ASSERT_EQ(::kill(::getpid(), SIGUSR1), 0);  // what srun forwards to each holdfastd
+    for (int turn = 0; turn < 50; ++turn) Turn();
+  }
+  // Turns the loop with the clock moving 1 s a turn, `seconds` in all.
+  void Pass(int seconds) {
+    for (int s = 0; s < seconds; ++s) {
+      timers_.Advance(1.0);
+      for (int turn = 0; turn < 3; ++turn) Turn();
+    }
+  }
+};
+
+TEST_F(FollowerWarningTest, TheRanksTrainOnUntilTheLeadersStop) {
+  StartWithWarningMeaning();
+  Pass(100);  // the fallback is 120 - 15 = 105 s away
+  EXPECT_EQ(CountReceived<RankExitMsg>(), 0) << "the warning stopped this node's rank itself";
+  StopMsg stop;
+  stop.generation = 0;
+  stop.why = "the warning's deadline";
+  stop.grace_s = 300;
+  SendToFollower(stop);
+  const RankExitMsg exit = Expect<RankExitMsg>("rank 1's exit after the leader's stop");
+  EXPECT_TRUE(WIFSIGNALED(exit.wstatus) && WTERMSIG(exit.wstatus) == SIGTERM) << exit.wstatus;
+}
+
+TEST_F(FollowerWarningTest, ALeaderThatNeverStopsThemLeavesTheRanksStoppedByTheirNodeBeforeTheLimit) {
+  StartWithWarningMeaning();
+  Pass(104);
+  EXPECT_EQ(CountReceived<RankExitMsg>(), 0);
+  Pass(2);
+  const RankExitMsg exit = Expect<RankExitMsg>("rank 1's exit, stopped by its own node");
+  EXPECT_TRUE(WIFSIGNALED(exit.wstatus) && WTERMSIG(exit.wstatus) == SIGTERM) << exit.wstatus;
+}
+
+// No lead time to use: the leader stops every rank at once, and so does this
+// node — with SIGTERM, since its ranks ignore SIGUSR1.
+TEST_F(FollowerWarningTest, WithoutALeadTimeTheRanksAreStoppedAtOnce) {
+  StartWithWarningMeaning(-1);
+  const RankExitMsg exit = Expect<RankExitMsg>("rank 1's exit on the warning");
+  EXPECT_TRUE(WIFSIGNALED(exit.wstatus) && WTERMSIG(exit.wstatus) == SIGTERM) << exit.wstatus;
 }
 
 TEST_F(FollowerTest, LosingTheLeaderStopsTheRanksAndExitsWithTheLeadersFinishCode) {

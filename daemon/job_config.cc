@@ -150,6 +150,7 @@ Result<JobConfig> JobConfigFromTable(const toml::table& root, const std::string&
     HF_RETURN_IF_ERROR(r.Int("max_requeues", &s.max_requeues, 0, 1000000));
     HF_RETURN_IF_ERROR(r.Int("max_excluded_nodes", &s.max_excluded_nodes, 0, 1000000));
     HF_RETURN_IF_ERROR(r.Double("node_timeout_s", &s.node_timeout_s, 0, 86400));
+    HF_RETURN_IF_ERROR(r.Double("preempt_margin_s", &s.preempt_margin_s, 0, 86400));
     HF_RETURN_IF_ERROR(r.String("progress_dir", &s.progress_dir));
     HF_RETURN_IF_ERROR(r.Bool("health_prelaunch", &s.health_prelaunch));
     HF_RETURN_IF_ERROR(r.Double("health_poll_s", &s.health_poll_s, 0, 86400));

@@ -6,7 +6,8 @@
 //   [supervise]  poll_ms, startup_timeout_s, hang_factor, hang_min_s, stopped_hang_s,
 //                checkpoint_allowance_s, eval_allowance_s, restart_budget,
 //                backoff_initial_s, backoff_max_s, term_grace_s, exit_grace_s, progress_dir,
-//                straggler_factor, straggler_min_duration_s, stack_timeout_s, stack_tool
+//                straggler_factor, straggler_min_duration_s, stack_timeout_s, stack_tool,
+//                preempt_margin_s
 //   [lineage]    journal_mode (wal | delete | truncate), host_history, history_dir
 //   [recovery]   memory_budget_mb, snapshot_every, memory_dir: the in-memory
 //                snapshot tier (docs/memory-snapshots.md)
@@ -69,6 +70,10 @@ struct SuperviseConfig {
   // off) is lost: its cluster connection closes (LineConnection::SetPeerTimeout).
   // 0 = the kernel's own bounds (~15 minutes with data in flight, none when idle).
   double node_timeout_s = 30;
+  // Slurm's warning signal with a known lead time: the ranks train on until
+  // the stop's checkpoint can just commit before the limit, this much to
+  // spare beyond the measured save and two steps (daemon/preempt_plan.h).
+  double preempt_margin_s = 15;
   std::string progress_dir = "/dev/shm";
   // Node health (health/): pre-launch checks before the first generation, then
   // the light periodic monitor every health_poll_s (0 = off). Thresholds and

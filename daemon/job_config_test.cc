@@ -83,6 +83,25 @@ TEST(JobConfigTest, NodeTimeoutDefaultsTo30SecondsAnd0TurnsItOff) {
       << negative.status().message();
 }
 
+// How long before the time limit beyond the save and two steps the stop's
+// checkpoint starts after Slurm's warning (daemon/preempt_plan.h).
+TEST(JobConfigTest, PreemptMarginDefaultsTo15SecondsAndANegativeOneIsRefusedWithTheRange) {
+  auto defaults = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n"));
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_DOUBLE_EQ(defaults->supervise.preempt_margin_s, 15.0);
+  auto set = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\npreempt_margin_s = 40\n"));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_DOUBLE_EQ(set->supervise.preempt_margin_s, 40.0);
+  auto negative = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\npreempt_margin_s = -5\n"));
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("key 'supervise.preempt_margin_s' must be between 0 and 86400, got -5"),
+            std::string::npos)
+      << negative.status().message();
+  auto text = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[supervise]\npreempt_margin_s = \"15s\"\n"));
+  ASSERT_FALSE(text.ok());
+  EXPECT_NE(text.status().message().find("supervise.preempt_margin_s"), std::string::npos) << text.status().message();
+}
+
 // The bounds of the exclude-and-requeue loop (daemon/recovery_policy.h "Bounds").
 TEST(JobConfigTest, RequeueBoundsDefaultAndRefuseNegatives) {
   auto defaults = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n"));

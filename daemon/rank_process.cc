@@ -200,11 +200,16 @@ Result<std::unique_ptr<RankProcess>> RankProcess::Start(const RankSpawn& spawn) 
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);  // the daemon died before we got here
-    // Signals the daemon blocks or handles must be default in the rank.
+    // Signals the daemon blocks or handles must be default in the rank, but
+    // SIGUSR1: a scheduler's warning (Slurm's --signal) reaches every process
+    // of the job step, and it is the daemon's to act on (it may use the lead
+    // time, then stops the ranks with SIGTERM: docs/job-contract.md). A rank
+    // that keeps it ignored trains on; SIGUSR1's default would kill it.
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig : {SIGTERM, SIGINT, SIGCHLD, SIGUSR1, SIGUSR2, SIGPIPE, SIGHUP}) signal(sig, SIG_DFL);
+    for (int sig : {SIGTERM, SIGINT, SIGCHLD, SIGUSR2, SIGPIPE, SIGHUP}) signal(sig, SIG_DFL);
+    signal(SIGUSR1, SIG_IGN);
     dup2(log_fd, 1);
     dup2(log_fd, 2);
     // The daemon's other fds (listening sockets from Asio, which does not

@@ -68,6 +68,20 @@ TEST(RankProcessTest, StartsTheCommandWithItsEnvironmentAndLogsItsOutput) {
   EXPECT_EQ(ReadFile(s.log_path), "rank seven\n" + dir.path() + "\n");
 }
 
+// Slurm's warning signal reaches every process of the step: a rank starts with
+// it ignored (the daemon decides when to stop), and a shell, which cannot trap
+// a signal ignored on entry, survives it.
+TEST(RankProcessTest, ARankStartsWithTheSchedulersWarningSignalIgnored) {
+  TempDir dir("rank_process_usr1");
+  RankSpawn s = Spawn(dir, {"/bin/sh", "-c", "kill -USR1 $$; echo still training"});
+  auto proc = RankProcess::Start(s);
+  ASSERT_TRUE(proc.ok()) << proc.status().ToString();
+  const int ws = WaitFor((*proc)->pid());
+  ASSERT_TRUE(WIFEXITED(ws)) << "the rank was killed by signal " << (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+  EXPECT_EQ(WEXITSTATUS(ws), 0);
+  EXPECT_EQ(ReadFile(s.log_path), "still training\n");
+}
+
 TEST(RankProcessTest, MissingCommandIsAnErrorNamingItNotACrash) {
   TempDir dir("rank_process");
   RankSpawn s = Spawn(dir, {"/nonexistent/holdfast-train", "--config", "run.toml"});

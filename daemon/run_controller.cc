@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/exit_codes.h"
+#include "daemon/preempt_plan.h"
 #include "health/report.h"
 #include "lineage/incident.h"
 
@@ -48,6 +49,7 @@ void RunController::StartGeneration() {
   pending_.reset();
   pending_facts_.reset();
   hang_.StartGeneration(clock_->MonotonicNs(), opts_.world_size);
+  steps_seen_.clear();  // a restart's steps run again: no save of the last generation's is measured
   straggler_.StartGeneration(clock_->MonotonicNs(), opts_.world_size);
   state_ = State::kRunning;
   Status s = actions_->LaunchGeneration(generation_, requested);
@@ -346,18 +348,30 @@ void RunController::OnNodeLost(const std::string& host, const std::vector<int>& 
 
 void RunController::ObserveSaves(int64_t now, const std::vector<RankView>& views) {
   int64_t committed = -1;
+  int64_t least = -1;
   for (const RankView& v : views) {
     if (!v.progress.valid) continue;
-    const RankProgress& r = v.progress;
-    committed = std::max(committed, r.checkpoint_step);
-    if (r.phase == Phase::kCheckpoint && r.step > committed && save_started_ns_.count(r.step) == 0) {
-      save_started_ns_[r.step] = now;
+    committed = std::max(committed, v.progress.checkpoint_step);
+    if (v.alive && exits_.count(v.rank) == 0) least = least < 0 ? v.progress.step : std::min(least, v.progress.step);
+  }
+  if (committed > save_committed_) {
+    // The save of `committed` began when the last rank finished that step:
+    // after the last poll that saw one short of it.
+    int64_t before_ns = -1;
+    while (!steps_seen_.empty() && steps_seen_.front().first < committed) {
+      before_ns = steps_seen_.front().second;
+      steps_seen_.pop_front();
     }
+    if (before_ns >= 0) measured_save_s_ = std::max(measured_save_s_, static_cast<double>(now - before_ns) / 1e9);
+    save_committed_ = committed;
   }
-  for (auto it = save_started_ns_.begin(); it != save_started_ns_.end() && it->first <= committed;) {
-    measured_save_s_ = std::max(measured_save_s_, static_cast<double>(now - it->second) / 1e9);
-    it = save_started_ns_.erase(it);
+  if (least < 0) return;
+  if (!steps_seen_.empty() && steps_seen_.back().first == least) {
+    steps_seen_.back().second = now;  // the last poll that saw it there
+    return;
   }
+  steps_seen_.emplace_back(least, now);
+  if (steps_seen_.size() > 4096) steps_seen_.pop_front();  // a run that never saves
 }
 
 void RunController::NoteLeadTime(double lead_time_s) {
@@ -372,8 +386,46 @@ void RunController::NoteLeadTime(double lead_time_s) {
   recorder_->Record(event_kind::kPreempt, text, "warning");
 }
 
+void RunController::OnPreemptionWarning(const std::string& why, double lead_time_s) {
+  if (state_ == State::kFinished) return;
+  if (state_ != State::kRunning || deferred_preemption_) {
+    // Between generations, stopping already, or a second warning while training on: now.
+    OnStopRequest(IncidentKind::kPreemption, why);
+    return;
+  }
+  const PreemptInputs in{lead_time_s, measured_save_s_, hang_.P99StepSeconds(), opts_.supervise.preempt_margin_s};
+  const PreemptPlan plan = PlanPreemptStop(in);
+  IncidentEvidence ev;
+  ev.step = max_step_seen_;  // where the ranks were when the warning came
+  if (lead_time_s >= 0) ev.lead_time_s = lead_time_s;
+  if (measured_save_s_ >= 0) ev.save_s = measured_save_s_;
+  if (plan.step_allowance_s > 0) ev.step_allowance_s = plan.step_allowance_s;
+  ev.margin_s = in.margin_s;
+  ev.save_in_s = plan.save_in_s;
+  if (!plan.defer) {
+    const std::string action = "checkpoint and stop now: " + plan.reason;
+    spdlog::warn("{}: {}", why, action);
+    recorder_->Record(event_kind::kPreempt, why, action, ev);
+    OnStopRequest(IncidentKind::kPreemption, why);
+    return;
+  }
+  spdlog::warn("{}: {}", why, plan.reason);
+  recorder_->Record(event_kind::kPreempt, why, plan.reason, ev);
+  deferred_preemption_ = why;
+  deferred_for_s_ = plan.save_in_s;
+  actions_->ArmTimer(ControllerTimer::kPreemptDeadline, plan.save_in_s);
+}
+
+void RunController::CancelPreemptDeadline() {
+  if (!deferred_preemption_) return;
+  deferred_preemption_.reset();
+  actions_->CancelTimer(ControllerTimer::kPreemptDeadline);
+}
+
 void RunController::OnStopRequest(IncidentKind kind, const std::string& why) {
   if (state_ == State::kFinished) return;
+  if (deferred_preemption_) spdlog::warn("{}: not waiting for the warning's deadline", why);
+  CancelPreemptDeadline();  // a stop now supersedes the stop planned for later
   if (Redecide(kind, health::Action::kNone, false) == Redecision::kIgnore) return;  // already stopping for it
   Facts f;
   f.cause = kind;
@@ -506,6 +558,15 @@ std::string RunController::ActionText(const Facts& facts, const RecoveryDecision
 }
 
 void RunController::OnTimer(ControllerTimer timer) {
+  if (timer == ControllerTimer::kPreemptDeadline) {
+    if (!deferred_preemption_) return;
+    char trained[96];
+    std::snprintf(trained, sizeof(trained), " (trained on for %.1f s after the warning)", deferred_for_s_);
+    const std::string why = *deferred_preemption_ + trained;
+    deferred_preemption_.reset();
+    OnStopRequest(IncidentKind::kPreemption, why);
+    return;
+  }
   if (timer == ControllerTimer::kKillGrace) {
     // Stopping, or running while ranks that did their peers' work are ended (CheckExitGrace).
     if (state_ != State::kStopping && (state_ != State::kRunning || ended_after_peers_.empty())) return;

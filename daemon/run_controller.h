@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -43,7 +44,9 @@
 
 namespace holdfast {
 
-enum class ControllerTimer { kKillGrace, kRestart };
+// kPreemptDeadline: a scheduler's warning whose stop waits for the lead time
+// to be used (OnPreemptionWarning).
+enum class ControllerTimer { kKillGrace, kRestart, kPreemptDeadline };
 
 // What carries the controller's decisions out: the Supervisor (real ranks on
 // every node, asio timers, the scheduler), or a recording double in tests.
@@ -143,17 +146,31 @@ class RunController {
   void OnHealth(const health::Decision& decision, const std::string& host, const std::string& when);
   // A node's daemon is gone (or never joined); its ranks died with it.
   void OnNodeLost(const std::string& host, const std::vector<int>& ranks_of_node, const std::string& why);
-  // kStopRequest, kDaemonSignal or kPreemption.
+  // kStopRequest, kDaemonSignal or kPreemption: the ranks checkpoint and stop
+  // now (a warning's deadline waiting is cancelled: it stops now too).
   void OnStopRequest(IncidentKind kind, const std::string& why);
+  // A scheduler's advance warning (SignalMeaning::warning) with
+  // `lead_time_s` (< 0 unknown) before it kills the job. With a measured save
+  // and step time and enough lead the ranks train on and the stop comes when
+  // the kPreemptDeadline timer fires, so that the newest step can just commit
+  // before the limit (daemon/preempt_plan.h); else they stop now. Either way a
+  // `preempt` event records the plan (lead, save estimate, margin, when the
+  // save starts). A second warning while waiting stops now.
+  void OnPreemptionWarning(const std::string& why, double lead_time_s);
+  // Training on after a warning, until the kPreemptDeadline timer.
+  bool preemption_deferred() const { return deferred_preemption_.has_value(); }
   // A role process's failure that the learner must act on (RoleIncident).
   void OnRoleIncident(const RoleIncident& incident, const std::vector<RankView>& views);
   void OnTimer(ControllerTimer timer);
   // The scheduler's lead time before it kills the job (< 0 unknown), told with
-  // a preemption signal: a lineage warning when it is shorter than this run's
-  // measured checkpoint save time.
+  // a preemption signal that is no warning (SIGTERM: KillWait): a lineage
+  // warning when it is shorter than this run's measured checkpoint save time.
   void NoteLeadTime(double lead_time_s);
-  // The longest checkpoint save seen in this attempt (a rank entering the
-  // checkpoint phase at step S until S is committed), seconds; < 0 none yet.
+  // The longest checkpoint save seen in this attempt, seconds; < 0 none yet.
+  // An upper bound, whether or not a poll caught the save's phase (an
+  // asynchronous save leaves phase `checkpoint` as soon as its state is
+  // staged): from the last poll that saw a rank short of step S to the poll
+  // that saw S committed — over by at most a poll interval and a step.
   double measured_save_s() const { return measured_save_s_; }
 
   State state() const { return state_; }
@@ -208,8 +225,11 @@ class RunController {
   int restarts_used_ = 0;
   int failures_without_progress_ = 0;
   int64_t max_step_seen_ = -1;       // this generation
-  // Checkpoint saves: step -> when a rank was first seen saving it.
-  std::map<int64_t, int64_t> save_started_ns_;
+  // Checkpoint saves (measured_save_s): per poll, the least advanced live
+  // rank's step and when (this generation, oldest first, bounded); the newest
+  // committed step seen.
+  std::deque<std::pair<int64_t, int64_t>> steps_seen_;
+  int64_t save_committed_ = -1;
   double measured_save_s_ = -1;
   void ObserveSaves(int64_t now, const std::vector<RankView>& views);
   std::map<int, int> exits_;         // this generation: global rank -> wait status
@@ -237,6 +257,10 @@ class RunController {
   // The incident being handled and what the policy decided about it.
   std::optional<Facts> pending_facts_;
   std::optional<RecoveryDecision> pending_;
+  // The warning whose stop waits for the kPreemptDeadline timer (its why).
+  std::optional<std::string> deferred_preemption_;
+  double deferred_for_s_ = 0;  // how long it trains on
+  void CancelPreemptDeadline();
   int exit_code_ = 0;
 };
 

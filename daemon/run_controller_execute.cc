@@ -157,6 +157,7 @@ void RunController::FinishRun(RunState state, const std::string& cause, int code
   exit_code_ = code;
   actions_->CancelTimer(ControllerTimer::kKillGrace);
   actions_->CancelTimer(ControllerTimer::kRestart);
+  CancelPreemptDeadline();
   recorder_->EndRun(state, cause);
   spdlog::info("run {} {}{}{}", recorder_->run_id(), RunStateName(state), cause.empty() ? "" : ": ", cause);
   actions_->Finish(code);

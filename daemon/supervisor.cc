@@ -47,6 +47,7 @@ Supervisor::Impl::Impl(asio::io_context* io, SupervisorOptions options, Schedule
       poll_timer_(timers_->NewTimer()),
       kill_timer_(timers_->NewTimer()),
       restart_timer_(timers_->NewTimer()),
+      preempt_timer_(timers_->NewTimer()),
       join_timer_(timers_->NewTimer()),
       roles_timer_(timers_->NewTimer()),
       control_handler_(this, getuid()),
@@ -241,17 +242,19 @@ void Supervisor::Impl::KillRanks(const std::vector<int>& ranks) {
   if (ranks.empty()) roles_->SignalLearnerScoped(SIGKILL);
 }
 
+Timer& Supervisor::Impl::TimerOf(ControllerTimer timer) {
+  if (timer == ControllerTimer::kKillGrace) return *kill_timer_;
+  return timer == ControllerTimer::kRestart ? *restart_timer_ : *preempt_timer_;
+}
+
 void Supervisor::Impl::ArmTimer(ControllerTimer timer, double seconds) {
-  Timer& t = timer == ControllerTimer::kKillGrace ? *kill_timer_ : *restart_timer_;
-  t.Arm(seconds, [weak = std::weak_ptr<Impl>(shared_from_this()), timer] {
+  TimerOf(timer).Arm(seconds, [weak = std::weak_ptr<Impl>(shared_from_this()), timer] {
     auto self = weak.lock();
     if (self && !self->finished_) self->controller_->OnTimer(timer);
   });
 }
 
-void Supervisor::Impl::CancelTimer(ControllerTimer timer) {
-  (timer == ControllerTimer::kKillGrace ? kill_timer_ : restart_timer_)->Cancel();
-}
+void Supervisor::Impl::CancelTimer(ControllerTimer timer) { TimerOf(timer).Cancel(); }
 
 void Supervisor::Impl::Finish(int code) {
   if (finished_) return;
@@ -265,6 +268,7 @@ void Supervisor::Impl::Finish(int code) {
   poll_timer_->Cancel();
   kill_timer_->Cancel();
   restart_timer_->Cancel();
+  preempt_timer_->Cancel();
   join_timer_->Cancel();
   health_.Stop();
   signals_.Stop();
@@ -362,10 +366,16 @@ void Supervisor::Impl::OnSignal(int sig) {
   }
   DaemonSignalMeaning m = MeaningOf(sig);
   double lead_time_s = -1;
+  bool warning = false;
   if (const std::optional<SignalMeaning> s = scheduler_->ExplainSignal(sig)) {
     m.kind = s->preemption ? IncidentKind::kPreemption : IncidentKind::kStopRequest;
     m.why = s->why;
     lead_time_s = s->lead_time_s;
+    warning = s->warning && s->preemption;
+  }
+  if (warning) {  // the ranks may train on for a while (daemon/preempt_plan.h)
+    controller_->OnPreemptionWarning(m.why, lead_time_s);
+    return;
   }
   if (m.kind == IncidentKind::kPreemption) controller_->NoteLeadTime(lead_time_s);
   if (controller_->state() == RunController::State::kStopping && m.kind == IncidentKind::kStopRequest) {

@@ -61,6 +61,7 @@ class Supervisor::Impl : public RunActions, public ControlTarget, public std::en
   }
   void ArmTimer(ControllerTimer timer, double seconds) override;
   void CancelTimer(ControllerTimer timer) override;
+  Timer& TimerOf(ControllerTimer timer);
   Status Drain(const std::string& host, const std::string& reason) override { return scheduler_->Drain(host, reason); }
   Status Requeue(const std::vector<std::string>& exclude, const std::string& reason) override {
     return scheduler_->Requeue(recorder_->run_id(), exclude, reason);
@@ -121,7 +122,7 @@ class Supervisor::Impl : public RunActions, public ControlTarget, public std::en
   const TimeSource* clock_;  // not owned
   TimerFactory* timers_;     // not owned
   DaemonSignals signals_;
-  std::unique_ptr<Timer> poll_timer_, kill_timer_, restart_timer_, join_timer_, roles_timer_;
+  std::unique_ptr<Timer> poll_timer_, kill_timer_, restart_timer_, preempt_timer_, join_timer_, roles_timer_;
   std::shared_ptr<LeaderLink> link_;  // several nodes only
   std::optional<RunKey> key_;  // RUN_DIR/cluster.key, once Start has read or made it
   std::unique_ptr<AsioTcpStoreServer> store_;

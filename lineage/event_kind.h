@@ -58,6 +58,7 @@ enum class EvidenceType {
   kReshard,         // reshard: world_size_before/after, left, joined, nodes
   kRequeue,         // requeue (made): left (the hosts it excluded), reason ("failure" or "preemption")
   kLineageDelayed,  // lineage_delayed: locked_s, held_records
+  kPreemptPlan,     // preempt at a warning: step, lead_time_s, save_s, step_allowance_s, margin_s, save_in_s
 };
 
 struct EventKindInfo {
@@ -84,7 +85,7 @@ inline constexpr EventKindInfo kEventKinds[] = {
     {event_kind::kCrash, true, "runbooks/crash.md", EvidenceType::kRanks, true},
     {event_kind::kHang, true, "runbooks/hang.md", EvidenceType::kRanks, true},
     {event_kind::kHealth, true, "runbooks/health-host.md", EvidenceType::kHealthReport, true},
-    {event_kind::kPreempt, true, "runbooks/preempted.md", EvidenceType::kNone},
+    {event_kind::kPreempt, true, "runbooks/preempted.md", EvidenceType::kPreemptPlan},
     {event_kind::kNodeLost, true, "runbooks/crash.md", EvidenceType::kNone, true},
     {event_kind::kCheckpointFailed, true, "runbooks/checkpoint-failed.md", EvidenceType::kSaveFailure},
     {event_kind::kCheckpointCorrupt, true, "runbooks/checkpoint-failed.md", EvidenceType::kCorruptCheckpoint},

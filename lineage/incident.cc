@@ -287,6 +287,11 @@ std::string ToJson(const IncidentEvidence& e) {
   }
   PutIf(j, "locked_s", e.locked_s);
   PutIf(j, "held_records", e.held_records);
+  PutIf(j, "lead_time_s", e.lead_time_s);
+  PutIf(j, "save_s", e.save_s);
+  PutIf(j, "step_allowance_s", e.step_allowance_s);
+  PutIf(j, "margin_s", e.margin_s);
+  PutIf(j, "save_in_s", e.save_in_s);
   if (!e.ranks.empty()) {
     json ranks = json::array();
     for (const RankEvidence& r : e.ranks) ranks.push_back(RankToJson(r));
@@ -361,6 +366,11 @@ Result<IncidentEvidence> ParseIncidentEvidence(std::string_view text) {
   strings("nodes", &e.nodes);
   in.Double("locked_s", &e.locked_s);
   in.Int("held_records", &e.held_records);
+  in.Double("lead_time_s", &e.lead_time_s);
+  in.Double("save_s", &e.save_s);
+  in.Double("step_allowance_s", &e.step_allowance_s);
+  in.Double("margin_s", &e.margin_s);
+  in.Double("save_in_s", &e.save_in_s);
   in.Array("ranks", [&](const json& v, const std::string& at) { e.ranks.push_back(ReadRank(v, at, &error)); });
   if (auto it = j.find("stacks"); error.ok() && it != j.end() && !it->is_null()) {
     Result<StackEvidence> stacks = ParseStacksJson(it->dump(-1, ' ', false, json::error_handler_t::replace));

@@ -94,6 +94,8 @@ struct SaveFailureEvidence {
 //   reshard:           world_size_before, world_size_after, left, joined, nodes
 //   requeue:           left (the hosts it excluded), reason ("failure" or "preemption")
 //   lineage_delayed:   locked_s, held_records
+//   preempt (a warning's plan): step, lead_time_s, save_s, step_allowance_s,
+//                      margin_s, save_in_s
 // Other kinds' evidence (health reports) has keys this does not model; they
 // are ignored on reading.
 struct IncidentEvidence {
@@ -142,6 +144,16 @@ struct IncidentEvidence {
   // lineage_delayed: how long lineage.db was locked, how many records waited.
   std::optional<double> locked_s;
   std::optional<uint64_t> held_records;
+
+  // preempt, the scheduler's warning (daemon/preempt_plan.h; `step` above:
+  // the newest step when it came): its lead time,
+  // the save estimate (unset: none measured), the two steps' allowance, the
+  // margin, and how long the ranks trained on before the stop (0: at once).
+  std::optional<double> lead_time_s;
+  std::optional<double> save_s;
+  std::optional<double> step_allowance_s;
+  std::optional<double> margin_s;
+  std::optional<double> save_in_s;
 
   std::vector<RankEvidence> ranks;  // every rank, by rank
 

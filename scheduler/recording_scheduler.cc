@@ -84,6 +84,18 @@ void RecordingScheduler::set_leader_address(const std::string& addr) {
   leader_address_ = addr;
 }
 
+void RecordingScheduler::set_signal_meaning(int sig, SignalMeaning meaning) {
+  std::lock_guard<std::mutex> lock(mu_);
+  meanings_[sig] = std::move(meaning);
+}
+
+std::optional<SignalMeaning> RecordingScheduler::ExplainSignal(int sig) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = meanings_.find(sig);
+  if (it == meanings_.end()) return std::nullopt;
+  return it->second;
+}
+
 void RecordingScheduler::FailNextDiscover(Status status) {
   std::lock_guard<std::mutex> lock(mu_);
   fail_discover_ = std::move(status);

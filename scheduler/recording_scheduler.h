@@ -10,13 +10,15 @@
 // make the next Requeue / Drain / PublishLeader fail with a chosen Status
 // (FailNextRequeue etc.: one call each, then back to succeeding).
 // FindLeader returns the address set by set_leader_address, else the last
-// published one, else kTimeout at once.
+// published one, else kTimeout at once. ExplainSignal answers what
+// set_signal_meaning set for that signal (else nullopt, the daemon's own).
 //
 // Thread-safety: thread-safe (one mutex), so a test may inspect it from
 // another thread while the daemon's loop calls it.
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -54,9 +56,11 @@ class RecordingScheduler : public Scheduler {
   Status Requeue(const std::string& run_id, const std::vector<std::string>& exclude_hosts,
                  const std::string& reason) override;
   Status Drain(const std::string& host, const std::string& reason) override;
+  std::optional<SignalMeaning> ExplainSignal(int sig) override;
 
   // ---- set-up ----
   void set_leader_address(const std::string& addr);
+  void set_signal_meaning(int sig, SignalMeaning meaning);
   void FailNextDiscover(Status status);
   void FailNextRequeue(Status status);
   void FailNextDrain(Status status);
@@ -76,6 +80,7 @@ class RecordingScheduler : public Scheduler {
   const Allocation allocation_;
   const SchedulerCapabilities capabilities_;
   std::string leader_address_;           // guarded by mu_
+  std::map<int, SignalMeaning> meanings_;  // guarded by mu_
   std::optional<Status> fail_discover_;  // guarded by mu_
   std::optional<Status> fail_requeue_;   // guarded by mu_
   std::optional<Status> fail_drain_;     // guarded by mu_

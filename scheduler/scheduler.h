@@ -55,6 +55,9 @@ struct SignalMeaning {
   bool preemption = false;  // checkpoint, requeue, resume later; false: an operator's stop
   std::string why;          // one sentence for lineage
   double lead_time_s = -1;  // seconds left before the scheduler kills the job; < 0 unknown
+  // An advance warning (Slurm's --signal): the job may go on until the lead
+  // time is spent. false: the scheduler is ending the job now (SIGTERM).
+  bool warning = false;
 };
 
 class Scheduler {

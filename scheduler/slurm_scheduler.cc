@@ -277,9 +277,13 @@ Result<Allocation> SlurmScheduler::Discover() {
   // an RPC: the controller may be the thing that is down).
   auto info = client_.LoadJob(job_id_);
   if (info.ok() && info->has_time_limit()) end_time_ = info->end_time;
+  leader_ = a.leader();
   if (a.leader()) {
     // For `runctl resume` once slurmctld has forgotten this job.
     auto script = info.ok() && info->batch ? client_.BatchScript(job_id_) : Result<std::string>(info.status());
+    // Its --signal, which libslurm's job record does not carry: the script's
+    // #SBATCH line (one given on the sbatch command line instead is not seen).
+    if (auto w = script.ok() ? ScriptWarnSignal(*script) : std::nullopt) warning_ = *w;
     Status saved = script.ok() ? SaveSubmission(SavedSubmissionPath(options_.run_dir),
                                                 SubmissionFromJob(*info, *script, ResubmitEnvironment(environ)))
                                : script.status();
@@ -440,6 +444,11 @@ Status SlurmScheduler::Drain(const std::string& host, const std::string& reason)
   return client_.SetNodeDrained(host, true, r);
 }
 
+bool IsJobsWarning(double lead_time_s, const std::optional<WarnSignal>& script_warning) {
+  return lead_time_s >= 0 && script_warning && script_warning->sig == SIGUSR1 &&
+         lead_time_s <= script_warning->time_s + kWarningEarlyS;
+}
+
 std::optional<SignalMeaning> SlurmScheduler::ExplainSignal(int sig) {
   if (sig != SIGTERM && sig != SIGUSR1) return std::nullopt;
   SignalMeaning m;
@@ -449,11 +458,18 @@ std::optional<SignalMeaning> SlurmScheduler::ExplainSignal(int sig) {
   if (sig == SIGUSR1) {
     // No RPC: a warning must be acted on at once, controller or not.
     if (end_time_ > 0) m.lead_time_s = static_cast<double>(end_time_ - now);
-    m.why = "Slurm's warning signal (SIGUSR1) to " + id +
-            (m.lead_time_s > 0 ? " with " + std::to_string(static_cast<int64_t>(m.lead_time_s)) +
-                                     " s left before its time limit"
-                               : "") +
-            ": checkpoint, requeue, resume";
+    // Not the job's own warning: a stop now. A follower decides nothing: its
+    // ranks wait for the leader whenever there is a lead time (daemon/follower.cc).
+    m.warning = m.lead_time_s >= 0 && (!leader_ || IsJobsWarning(m.lead_time_s, warning_));
+    std::string why = "Slurm's warning signal (SIGUSR1) to " + id;
+    if (m.lead_time_s > 0) {
+      why += " with " + std::to_string(static_cast<int64_t>(m.lead_time_s)) + " s left before its time limit";
+    }
+    if (m.lead_time_s >= 0 && !m.warning) {
+      why += warning_ ? " (long before its --signal warning, due " + std::to_string(warning_->time_s) + " s before it)"
+                      : " (its batch script sets no #SBATCH --signal warning)";
+    }
+    m.why = why + ": checkpoint, requeue, resume";
     return m;
   }
   SlurmClient quick(SlurmClient::RetryPolicy{0.2, 1, 3});

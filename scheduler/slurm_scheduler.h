@@ -15,7 +15,10 @@
 //                    of two paths (RequeuePath, below).
 //   Drain()          drains the node with the reason (root or SlurmUser only:
 //                    capabilities().drain says whether this daemon may).
-//   ExplainSignal()  SIGTERM/SIGUSR1 from Slurm, from the job's state.
+//   ExplainSignal()  SIGTERM/SIGUSR1 from Slurm, from the job's state; a
+//                    SIGUSR1 is the job's time-limit warning, with its lead
+//                    time, only within its script's #SBATCH --signal time
+//                    (IsJobsWarning).
 //
 // Requeue paths. A job cannot requeue itself *and* change its excluded nodes
 // (exc_nodes changes only on a pending job; a requeue from inside kills the
@@ -62,6 +65,13 @@ Result<RequeuePath> ParseRequeuePath(const std::string& text);
 // The comment tag of a requeue request (written by the daemon, read by the
 // slurmctld epilog, scheduler/slurmctld_epilog.h).
 inline constexpr const char* kRequeueRequestTag = "holdfast-requeue";
+// sbatch(1): the --signal warning "may be sent up to 60 seconds earlier than specified".
+inline constexpr int kWarningEarlyS = 60;
+// Whether SIGUSR1 with `lead_time_s` left before the time limit (< 0: none)
+// is the job's own --signal warning (the batch script's, `script_warning`):
+// it comes within its time, up to kWarningEarlyS early. A SIGUSR1 long before
+// it, or in a job whose script sets none, is someone's `scancel --signal=USR1`.
+bool IsJobsWarning(double lead_time_s, const std::optional<WarnSignal>& script_warning);
 // A request longer than this is refused whole (a comment is the owner's to fill).
 inline constexpr size_t kMaxRequeueRequestBytes = 1024;
 inline constexpr size_t kMaxRequeueExcludedHosts = 64;
@@ -128,6 +138,8 @@ class SlurmScheduler : public Scheduler {
   int restart_count_ = 0;
   bool may_drain_ = false;
   std::time_t end_time_ = 0;  // the job's time limit as an end time; 0 none
+  bool leader_ = false;
+  std::optional<WarnSignal> warning_;  // leader: the batch script's #SBATCH --signal
   std::string last_requeue_;
 };
 

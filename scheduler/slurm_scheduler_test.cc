@@ -103,6 +103,19 @@ TEST(RequeueRequest, AMalformedOrOversizedRequestIsRefusedSayingWhy) {
   }
 }
 
+// The job's own warning (its script's --signal=B:USR1@120) comes within 120 s
+// of the limit, up to 60 s early; a SIGUSR1 before that is a stop now.
+TEST(IsJobsWarning, OnlyWithinTheScriptsSignalTimeAndSlurmsMinuteEarly) {
+  const auto w = ScriptWarnSignal("#!/bin/bash\n#SBATCH --signal=B:USR1@120\n");
+  EXPECT_TRUE(IsJobsWarning(120, w));
+  EXPECT_TRUE(IsJobsWarning(175, w)) << "Slurm may send it up to 60 s early";
+  EXPECT_TRUE(IsJobsWarning(0, w));
+  EXPECT_FALSE(IsJobsWarning(181, w)) << "scancel --signal=USR1 an hour before the limit";
+  EXPECT_FALSE(IsJobsWarning(-1, w)) << "no time limit";
+  EXPECT_FALSE(IsJobsWarning(100, std::nullopt)) << "the script sets no warning";
+  EXPECT_FALSE(IsJobsWarning(100, ScriptWarnSignal("#SBATCH --signal=B:USR2@300\n"))) << "another signal";
+}
+
 TEST(ScriptWarnSignal, ReadsTheSbatchSignalLine) {
   auto w = ScriptWarnSignal("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --signal=B:USR1@90\nsrun x\n");
   ASSERT_TRUE(w.has_value());

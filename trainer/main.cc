@@ -6,7 +6,8 @@
 // ranks of itself; under the supervisor daemon each process is one rank.
 // With checkpoint.dir set it resumes from the newest checkpoint that verifies,
 // saves asynchronously every checkpoint.every_steps, and on SIGTERM/SIGUSR1
-// finishes its step, commits a checkpoint of it and exits with kExitPreempted.
+// finishes its step, commits a checkpoint of it and exits with kExitPreempted
+// (SIGUSR1 only when it was not ignored at start: under holdfastd it is).
 #include <signal.h>
 
 #include <algorithm>
@@ -313,7 +314,13 @@ void InstallSignalHandlers() {
   sa.sa_handler = OnStopSignal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGUSR1, &sa, nullptr);
+  // holdfastd starts its ranks with SIGUSR1 ignored: a scheduler's warning
+  // reaches every process of a Slurm step and is the daemon's to act on (it
+  // may train on for the lead time, then stops the ranks with SIGTERM).
+  // Elsewhere SIGUSR1 is a stop, as SIGTERM is.
+  struct sigaction inherited {};
+  sigaction(SIGUSR1, nullptr, &inherited);
+  if (inherited.sa_handler != SIG_IGN) sigaction(SIGUSR1, &sa, nullptr);
   struct sigaction ca {};
   ca.sa_handler = OnCheckpointSignal;
   sigemptyset(&ca.sa_mask);

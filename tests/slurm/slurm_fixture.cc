@@ -138,9 +138,12 @@ void SlurmSuite::WriteJob(Train train, const std::string& fault, const std::stri
   WriteFile(D("job.toml"), os.str());
 }
 
-uint32_t SlurmSuite::Submit(const std::map<std::string, std::string>& env, const std::vector<std::string>& daemon_args) {
+uint32_t SlurmSuite::Submit(const std::map<std::string, std::string>& env, const std::vector<std::string>& daemon_args,
+                            const std::vector<std::string>& sbatch_args) {
   std::vector<std::string> argv = {Tool("sbatch"), "--parsable", "-N2", "--job-name", job_name_, "--chdir", dir_,
-                                   "--output", D("job-%j.out"), SourcePath("examples/slurm/holdfast.sbatch")};
+                                   "--output", D("job-%j.out")};
+  argv.insert(argv.end(), sbatch_args.begin(), sbatch_args.end());
+  argv.push_back(SourcePath("examples/slurm/holdfast.sbatch"));
   argv.insert(argv.end(), daemon_args.begin(), daemon_args.end());
   std::map<std::string, std::string> e = {
       {"RUN_DIR", D("run")}, {"CONFIG", D("job.toml")}, {"HOLDFASTD", BuildPath("daemon/holdfastd")}};

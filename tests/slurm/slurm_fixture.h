@@ -126,8 +126,10 @@ class SlurmSuite : public ::testing::Test {
   // that host at step 8 + 6 * generation), then holdfast-train; `fault` adds
   // --inject-fault.
   void WriteJob(Train train, const std::string& fault = "", const std::string& supervise_extra = "");
-  // sbatch of examples/slurm/holdfast.sbatch on 2 nodes; returns the job id (0 and a failure on error).
-  uint32_t Submit(const std::map<std::string, std::string>& env = {}, const std::vector<std::string>& daemon_args = {});
+  // sbatch of examples/slurm/holdfast.sbatch on 2 nodes (with `sbatch_args`,
+  // e.g. --time=1, before the script); returns the job id (0 and a failure on error).
+  uint32_t Submit(const std::map<std::string, std::string>& env = {}, const std::vector<std::string>& daemon_args = {},
+                  const std::vector<std::string>& sbatch_args = {});
 
   // ---- waiting (the bounds are failure guards) ----
   // Polls `pred` every 100 ms until it holds; false (after a failure naming `what`) after `guard`.

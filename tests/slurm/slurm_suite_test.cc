@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -403,6 +404,42 @@ TEST_F(SlurmJobs, PreemptionSignalCheckpointsRequeuesAndLosesNothing) {
   ASSERT_TRUE(rec->attempts[1].resumed_from_step.has_value());
   EXPECT_GE(*rec->attempts[1].resumed_from_step, *seen) << "attempt 2 must resume from the checkpoint the signal asked for";
   EXPECT_NE(JobOutputs().find("exited with code 75"), std::string::npos);
+  ExpectFinalParamsEqualReference(Train::kLong);
+}
+
+// (c') Slurm's own warning of a job with a time limit (--time=1
+// --signal=B:USR1@20; Slurm sends it up to a minute early): Slurm signals every
+// process of the step, the ranks ignore it and train on, and the leader stops
+// them once the newest step can just be saved before the limit, here with
+// supervise.preempt_margin_s = 10 (daemon/preempt_plan.h). The plan is in
+// lineage, the job is requeued, and nothing is lost.
+TEST_F(SlurmJobs, WarningWithALeadTimeTrainsOnThenCheckpointsBeforeTheLimit) {
+  // Rank 0 computes 40x as long from step 25 in attempt 1 (the fault fires
+  // once per run): a checkpoint is measured early (Slurm sends this warning
+  // 10 s after the start at the earliest), attempt 1 outlasts the planned
+  // stop (x15 did not: the run finished first), attempt 2 runs at full speed.
+  WriteJob(Train::kLong, "slow@0:25:x40", "preempt_margin_s = 10\n");
+  const uint32_t job = Submit({}, {}, {"--time=1", "--signal=B:USR1@20"});
+  ASSERT_NE(job, 0u);
+  ASSERT_TRUE(WaitForJobsToEnd(std::chrono::seconds(300)));
+
+  auto rec = Record();
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->run.state, RunState::kSucceeded) << rec->run.cause << "\n" << rec->EventList();
+  const EventRecord* plan = rec->Find(event_kind::kPreempt, "train on for");
+  ASSERT_NE(plan, nullptr) << "the ranks did not train on after the warning:\n" << rec->EventList();
+  auto ev = ParseIncidentEvidence(plan->evidence_json);
+  ASSERT_TRUE(ev.ok()) << plan->evidence_json;
+  ASSERT_TRUE(ev->step && ev->lead_time_s && ev->save_s && ev->margin_s && ev->save_in_s) << plan->evidence_json;
+  EXPECT_GT(*ev->save_in_s, 0) << plan->action;
+  EXPECT_EQ(*ev->margin_s, 10);
+  ASSERT_EQ(rec->attempts.size(), 2u) << rec->EventList();
+  EXPECT_EQ(rec->attempts[0].state, RunState::kPreempted);
+  EXPECT_NE(rec->attempts[0].cause.find("trained on for"), std::string::npos) << rec->attempts[0].cause;
+  ASSERT_TRUE(rec->attempts[1].resumed_from_step.has_value());
+  // Stopped at once, the ranks would have saved the step in flight or the next.
+  EXPECT_GT(*rec->attempts[1].resumed_from_step, *ev->step + 2)
+      << "the stop's checkpoint is of a step trained after the warning:\n" << rec->EventList();
   ExpectFinalParamsEqualReference(Train::kLong);
 }
 

@@ -6,7 +6,10 @@ holdfastd asks a rank three things with signals:
 - SIGTERM: checkpoint the last completed step and exit 75 (`runctl stop`, a
   stop of holdfastd, a preemption or Slurm's time-limit warning reaching
   holdfastd as SIGUSR1);
-- SIGUSR1: the same as SIGTERM (a scheduler that signals the ranks directly).
+- SIGUSR1: the same as SIGTERM (a scheduler that signals the ranks directly),
+  unless it was ignored at start: holdfastd starts its ranks so, and it stays
+  ignored (the daemon acts on the scheduler's warning and stops the ranks with
+  SIGTERM when it is time).
 
 install() puts handlers on those signals that only count what arrived (a
 Python signal handler runs between bytecodes of the main thread; it does no
@@ -86,6 +89,11 @@ def install(replace=False, force=False):
             current = signal.getsignal(signum)
             if current in (_on_checkpoint, _on_stop):
                 handled.append(name)
+                continue
+            if signum == signal.SIGUSR1 and current == signal.SIG_IGN and supervised():
+                # holdfastd starts its ranks with SIGUSR1 ignored: the scheduler's
+                # warning reaches every process of a Slurm step, and the daemon
+                # decides when to stop (it may use the lead time, then sends SIGTERM).
                 continue
             if current not in (signal.SIG_DFL, None) and not replace:
                 _warn("%s already has a handler (%r): left in place, so holdfast.should_%s() does not see it; "

@@ -67,6 +67,18 @@ class InstallTest(SignalTestCase):
         self.assertEqual(sorted(holdfast.install_signal_handlers()), ["SIGTERM", "SIGUSR1", "SIGUSR2"],
                          "installing twice is harmless")
 
+    def test_sigusr1_ignored_at_start_under_holdfastd_stays_ignored_quietly(self):
+        # holdfastd starts its ranks so (the scheduler's warning is the daemon's).
+        self.supervised()
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            self.assertEqual(sorted(holdfast.install_signal_handlers()), ["SIGTERM", "SIGUSR2"])
+        self.assertIs(signal.getsignal(signal.SIGUSR1), signal.SIG_IGN)
+        self.assertEqual(err.getvalue(), "")
+        os.kill(os.getpid(), signal.SIGUSR1)
+        self.assertFalse(holdfast.should_stop())
+
     def test_a_handler_the_job_installed_is_left_in_place_and_said(self):
         self.supervised()
         seen = []
