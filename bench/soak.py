@@ -218,6 +218,17 @@ class Run:
         seconds of training may see the run end first."""
         return max((r.get("step") or 0) for r in self.ranks(st)) > self.soak.args.steps - margin
 
+    def trained_to_the_end(self):
+        """Whether the trainer wrote its last step (out/metrics.jsonl): the run is ending, and
+        holdfastd may be busy writing its end (with lineage.db locked it waits for the lock,
+        answering nothing, as the run's end must be recorded)."""
+        try:
+            with open(os.path.join(self.dir, "out", "metrics.jsonl"), "rb") as f:
+                last = f.read().splitlines()[-1:]
+            return bool(last) and json.loads(last[0]).get("step", 0) >= self.soak.args.steps
+        except (OSError, ValueError):
+            return False
+
     def generation(self, st):
         return (st["attempt"], st["generation"])
 
@@ -567,7 +578,7 @@ def f_lineage_locked(soak, run, st):
         s = run.status()
         worst = max(worst, time.monotonic() - t)
         ending = s is None or not run.ranks(s)
-        if ending and run.leader.poll() is None and not run.finishing(st):
+        if ending and run.leader.poll() is None and not (run.finishing(st) or run.trained_to_the_end()):
             db.execute("COMMIT")
             raise Failure("holdfastd did not answer status while lineage.db was locked")
         if s is not None and run.ranks(s):

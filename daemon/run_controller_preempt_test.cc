@@ -12,6 +12,7 @@
 #include "common/launch_contract.h"
 #include "daemon/exit_codes.h"
 #include "daemon/preempt_plan.h"
+#include "daemon/recording_actions.h"
 #include "daemon/run_controller.h"
 #include "lineage/incident.h"
 #include "tests/support/subprocess.h"
@@ -20,34 +21,6 @@ namespace holdfast {
 namespace {
 
 using testing::TempDir;
-
-class RecordingActions : public RunActions {
- public:
-  Status LaunchGeneration(int generation, int64_t) override {
-    launches.push_back(generation);
-    return Status::Ok();
-  }
-  void TerminateRanks(const std::string& why, double grace_s) override {
-    terminated.push_back(why);
-    graces.push_back(grace_s);
-  }
-  void KillRanks(const std::vector<int>&) override {}
-  void ArmTimer(ControllerTimer t, double seconds) override { armed[t] = seconds; }
-  void CancelTimer(ControllerTimer t) override { armed.erase(t); }
-  Status Drain(const std::string&, const std::string&) override { return Status::Ok(); }
-  Status Requeue(const std::vector<std::string>& exclude, const std::string&) override {
-    requeued.push_back(exclude);
-    return Status::Ok();
-  }
-  void Finish(int code) override { finished = code; }
-
-  std::vector<int> launches;
-  std::vector<std::string> terminated;
-  std::vector<double> graces;
-  std::map<ControllerTimer, double> armed;
-  std::vector<std::vector<std::string>> requeued;
-  int finished = -1;
-};
 
 constexpr char kWarning[] = "Slurm's warning signal (SIGUSR1) to job 7 with 120 s left before its time limit";
 
