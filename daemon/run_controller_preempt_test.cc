@@ -12,69 +12,37 @@
 #include "common/launch_contract.h"
 #include "daemon/exit_codes.h"
 #include "daemon/preempt_plan.h"
-#include "daemon/recording_actions.h"
-#include "daemon/run_controller.h"
+#include "daemon/run_controller_fixture.h"
 #include "lineage/incident.h"
 #include "tests/support/subprocess.h"
 
 namespace holdfast {
 namespace {
 
-using testing::TempDir;
-
 constexpr char kWarning[] = "Slurm's warning signal (SIGUSR1) to job 7 with 120 s left before its time limit";
 
-class PreemptWarningTest : public ::testing::Test {
+// The shared fixture (daemon/run_controller_fixture.h) under a scheduler that
+// requeues (Slurm's caps), launched, with one-second steps the controller can
+// time (last_step_ns) and a committed checkpoint step of the test's choosing.
+class PreemptWarningTest : public RunControllerTest {
  protected:
-  PreemptWarningTest() : dir_("run_controller_preempt") {
-    job_.name = "unit";
-    job_.command = {"/bin/true"};
-    job_.nproc = 2;
-    job_.supervise.hang_min_s = 5;
-    job_.supervise.term_grace_s = 3;
-    job_.supervise.checkpoint_allowance_s = 300;
+  PreemptWarningTest() {
+    job_.supervise.restart_budget = 3;
+    job_.supervise.backoff_initial_s = 0.25;
+    job_.supervise.backoff_max_s = 30;
     job_.supervise.preempt_margin_s = 15;
   }
 
-  // Two nodes of two ranks, under a scheduler that requeues (Slurm's caps).
   void Make() {
-    Allocation alloc;
-    alloc.nodes = {{"host-a", "10.0.0.1"}, {"host-b", "10.0.0.2"}};
-    job_.history_dir = dir_ / "history";
-    RecorderOptions ro;
-    ro.run_dir = dir_.path();
-    ro.job = &job_;
-    ro.allocation = alloc;
-    ro.world_size = 4;
-    auto rec = RunRecorder::Open(ro, &clock_);
-    ASSERT_TRUE(rec.ok()) << rec.status().ToString();
-    recorder_ = std::move(rec).value();
-    ControllerOptions co;
-    co.supervise = job_.supervise;
-    co.world_size = 4;
-    co.host_of_rank = [](int rank) { return rank < 2 ? "host-a" : "host-b"; };
-    co.caps = SchedulerCapabilities{true, true, false};
-    controller_ = std::make_unique<RunController>(co, &clock_, recorder_.get(), &actions_);
+    RunControllerTest::Make(SchedulerCapabilities{true, true, false});
     controller_->Launch();
   }
 
   std::vector<RankView> Views(int64_t step, Phase phase = Phase::kForward) const {
-    std::vector<RankView> v(4);
-    for (int r = 0; r < 4; ++r) {
-      v[r].rank = r;
-      v[r].node = r / 2;
-      v[r].host = r < 2 ? "host-a" : "host-b";
-      v[r].pid = 100 + r;
-      v[r].proc_state = ProcState::kRunning;
-      v[r].progress.valid = true;
-      v[r].progress.writer_pid = 100 + r;
-      v[r].progress.step = step;
-      v[r].progress.phase = phase;
-      v[r].progress.heartbeat_ns = clock_.MonotonicNs();
-      v[r].progress.step_started_ns = clock_.MonotonicNs();
-      v[r].progress.phase_started_ns = clock_.MonotonicNs();
-      v[r].progress.last_step_ns = 1'000'000'000;  // Train's one-second steps (the p99 step time)
-      v[r].progress.checkpoint_step = committed_;
+    std::vector<RankView> v = RunControllerTest::Views(step, phase);
+    for (RankView& r : v) {
+      r.progress.last_step_ns = 1'000'000'000;  // Train's one-second steps (the p99 step time)
+      r.progress.checkpoint_step = committed_;
     }
     return v;
   }
@@ -103,15 +71,6 @@ class PreemptWarningTest : public ::testing::Test {
     }
   }
 
-  std::vector<EventRecord> Events() {
-    LineageOptions o;
-    o.read_only = true;
-    auto db = LineageDb::Open(dir_.path() + "/lineage.db", o);
-    EXPECT_TRUE(db.ok());
-    auto ev = (*db)->Events(recorder_->run_id(), 0);
-    EXPECT_TRUE(ev.ok());
-    return *ev;
-  }
   // The first preempt event: what was decided at the warning.
   std::pair<EventRecord, IncidentEvidence> Plan() {
     const auto events = Events();
@@ -122,22 +81,8 @@ class PreemptWarningTest : public ::testing::Test {
     EXPECT_TRUE(ev.ok()) << it->evidence_json;
     return {*it, ev.ok() ? *ev : IncidentEvidence{}};
   }
-  RunRecord Run() {
-    LineageOptions o;
-    o.read_only = true;
-    auto db = LineageDb::Open(dir_.path() + "/lineage.db", o);
-    auto run = (*db)->GetRun(recorder_->run_id());
-    EXPECT_TRUE(run.ok());
-    return *run;
-  }
   bool DeadlineArmed() const { return actions_.armed.count(ControllerTimer::kPreemptDeadline) > 0; }
 
-  TempDir dir_;
-  JobConfig job_;
-  FakeTimeSource clock_;
-  RecordingActions actions_;
-  std::unique_ptr<RunRecorder> recorder_;
-  std::unique_ptr<RunController> controller_;
   int64_t step_ = 0;
   int64_t committed_ = -1;
 };
