@@ -105,7 +105,10 @@ WatchStep DecideWatchStep(const SlurmJob& job, const EpilogPlan& plan) {
       u.comment = stripped;
       change = true;
     }
-    if (job.priority == 0 && !HeldAfterPrologFailure(job)) {
+    // A job Slurm held after a failed Prolog shows that reason at first and JobHeldAdmin
+    // once its scheduler has looked at it (0.25 s later on the loopback cluster): the plan,
+    // made at the job's end, says whose hold it is.
+    if (job.priority == 0 && !HeldAfterPrologFailure(job) && !(plan.prolog_hold && job.reason == "JobHeldAdmin")) {
       // Someone else's hold (an admin's, the owner's own): theirs to release, and the job
       // waits on it, so BeginTime is left alone too.
       said.push_back("held (" + job.reason + "): left held");

@@ -239,10 +239,18 @@ TEST(RewardProcessTest, RepeatedKillsUnderConcurrentClients) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(wrong.load(), 0) << errors[0] << " | " << errors[1] << " | " << errors[2] << " | " << errors[3];
+  // Every kill but the last landed while clients were calling: they reconnected. (Which
+  // client felt which kill depends on the scheduler: a client descheduled across a kill
+  // reconnects once for two.)
+  uint64_t reconnects = 0;
+  std::string made;
   for (int c = 0; c < kClients; ++c) {
-    // Every client was calling across the first two kills at least: it reconnected after each.
-    EXPECT_GE(connects[c], 3u) << "client " << c << " made " << calls[c] << " calls";
+    EXPECT_GE(connects[c], 1u);
+    reconnects += connects[c] - 1;
+    made += " client " + std::to_string(c) + ": " + std::to_string(connects[c]) + " connects, " +
+            std::to_string(calls[c]) + " calls;";
   }
+  EXPECT_GE(reconnects, static_cast<uint64_t>(kKills - 1)) << made;
 }
 
 TEST(RewardProcessTest, EmitsDataAndRejectsBadFlags) {
