@@ -2,7 +2,7 @@
 """Soak: Holdfast's fault matrix as a randomised, repeatable schedule.
 
   bench/soak.sh [--per-kind 20] [--kinds a,b] [--seed N] [--steps 600] [--build-dir build]
-                [--work DIR] [--keep] [--docs] [--quick] [--slurm]
+                [--work DIR] [--keep] [--docs] [--quick] [--slurm] [--memory]
 
 Real holdfastd daemons (two nodes of one rank each on this machine: a leader and a
 follower) supervise real holdfast-train ranks on a small GPT. Each fault kind is injected
@@ -20,6 +20,13 @@ Kinds (docs/reliability.md says what each injects and what counts as recovered):
   kill_during_checkpoint corrupt_checkpoint enospc lineage_locked preemption
   budget_exhausted clock_step
   with --slurm: slurmctld_down prolog_fail node_partition (bench/soak_slurm.py)
+  with --memory (the in-memory snapshot tier on, a snapshot every step; docs/memory-snapshots.md):
+    rank_sigkill (the restart must restore from memory), snapshot_corrupt, daemon_kill (the dead
+    daemon's snapshot folder must be gone once its successor runs), node_lost (in a run of its own
+    with a third holdfastd standing by as a spare node, [job] max_nodes = min_nodes = 2: the
+    follower's daemon and rank SIGKILLed, the spare takes its place with its shards from the
+    replica, the run ends bit-exact) by default; every run's leak check also looks for snapshot
+    folders left in /dev/shm
 
 Prints a table per kind (injected, recovered, time to recover median / max, wrong causes,
 losses) and the leak counts; writes WORK/soak.json; --docs rewrites the "## Soak" section
@@ -47,6 +54,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(REPO, "docs", "reliability.md")
 SECTION = "## Soak"
+MEMORY_KINDS = ["rank_sigkill", "snapshot_corrupt", "daemon_kill", "node_lost"]
+MEMORY_BUDGET_MB = 256  # the soak's small GPT takes a few MiB per snapshot
 LOCAL_KINDS = [
     "rank_sigkill", "rank_sigstop", "compute_hang", "straggler", "daemon_kill", "follower_kill",
     "kill_during_checkpoint", "corrupt_checkpoint", "enospc", "lineage_locked", "preemption",
@@ -72,10 +81,12 @@ class Failure(Exception):
 # ------------------------------------------------------------------ the run ----
 
 class Run:
-    """One supervised run: two holdfastd (leader, follower), one rank each."""
+    """One supervised run: two holdfastd (leader, follower), one rank each; with `spare` a
+    third stands by to take a lost node's place (node_lost)."""
 
-    def __init__(self, soak, index):
+    def __init__(self, soak, index, spare=False):
         self.soak, self.index = soak, index
+        self.has_spare = spare
         self.dir = os.path.join(soak.work, f"run-{index:03d}")
         self.run_dir = os.path.join(self.dir, "run")
         self.ck = os.path.join(soak.ck_root, f"run-{index:03d}")
@@ -90,15 +101,19 @@ class Run:
         self.starts = 0
         self.last_event = 0
         self.finished = False
+        self.spare = None
+        self.retire = False  # a fault that used up what the run had (its spare): finish it, then a fresh run
+        self.roles = ("leader", "follower", "spare") if spare else ("leader", "follower")
 
     # -- daemons --
-    def start(self, which=("leader", "follower"), resume=False):
+    def start(self, which=None, resume=False):
         """Starts the daemons; resume: after the run stopped (failed), `holdfastd --resume
         latest`, as a person would."""
-        for role in which:
-            cmd = [self.soak.holdfastd, "--run-dir", self.run_dir, "--config", self.job, "--nodes", "2"]
-            if role == "follower":
-                cmd += ["--node-id", "1"]
+        for role in which or self.roles:
+            cmd = [self.soak.holdfastd, "--run-dir", self.run_dir, "--config", self.job,
+                   "--nodes", str(len(self.roles))]
+            if role != "leader":
+                cmd += ["--node-id", str(self.roles.index(role))]
             elif resume:
                 cmd += ["--resume", "latest"]
             self.starts += 1
@@ -128,7 +143,7 @@ class Run:
         """Both daemons' exit codes (None where one is still running at the timeout)."""
         deadline = time.monotonic() + timeout
         codes = {}
-        for role in ("leader", "follower"):
+        for role in self.roles:
             p = getattr(self, role)
             if p is None:
                 continue
@@ -139,12 +154,12 @@ class Run:
         return codes
 
     def kill_all(self):
-        for role in ("leader", "follower"):
+        for role in self.roles:
             p = getattr(self, role)
             if p is not None and p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         codes = self.wait_exit(30)
-        for role in ("leader", "follower"):
+        for role in self.roles:
             p = getattr(self, role)
             if p is not None and p.poll() is None:
                 p.kill()
@@ -252,6 +267,18 @@ class Run:
             time.sleep(0.1)
         return None
 
+    def restore_of_newest_generation(self, timeout=10):
+        """(restore_tier, start_step) of the newest generation once its ranks have said where
+        they restored from (lineage's generation.restore_tier); (None, step) at the timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.db() as db:
+                tier, start = db.execute("SELECT restore_tier, start_step FROM generation "
+                                         "ORDER BY seq DESC LIMIT 1").fetchone()
+            if tier is not None or time.monotonic() > deadline:
+                return tier, start
+            time.sleep(0.1)
+
     def mark(self):
         evs = self.events(0)
         self.last_event = evs[-1]["id"] if evs else 0
@@ -279,10 +306,16 @@ def first_incident(run, since):
 
 
 def expect_incident(run, since, kind, rank=None, node=None):
-    """The first incident after `since` must be `kind` (naming `rank` / `node`); returns it."""
-    e = run.wait_event(lambda e: e["incident"], since=since, timeout=30)
+    """The first incident after `since` must be `kind` (naming `rank` / `node`); returns it.
+    The wait is WAIT_S, as for any outcome: a hang is declared after max(hang_min_s,
+    hang_factor x the p99 step time), and on a loaded machine (ctest -j2 beside a stack
+    capture) the steps before the fault can be seconds long, so a fixed 30 s said "not
+    detected" of a detector that was only waiting out its allowance."""
+    e = run.wait_event(lambda e: e["incident"], since=since, timeout=WAIT_S)
     if e is None:
-        raise Failure(f"no incident recorded (expected {kind})")
+        st = run.status()
+        steps = {r["rank"]: r.get("step") for r in run.ranks(st)} if st else "no status answer"
+        raise Failure(f"no incident recorded within {WAIT_S} s (expected {kind}); rank steps now {steps}")
     if e["kind"] != kind:
         raise Failure(f"wrong cause: expected {kind}, lineage says {e['kind']}: {e['summary']}")
     if rank is not None and rank not in culprits(e):
@@ -336,7 +369,78 @@ def budget_stop_and_resume(run, since, t0):
 
 def f_rank_sigkill(soak, run, st):
     rank = random.randrange(2)
-    return restart_fault(run, st, lambda: os.kill(run.pids(st)[rank], signal.SIGKILL), "crash", rank)
+    spent = st["restarts_used"] >= st["restart_budget"]
+    took = restart_fault(run, st, lambda: os.kill(run.pids(st)[rank], signal.SIGKILL), "crash", rank)
+    if soak.args.memory and not spent:
+        tier, start = run.restore_of_newest_generation()
+        if tier != "memory":
+            raise Failure(f"with the memory tier on, the restart restored from {tier or 'nowhere said'} (step {start})")
+    return took
+
+
+def snapshot_folders(run):
+    """This run's in-memory snapshot folders in /dev/shm (each daemon's, docs/memory-snapshots.md)."""
+    with run.db() as db:
+        ids = [r[0] for r in db.execute("SELECT run_id FROM run")]
+    return [os.path.join("/dev/shm", n) for n in os.listdir("/dev/shm")
+            if any(n.startswith(f"holdfast-snap-{i}-") for i in ids)]
+
+
+def f_snapshot_corrupt(soak, run, st):
+    """Freeze both ranks, flip a byte in every shard of every snapshot the daemons hold, SIGKILL
+    a rank, let the other go on: the restart must pass the snapshots over (a
+    snapshot_passed_over note in lineage), restore from the disk (from nothing, step 0, when no
+    disk checkpoint was committed yet), and train on."""
+    if not soak.args.memory:
+        raise Skip("needs --memory")
+    rank = random.randrange(2)
+    pids = run.pids(st)
+    spent = st["restarts_used"] >= st["restart_budget"]
+    before = run.generation(st)
+    since = run.last_event
+    for pid in pids.values():
+        os.kill(pid, signal.SIGSTOP)
+    on_disk = any(step_of(n) >= 0 and os.path.exists(os.path.join(run.ck, n, "MANIFEST.json"))
+                  for n in (os.listdir(run.ck) if os.path.isdir(run.ck) else []))
+    flipped = 0
+    seen = set()  # the replica sender holds steps as hard links: flip each file once, not once per name
+    try:
+        for folder in snapshot_folders(run):
+            for root, _, files in os.walk(folder):
+                for name in files:
+                    path = os.path.join(root, name)
+                    if not (name.startswith("shard-") and name.endswith(".bin")):
+                        continue
+                    st_ = os.stat(path)
+                    if (st_.st_dev, st_.st_ino) in seen:
+                        continue
+                    seen.add((st_.st_dev, st_.st_ino))
+                    with open(path, "r+b") as f:
+                        f.seek(-1, os.SEEK_END)
+                        b = f.read(1)
+                        f.seek(-1, os.SEEK_END)
+                        f.write(bytes([b[0] ^ 0x10]))
+                    flipped += 1
+    finally:
+        t0 = time.monotonic()
+        os.kill(pids[rank], signal.SIGKILL)
+        for r, pid in pids.items():
+            if r != rank:
+                os.kill(pid, signal.SIGCONT)
+    if flipped == 0:
+        raise Failure("the memory tier is on but no snapshot shard was found in /dev/shm")
+    if spent:
+        return budget_stop_and_resume(run, since, t0)
+    expect_incident(run, since, "crash", rank)
+    took = run.wait_recovered(before, t0)
+    note = run.wait_event(lambda e: e["kind"] == "snapshot_passed_over", since=since, timeout=10)
+    if note is None:
+        raise Failure(f"{flipped} snapshot shards were damaged but lineage has no snapshot_passed_over note")
+    tier, _ = run.restore_of_newest_generation()
+    if tier != ("disk" if on_disk else "none"):
+        raise Failure(f"every snapshot was damaged ({'a' if on_disk else 'no'} disk checkpoint committed), yet "
+                      f"the restart restored from {tier or 'nowhere said'}")
+    return took
 
 
 def f_rank_sigstop(soak, run, st):
@@ -452,22 +556,99 @@ def f_daemon_kill(soak, run, st):
     before = run.generation(st)
     since = run.last_event
     t0 = time.monotonic()
+    dead = [f for f in snapshot_folders(run) if f.endswith(f"-{run.leader.pid}")] if soak.args.memory else []
+    if soak.args.memory and not dead:
+        raise Failure(f"the memory tier is on but the leader ({run.leader.pid}) holds no snapshot folder")
     run.leader.kill()
     run.leader.wait()
-    try:
-        run.follower.wait(timeout=30)  # it loses its leader
-    except subprocess.TimeoutExpired:
-        raise Failure("the follower did not stop within 30 s of losing its leader")
+    for role in run.roles[1:]:
+        try:
+            getattr(run, role).wait(timeout=30)  # it loses its leader
+        except subprocess.TimeoutExpired:
+            raise Failure(f"the {role} did not stop within 30 s of losing its leader")
     run.start()
     e = run.wait_event(lambda e: e["incident"], since=since, timeout=30)
     if e is None or e["kind"] != "daemon_restart":
         raise Failure(f"expected daemon_restart first, lineage says {e and (e['kind'], e['summary'])}")
-    return run.wait_recovered(before, t0)
+    took = run.wait_recovered(before, t0)
+    left = [f for f in dead if os.path.exists(f)]
+    if left:
+        raise Failure(f"the killed daemon's snapshots are still in /dev/shm after its successor started: {left}")
+    return took
+
+
+def replicated_step(run, timeout=30):
+    """A replicated step S whose every shard some node that survives node 1's loss holds: node
+    1's shard as a replica on the spare (node 2), node 0's shard and the manifest in node 0's held
+    copies (its own folder moves on); None at the timeout."""
+    zero = [f for f in snapshot_folders(run) if f.endswith(f"-{run.leader.pid}")]
+    two = [f for f in snapshot_folders(run) if f.endswith(f"-{run.spare.pid}")]
+    deadline = time.monotonic() + timeout
+    while zero and two and time.monotonic() < deadline:
+        rep = os.path.join(two[0], "replica-1")
+        for name in sorted(os.listdir(rep) if os.path.isdir(rep) else [], reverse=True):
+            if step_of(name) < 0 or not os.path.exists(os.path.join(rep, name, "shard-00001-of-00002.bin")):
+                continue
+            held = os.path.join(zero[0], "held", name)
+            if all(os.path.exists(os.path.join(held, f)) for f in ("shard-00000-of-00002.bin", "MANIFEST.json")):
+                return step_of(name)
+        time.sleep(0.05)
+    return None
+
+
+def f_node_lost(soak, run, st):
+    """SIGKILL the follower's holdfastd and its rank (a node lost) with the memory tier on and a
+    spare node standing by: the spare takes its place, its shards from the replica (the run goes
+    on at the same world size, from memory), the dead daemon's snapshots are swept when the next
+    generation starts, and the run ends bit-exact (compared at its end; one node_lost per run).
+    The ranks keep training: the node is lost at once when a replicated step (every
+    recovery.replica_every-th snapshot, the same steps on every node) is on the spare and held by
+    node 0, which is nearly always from the first replicated step on (docs/memory-snapshots.md,
+    "What can go wrong")."""
+    if not soak.args.memory:
+        raise Skip("needs --memory (a spare node and the replicas)")
+    if not run.has_spare:
+        raise NotExercised("this run has no spare node")
+    before = run.generation(st)
+    since = run.last_event
+    dead = [f for f in snapshot_folders(run) if f.endswith(f"-{run.follower.pid}")]
+    if not dead:
+        raise Failure(f"the memory tier is on but the follower ({run.follower.pid}) holds no snapshot folder")
+    lost = [r["pid"] for n in st["nodes"] if n["node"] == 1 for r in n["ranks"]]
+    step = replicated_step(run)
+    if step is None:
+        raise Failure("no replicated step of node 1 was on the spare and held by node 0 within 30 s")
+    t0 = time.monotonic()
+    run.follower.kill()
+    for pid in lost:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    run.follower.wait()
+    run.retire = True
+    e = expect_incident(run, since, "node_lost", node=f"{soak.host}-n1")
+    took = run.wait_recovered(before, t0)
+    if f"{soak.host}-n2" not in e["action"] or "from the replica on node" not in e["action"]:
+        raise Failure(f"the spare did not take node 1's place from its replica: {e['action']}")
+    tier, _ = run.restore_of_newest_generation()
+    if tier != "memory":
+        raise Failure(f"the lost node's shards were replicated, yet the restart restored from {tier or 'nowhere said'}")
+    st2 = run.status()
+    on_spare = [r for n in (st2 or {}).get("nodes", []) if n["node"] == 2 for r in n.get("ranks", [])]
+    if not on_spare:
+        raise Failure("no rank runs on the spare node after node 1 was lost")
+    left = [f for f in dead if os.path.exists(f)]
+    if left:
+        raise Failure(f"the lost daemon's snapshots are still in /dev/shm after the next generation started: {left}")
+    return took
 
 
 def f_follower_kill(soak, run, st):
     """SIGKILL the follower's holdfastd: its node is lost; locally the run stops with that
     cause (no scheduler to bring a node back), and is started again."""
+    if soak.args.memory:
+        raise Skip("with --memory a spare node takes the lost node's place: that is node_lost")
     host = f"{soak.host}-n1"
     since = run.last_event
     t0 = time.monotonic()
@@ -646,7 +827,8 @@ FAULTS = {
     "straggler": f_straggler, "daemon_kill": f_daemon_kill, "follower_kill": f_follower_kill,
     "kill_during_checkpoint": f_kill_during_checkpoint, "corrupt_checkpoint": f_corrupt_checkpoint,
     "enospc": f_enospc, "lineage_locked": f_lineage_locked, "preemption": f_preemption,
-    "budget_exhausted": f_budget_exhausted, "clock_step": f_clock_step,
+    "budget_exhausted": f_budget_exhausted, "clock_step": f_clock_step, "snapshot_corrupt": f_snapshot_corrupt,
+    "node_lost": f_node_lost,
 }
 
 
@@ -742,7 +924,7 @@ class Soak:
 name = "soak-{run.index}"
 command = {json.dumps(cmd)}
 nproc = 1
-checkpoint_dir = "{run.ck}"
+{"min_nodes = 2" + chr(10) + "max_nodes = 2" + chr(10) if run.has_spare else ""}checkpoint_dir = "{run.ck}"
 [supervise]
 poll_ms = 50
 hang_min_s = 2
@@ -757,7 +939,7 @@ health_poll_s = 0
 [health]
 checkpoint_min_free_gb = 0.001
 checkpoint_write_mb = 1
-"""
+""" + (f"[recovery]\nmemory_budget_mb = {MEMORY_BUDGET_MB}\n" if self.args.memory else "")
 
     def reference(self):
         self.train_cfg = write_train_config(self.work, self.args.steps)
@@ -791,7 +973,7 @@ checkpoint_write_mb = 1
             ids = []
         shm_now = set(os.listdir("/dev/shm"))
         out += [f"shm /dev/shm/{n}" for n in sorted(shm_now - shm_before)
-                if any(n.startswith(f"holdfast-{i}-") for i in ids)]
+                if any(n.startswith(f"holdfast-{i}-") or n.startswith(f"holdfast-snap-{i}-") for i in ids)]
         for root, _, files in os.walk(self.work):
             for name in files:
                 p = os.path.join(root, name)
@@ -827,7 +1009,7 @@ checkpoint_write_mb = 1
 
     def main(self):
         a = self.args
-        kinds = a.kinds.split(",") if a.kinds else list(LOCAL_KINDS)
+        kinds = a.kinds.split(",") if a.kinds else list(MEMORY_KINDS if a.memory else LOCAL_KINDS)
         for k in kinds:
             if k not in FAULTS:
                 sys.exit(f"soak: unknown kind {k!r}; the kinds are: {', '.join(FAULTS)}")
@@ -845,7 +1027,10 @@ checkpoint_write_mb = 1
             index += 1
             result["runs"] += 1
             shm_before = set(os.listdir("/dev/shm"))
-            run = Run(self, index)
+            # node_lost gets a run of its own, with a spare node: a spare would change what
+            # the other kinds do (a host implicated twice leaves for the spare instead of
+            # restarting in place).
+            run = Run(self, index, spare=a.memory and schedule[0] == "node_lost")
             self.current = run
             run.start()
             last = 0
@@ -855,6 +1040,9 @@ checkpoint_write_mb = 1
                 if st is None or max(r["step"] for r in run.ranks(st)) > a.steps - 80:
                     break  # too near the end: the rest goes to a fresh run
                 kind = schedule.pop(0)
+                if (kind == "node_lost") != run.has_spare:
+                    schedule.insert(0, kind)  # a fresh run, with or without the spare, takes it
+                    break
                 if kind in ("straggler", "lineage_locked") and run.finishing(st, 450 if kind == "straggler" else 300):
                     schedule.append(kind)  # needs more of the run than is left: a later run takes it
                     if all(k in ("straggler", "lineage_locked") for k in schedule):
@@ -886,6 +1074,8 @@ checkpoint_write_mb = 1
                     if st2 is None or not run.training(st2):
                         run.kill_all()
                         break
+                if run.retire:
+                    break  # the rest goes to a fresh run; this one trains on to its end and is compared
                 st2 = run.status()
                 last = max((r.get("step") or 0) for r in run.ranks(st2)) if st2 else 0
             if run.leader.poll() in (None, 0):
@@ -957,6 +1147,7 @@ def main():
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--docs", action="store_true")
     ap.add_argument("--quick", action="store_true", help="each kind once, 600-step runs (CI)")
+    ap.add_argument("--memory", action="store_true", help="the in-memory snapshot tier on (docs/memory-snapshots.md)")
     args = ap.parse_args()
     if args.quick:
         args.per_kind, args.steps = 1, 600

@@ -194,6 +194,21 @@ def rank_pid(root, rank, key, timeout=60):
             env = environ(p)
             if env.get(key) == str(rank) and ("HOLDFAST_RANK" in env or "TORCHELASTIC_RESTART_COUNT" in env):
                 return p
+        # A warm spare's /proc/PID/environ is its spare environment (its rank's was set later):
+        # the rank is the newest generation's progress record it has mapped.
+        best = None
+        for p in descendants(root):
+            if "HOLDFAST_SPARE_FD" not in environ(p):
+                continue
+            try:
+                with open(f"/proc/{p}/maps") as f:
+                    for g, r in re.findall(r"-g(\d+)-r(\d+)\.rec$", f.read(), re.M):
+                        if int(r) == rank and (best is None or int(g) > best[0]):
+                            best = (int(g), p)
+            except OSError:
+                pass
+        if best:
+            return best[1]
         time.sleep(0.05)
     raise RuntimeError(f"no rank {rank} under pid {root}")
 
@@ -260,6 +275,18 @@ keep_last = 2
     return path
 
 
+def recovery_section(args):
+    """The job file's [recovery] for --memory-mb / --warm-spares ("" without them)."""
+    keys = []
+    if getattr(args, "memory_mb", 0):
+        keys.append(f"memory_budget_mb = {args.memory_mb}")
+        if getattr(args, "snapshot_every", 1) != 1:
+            keys.append(f"snapshot_every = {args.snapshot_every}")
+    if getattr(args, "warm_spares", False):
+        keys.append("warm_spares = true")
+    return "[recovery]\n" + "".join(k + "\n" for k in keys) if keys else ""
+
+
 class Daemon:
     """One holdfastd run in DIR: job file, stdout stamps, metrics stamps."""
 
@@ -282,7 +309,7 @@ class Daemon:
         with open(os.path.join(self.dir, "job.toml"), "w") as f:
             f.write("[job]\nname = \"supervision-bench\"\ncommand = [" + ", ".join(json.dumps(c) for c in cmd) +
                     f"]\nnproc = {nproc}\ncheckpoint_dir = {json.dumps(os.path.join(self.dir, 'ck'))}\n"
-                    "[supervise]\n" + "".join(f"{k} = {v}\n" for k, v in sup.items()))
+                    "[supervise]\n" + "".join(f"{k} = {v}\n" for k, v in sup.items()) + recovery_section(args))
         self.out = LineStamps()
         self.metrics = LineStamps()
         self.t_start = time.time()
@@ -789,6 +816,12 @@ def main():
     ap.add_argument("--sides", default="hf,tr_default,tr_fast",
                     help="latency sides to run: hf (holdfastd), tr_default, tr_fast (torchrun); "
                          "e.g. hf alone to compare two holdfastd builds")
+    ap.add_argument("--memory-mb", type=int, default=0,
+                    help="holdfastd side: [recovery] memory_budget_mb (in-memory snapshots every step; 0 = off)")
+    ap.add_argument("--snapshot-every", type=int, default=1,
+                    help="with --memory-mb: [recovery] snapshot_every (steps between memory snapshots)")
+    ap.add_argument("--warm-spares", action="store_true",
+                    help="holdfastd side: [recovery] warm_spares = true (docs/warm-restarts.md)")
     ap.add_argument("--no-docs", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, lineage.db)")
     ap.add_argument("--seed", type=int, default=1)

@@ -25,7 +25,9 @@
 // many ranks saved, as holdfast-train does: each reads the shard it verifies,
 // every shard's "params" and its own moments; against every rank reading and
 // checksumming every shard (LoadNewestAll, the resume before), and against one
-// sequential read of all the shards.
+// sequential read of all the shards. With --memory-dir (a tmpfs folder), the
+// same one-rank restore from an in-memory snapshot of the state there, in turn
+// with the restore from the disk with the page cache dropped.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -34,6 +36,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -156,6 +159,46 @@ bool MeasureRestore(const std::string& dir, int reps, int order, double* overlap
   return true;
 }
 
+// The in-memory snapshot tier's restore (docs/memory-snapshots.md): the same
+// state saved once into `memory_dir` (tmpfs), restored by the same
+// one-rank RestoreNewest, in turn with a restore from `dir` with the page
+// cache dropped; medians over reps. `memory_dir` is removed afterwards.
+bool MeasureMemoryRestore(const std::string& dir, const std::string& memory_dir, const std::vector<BufferView>& views,
+                          int reps, int order, double* memory_s, double* disk_s) {
+  {
+    CheckpointWriterOptions o;
+    o.root = memory_dir;
+    Result<std::unique_ptr<CheckpointWriter>> w = CheckpointWriter::Create(o);
+    if (!w.ok() || !(*w)->Save(1, views).ok() || !(*w)->Flush().ok()) {
+      std::fprintf(stderr, "memory snapshot in %s: %s\n", memory_dir.c_str(),
+                   w.ok() ? "save failed" : w.status().ToString().c_str());
+      return false;
+    }
+  }
+  CheckpointLoader disk(dir), memory(memory_dir);
+  RestoreOptions dropped;
+  dropped.load.drop_cache = true;
+  RestoreOptions in_memory;  // tmpfs pages are the storage: nothing to drop
+  std::vector<double> a, b;
+  auto restore = [](const CheckpointLoader& loader, const RestoreOptions& o, std::vector<double>* out) {
+    const Clock::time_point t0 = Clock::now();
+    Result<LoadedCheckpoint> got = loader.RestoreNewest(o);
+    out->push_back(Since(t0));
+    if (!got.ok()) std::fprintf(stderr, "restore: %s\n", got.status().ToString().c_str());
+    return got.ok();
+  };
+  bool ok = true;
+  for (int r = 0; r < reps && ok; ++r) {
+    ok = Rotated(order + r,
+                 {[&] { return restore(memory, in_memory, &a); }, [&] { return restore(disk, dropped, &b); }});
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(memory_dir, ec);
+  *memory_s = Median(a);
+  *disk_s = Median(b);
+  return ok;
+}
+
 // A checkpoint of `world` ranks, each saving its slice of the three buffers,
 // restored by as many ranks (threads) at once: each as holdfast-train does
 // (RestoreNewest: every shard's params, its own shard whole) and each as the
@@ -271,6 +314,7 @@ int Main(int argc, char** argv) {
   bool writeback = true;
   int order = 0;
   int ranks = 4;
+  std::string memory_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--dir") dir = argv[i + 1];
@@ -281,11 +325,12 @@ int Main(int argc, char** argv) {
     else if (k == "--writeback") writeback = std::atoi(argv[i + 1]) != 0;
     else if (k == "--order") order = std::atoi(argv[i + 1]);
     else if (k == "--ranks") ranks = std::atoi(argv[i + 1]);
+    else if (k == "--memory-dir") memory_dir = argv[i + 1];
   }
   if (dir.empty() || reps < 1 || chunk_mb < 1 || ranks < 2) {
     std::fprintf(stderr,
                  "usage: checkpoint_bench --dir DIR [--mb 400] [--reps 1] [--compute-ms 250] [--chunk-mb 64] "
-                 "[--writeback 1] [--order 0] [--ranks 4]\n");
+                 "[--writeback 1] [--order 0] [--ranks 4] [--memory-dir /dev/shm/DIR]\n");
     return 2;
   }
   spdlog::set_level(spdlog::level::warn);
@@ -372,6 +417,8 @@ int Main(int argc, char** argv) {
                            &rw_bytes, &rw_rank_bytes)) {
     return 1;
   }
+  double mem_s = 0, mem_disk_s = 0;
+  if (!memory_dir.empty() && !MeasureMemoryRestore(dir, memory_dir, views, reps, order, &mem_s, &mem_disk_s)) return 1;
 
   std::printf("state_bytes=%zu\nshard_bytes=%llu\nreps=%d\n", total, static_cast<unsigned long long>(shard_bytes),
               reps);
@@ -385,6 +432,7 @@ int Main(int argc, char** argv) {
   std::printf("ranks=%d\nranks_ckpt_bytes=%llu\nranks_max_rank_bytes=%llu\n", ranks,
               static_cast<unsigned long long>(rw_bytes), static_cast<unsigned long long>(rw_rank_bytes));
   std::printf("ranks_restore_s=%.6f\nranks_loadall_s=%.6f\nranks_seq_read_s=%.6f\n", rw, rw_all, rw_seq);
+  if (!memory_dir.empty()) std::printf("memory_restore_s=%.6f\nmemory_disk_restore_s=%.6f\n", mem_s, mem_disk_s);
   volatile double keep = sink;  // the stand-in compute must not be optimised away
   (void)keep;
   return 0;

@@ -1,7 +1,6 @@
 #include "checkpoint/checkpoint_loader.h"
 
 #include <spdlog/spdlog.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -134,13 +133,10 @@ Status CheckpointLoader::ReadAndCheck(const std::string& path, const ManifestSha
     keep->reset(new uint8_t[want.size]);
     dst = keep->get();
   }
-  XXH3_state_t* state = XXH3_createState();
-  HF_CHECK(state != nullptr);
-  XXH3_64bits_reset(state);
+  Xxh3Stream sum;
   const Status s = ReadOverlapped(storage_, path, 0, want.size, dst, ReadOptions(options),
-                                  [state](const uint8_t* p, size_t n) { XXH3_64bits_update(state, p, n); });
-  const uint64_t got = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
+                                  [&sum](const uint8_t* p, size_t n) { sum.Update(p, n); });
+  const uint64_t got = sum.Digest();
   HF_RETURN_IF_ERROR(s);
   if (got != want.xxh3) {
     return CorruptionError(path + ": checksum mismatch (xxh3 " + HexU64(got) + ", manifest says " +

@@ -160,6 +160,43 @@ TEST(CheckpointTest, TwoRanksCommitOneManifestThroughTheStore) {
   EXPECT_EQ(loader.LoadNewest(0, other_world).status().code(), StatusCode::kNotFound);
 }
 
+// Rank 1 writing to a root of its own (a memory snapshot folder on another
+// node): with prune_own_root it keeps only the newest committed step there,
+// even a step with a manifest copied in (a restore's), and nothing of it
+// when it is off.
+TEST(CheckpointTest, ARankWithARootOfItsOwnPrunesItWhenAsked) {
+  for (bool prune : {true, false}) {
+    TempDir zero, one;
+    auto store = std::make_shared<InMemoryStore>();
+    std::vector<std::unique_ptr<CheckpointWriter>> writers;
+    for (int r = 0; r < 2; ++r) {
+      CheckpointWriterOptions o;
+      o.root = r == 0 ? zero.path() : one.path();
+      o.rank = r;
+      o.world_size = 2;
+      o.store = std::make_shared<PrefixStore>(prune ? "p" : "n", store);
+      o.retention.keep_last = 1;
+      o.prune_own_root = prune;
+      o.commit_timeout = std::chrono::seconds(30);
+      writers.push_back(std::move(CheckpointWriter::Create(o)).value());
+    }
+    std::filesystem::create_directories(one.path() + "/" + StepDirName(1));
+    WriteFile(one.path() + "/" + StepDirName(1) + "/" + kManifestFileName, "a restore's manifest");
+    for (int64_t step : {2, 3, 4}) {
+      State s0(step, 0), s1(step, 1);
+      ASSERT_TRUE(writers[1]->Save(step, s1.Views()).ok());
+      ASSERT_TRUE(writers[0]->Save(step, s0.Views()).ok());
+      ASSERT_TRUE(writers[0]->Flush().ok());
+      ASSERT_TRUE(writers[1]->Flush().ok());
+    }
+    const std::vector<std::string> want =
+        prune ? std::vector<std::string>{StepDirName(4)}
+              : std::vector<std::string>{StepDirName(1), StepDirName(2), StepDirName(3), StepDirName(4)};
+    EXPECT_EQ(FilesIn(one.path()), want) << "prune_own_root = " << prune;
+    EXPECT_EQ(FilesIn(zero.path()), (std::vector<std::string>{StepDirName(4)}));
+  }
+}
+
 TEST(CheckpointTest, AFailedRankMeansNoManifestAndEveryRankHearsOfIt) {
   TempDir tmp;
   auto store = std::make_shared<InMemoryStore>();
@@ -661,6 +698,26 @@ TEST(CheckpointTest, RetentionKeepsTheLastKAndEveryNth) {
   ASSERT_TRUE(steps.ok());
   EXPECT_EQ(*steps, (std::vector<int64_t>{100, 9, 8, 4}));
   ExpectState(*CheckpointLoader(tmp.path()).LoadNewest(0), 9, 0);
+}
+
+// The memory tier of a run of several nodes: the newest snapshot and the
+// newest of the replicated steps (multiples of 5), which the daemon hard-links
+// for its push; older multiples go.
+TEST(CheckpointTest, RetentionKeepsTheNewestMultipleOfKeepNewestEvery) {
+  TempDir tmp;
+  CheckpointWriterOptions o;
+  o.root = tmp.path();
+  o.retention.keep_last = 1;
+  o.retention.keep_newest_every = 5;
+  auto w = std::move(CheckpointWriter::Create(o)).value();
+  for (int64_t step = 1; step <= 4; ++step) ASSERT_TRUE(SaveAndFlush(w.get(), step).ok());
+  EXPECT_EQ(*CheckpointLoader(tmp.path()).ListSteps(), std::vector<int64_t>{4}) << "no multiple yet";
+  for (int64_t step = 5; step <= 13; ++step) ASSERT_TRUE(SaveAndFlush(w.get(), step).ok());
+  EXPECT_EQ(*CheckpointLoader(tmp.path()).ListSteps(), (std::vector<int64_t>{13, 10}));
+  ASSERT_TRUE(SaveAndFlush(w.get(), 15).ok());
+  EXPECT_EQ(*CheckpointLoader(tmp.path()).ListSteps(), std::vector<int64_t>{15}) << "the newest is the multiple";
+  o.retention.keep_newest_every = -1;
+  EXPECT_EQ(CheckpointWriter::Create(o).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(CheckpointTest, ACommittedStepIsNeverOverwritten) {

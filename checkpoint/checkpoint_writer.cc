@@ -1,7 +1,6 @@
 #include "checkpoint/checkpoint_writer.h"
 
 #include <spdlog/spdlog.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
@@ -21,7 +20,6 @@ constexpr uint64_t kStageChunkBytes = 2u << 20;
 // A commit waits for other ranks in Store Gets of at most this long, looking
 // between them whether the writer is being destroyed (AwaitPeerKey): short
 // next to the 0.5 s a restart takes, long next to a Store round trip.
-constexpr std::chrono::milliseconds kPeerWaitSlice{100};
 
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -60,8 +58,9 @@ Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Create(CheckpointWri
     return InvalidArgumentError("checkpoint writer: world size " + std::to_string(options.world_size) +
                                 " needs a Store to commit through");
   }
-  if (options.retention.keep_last < 1 || options.retention.keep_every < 0) {
-    return InvalidArgumentError("checkpoint writer: retention needs keep_last >= 1 and keep_every >= 0");
+  if (options.retention.keep_last < 1 || options.retention.keep_every < 0 || options.retention.keep_newest_every < 0) {
+    return InvalidArgumentError(
+        "checkpoint writer: retention needs keep_last >= 1, keep_every >= 0 and keep_newest_every >= 0");
   }
   if (options.write_chunk_bytes == 0) options.write_chunk_bytes = 64u << 20;
   if (options.storage == nullptr) options.storage = PosixStorage::Default();
@@ -348,7 +347,7 @@ SaveOutcome CheckpointWriter::Finish(const PendingCommit& c) {
   if (out.status.ok()) {
     parent_step_ = c.outcome.step;
     newest_committed_ = std::max(newest_committed_.load(), c.outcome.step);
-    if (options_.rank == 0) Prune(c.outcome.step);
+    if (options_.rank == 0 || options_.prune_own_root) Prune(c.outcome.step);
   }
   return out;
 }
@@ -359,9 +358,7 @@ Result<uint64_t> CheckpointWriter::Stage(const Job& job, double* fence_seconds) 
   for (const DeferredCopy& d : job.deferred) {
     if (d.ready && ready.ok()) ready = d.ready().WithContext("staging the checkpoint's device state");
   }
-  XXH3_state_t* state = XXH3_createState();
-  HF_CHECK(state != nullptr);
-  XXH3_64bits_reset(state);
+  Xxh3Stream stream;
   size_t k = 0;  // next deferred copy that is not finished
   for (uint64_t a = 0; ready.ok() && a < job.header.file_size; a += kStageChunkBytes) {
     const uint64_t b = std::min<uint64_t>(a + kStageChunkBytes, job.header.file_size);
@@ -373,10 +370,9 @@ Result<uint64_t> CheckpointWriter::Stage(const Job& job, double* fence_seconds) 
       if (d.offset + d.size > b) break;  // continues in the next chunk
       ++k;
     }
-    XXH3_64bits_update(state, staging + a, b - a);
+    stream.Update(staging + a, b - a);
   }
-  const uint64_t sum = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
+  const uint64_t sum = stream.Digest();
   {
     std::lock_guard<std::mutex> l(mu_);
     staging_pending_ = false;
@@ -498,7 +494,7 @@ Result<std::vector<uint8_t>> CheckpointWriter::AwaitPeerKey(const std::string& k
       return TimeoutError("store key '" + key + "' was not set within " +
                           std::to_string(options_.commit_timeout.count()) + " ms");
     }
-    Result<std::vector<uint8_t>> got = options_.store->Get(key, std::min(left, kPeerWaitSlice));
+    Result<std::vector<uint8_t>> got = options_.store->Get(key, std::min(left, options_.peer_wait_slice));
     if (got.ok() || got.status().code() != StatusCode::kTimeout) return got;
   }
 }
@@ -544,9 +540,29 @@ void CheckpointWriter::Prune(int64_t newest) {
     }
     (*has ? committed : partial).push_back(step);
   }
+  if (options_.rank != 0) {
+    // Not rank 0's root: no manifest of its own is written here (one that is,
+    // a restore's, is of a step gone by), so the newest commit and the steps
+    // in flight after it are all there is to keep.
+    for (int64_t step : committed) {
+      if (step < newest) partial.push_back(step);
+    }
+    committed.clear();
+  }
   std::set<int64_t> keep = {newest};
   for (size_t i = 0; i < committed.size() && i < static_cast<size_t>(options_.retention.keep_last); ++i) {
     keep.insert(committed[i]);  // ListSteps is newest first
+  }
+  if (const int64_t every = options_.retention.keep_newest_every; every > 0) {
+    // Rank 0's root: the newest committed multiple. Another root: the newest
+    // multiple up to the newest commit, committed there or not (its
+    // manifest is on rank 0's node).
+    const std::vector<int64_t>& pool = options_.rank == 0 ? committed : partial;
+    int64_t kept = -1;
+    for (int64_t step : pool) {
+      if (step % every == 0 && step <= newest) kept = std::max(kept, step);
+    }
+    if (kept >= 0) keep.insert(kept);
   }
   std::vector<int64_t> doomed;
   for (int64_t step : committed) {
@@ -554,7 +570,7 @@ void CheckpointWriter::Prune(int64_t newest) {
     if (!keep.count(step) && !every) doomed.push_back(step);
   }
   for (int64_t step : partial) {
-    if (step < newest) doomed.push_back(step);  // a save that died before committing
+    if (step < newest && !keep.count(step)) doomed.push_back(step);  // a save that died before committing
   }
   for (int64_t step : doomed) {
     Status s = RemoveStepDir(JoinPath(options_.root, StepDirName(step)), storage_);

@@ -105,11 +105,14 @@ enum class InFlightPolicy {
 const char* InFlightPolicyName(InFlightPolicy policy);
 
 // Which committed checkpoints survive pruning: the newest keep_last, every
-// step that is a multiple of keep_every (0 = none), and always the newest.
+// step that is a multiple of keep_every (0 = none), the newest step that is a
+// multiple of keep_newest_every (0 = none; in a root without rank 0's
+// manifests, the newest such folder), and always the newest.
 // Folders without a manifest older than the newest commit are removed too.
 struct RetentionPolicy {
   int keep_last = 3;
   int64_t keep_every = 0;
+  int64_t keep_newest_every = 0;
 };
 
 struct CheckpointWriterOptions {
@@ -124,6 +127,11 @@ struct CheckpointWriterOptions {
   std::shared_ptr<Store> store;
   // How long rank 0 waits for all shards, and other ranks for the outcome.
   std::chrono::milliseconds commit_timeout{std::chrono::minutes(10)};
+  // A wait for a peer's key goes in Gets of at most this long, so that a
+  // writer being destroyed (the process exiting: a peer died) abandons it
+  // within one slice; shorter = a faster exit, more store requests while a
+  // peer is slow (one per slice per waiting rank).
+  std::chrono::milliseconds peer_wait_slice{100};
   // Not owned; must outlive the writer. nullptr = PosixStorage::Default().
   Storage* storage = nullptr;
   // Bytes per write(2). Large writes keep the per-call overhead (and, on a
@@ -138,6 +146,11 @@ struct CheckpointWriterOptions {
   bool log_commits = true;
   // What the log lines call a save ("checkpoint", "memory snapshot").
   std::string log_name = "checkpoint";
+  // Apply the retention to root after each commit on this rank too (rank 0
+  // always does): for a root that is not rank 0's, such as the memory
+  // snapshot folder of a node without rank 0, where no manifest is written
+  // and every folder older than the newest commit is a step gone by.
+  bool prune_own_root = false;
 };
 
 enum class SaveDecision { kQueued, kSkipped };

@@ -42,6 +42,14 @@ Status ManifestCorrupt(const std::string& what) { return CorruptionError("manife
 
 uint64_t Xxh3(const void* data, size_t n) { return XXH3_64bits(data, n); }
 
+Xxh3Stream::Xxh3Stream() : state_(XXH3_createState()) {
+  HF_CHECK(state_ != nullptr);
+  XXH3_64bits_reset(state_);
+}
+Xxh3Stream::~Xxh3Stream() { XXH3_freeState(state_); }
+void Xxh3Stream::Update(const void* data, size_t n) { XXH3_64bits_update(state_, data, n); }
+uint64_t Xxh3Stream::Digest() const { return XXH3_64bits_digest(state_); }
+
 std::string HexU64(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);

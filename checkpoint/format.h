@@ -36,6 +36,8 @@
 
 #include "common/status.h"
 
+struct XXH3_state_s;  // libxxhash's streaming state (Xxh3Stream)
+
 namespace holdfast {
 
 inline constexpr uint32_t kCheckpointFormatVersion = 1;
@@ -63,6 +65,20 @@ inline constexpr char kFencedDirSuffix[] = ".fenced";
 
 // XXH3-64 of a byte range (libxxhash).
 uint64_t Xxh3(const void* data, size_t n);
+// The same over bytes that arrive in pieces: Update each in order, then
+// Digest (equal to Xxh3 of their concatenation). One thread at a time.
+class Xxh3Stream {
+ public:
+  Xxh3Stream();
+  ~Xxh3Stream();
+  Xxh3Stream(const Xxh3Stream&) = delete;
+  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
+  void Update(const void* data, size_t n);
+  uint64_t Digest() const;
+
+ private:
+  ::XXH3_state_s* state_;  // owned
+};
 // 16 lowercase hex digits, and back (nullopt unless exactly 16 hex digits).
 std::string HexU64(uint64_t v);
 std::optional<uint64_t> ParseHexU64(const std::string& s);

@@ -158,6 +158,7 @@ json GenerationJson(const GenerationRecord& g) {
           {"started_ms", g.started_ms},
           {"ended_ms", OptJson(g.ended_ms)},
           {"start_step", g.start_step},
+          {"restore_tier", g.restore_tier.empty() ? json(nullptr) : json(g.restore_tier)},
           {"last_step", OptJson(g.last_step)},
           {"last_step_ms", OptJson(g.last_step_ms)},
           {"state", RunStateName(g.state)},
@@ -284,7 +285,11 @@ void PrintRankTable(std::ostream& os, const RunStatus& s, const RankSelection& s
 
 void PrintLiveStatus(std::ostream& os, const RunStatus& s, const RankSelection& sel) {
   os << "run " << s.run_id << " (" << s.name << ")  " << s.state << "  attempt " << s.attempt
-     << ", generation " << s.generation << ", step " << s.step << "\n";
+     << ", generation " << s.generation;
+  if (s.restored_step && s.restore_tier && *s.restore_tier != "none") {
+    os << " (from step " << *s.restored_step << ", " << RestoreTierText(*s.restore_tier) << ")";
+  }
+  os << ", step " << s.step << "\n";
   if (s.scheduler == "slurm") os << "slurm " << SlurmJobText(s.job_id, s.restart_count, s.hosts) << "\n";
   os << "world size " << s.world_size << ", restarts " << s.restarts_used << "/"
      << s.restart_budget << ", last checkpoint step " << OptText(s.last_checkpoint_step)

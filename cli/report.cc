@@ -11,6 +11,13 @@
 
 namespace holdfast {
 
+std::string RestoreTierText(const std::string& tier) {
+  if (tier == "memory") return "memory snapshot";
+  if (tier == "disk") return "disk checkpoint";
+  if (tier == "none") return "a fresh start";
+  return tier;
+}
+
 std::string FormatTime(int64_t ms) {
   if (ms <= 0) return "-";
   time_t secs = static_cast<time_t>(ms / 1000);

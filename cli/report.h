@@ -25,6 +25,9 @@ namespace holdfast {
 
 // "2025-01-01 12:00:05Z" (UTC); "-" for 0 or less.
 std::string FormatTime(int64_t unix_ms);
+// A generation's restore tier as people read it: "memory snapshot", "disk
+// checkpoint", "a fresh start"; any other text as it is.
+std::string RestoreTierText(const std::string& tier);
 // With the milliseconds: "2025-01-01 12:00:05.123Z"; `iso`: "2025-01-01T12:00:05.123Z".
 std::string FormatTimeMs(int64_t unix_ms, bool iso = false);
 // "4.2s", "3m07s", "2h05m"; negative is 0.

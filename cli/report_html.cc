@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "cli/format.h"
 #include "cli/report.h"
 
 namespace holdfast {
@@ -217,7 +218,8 @@ std::string Timeline(const ReportData& d, const std::map<int64_t, int>& incident
     const int64_t last = g.last_step.value_or(g.start_step);
     s << "<rect x='" << Num(x, 1) << "' y='" << y + 6 << "' width='" << Num(w, 1)
       << "' height='20' rx='3' fill='" << GenerationColour(g.state) << "'><title>attempt " << g.attempt
-      << " generation " << g.generation << ": steps " << g.start_step << "–" << last << ", "
+      << " generation " << g.generation << ": steps " << g.start_step << "–" << last
+      << (g.restore_tier.empty() ? "" : " (from " + RestoreTierText(g.restore_tier) + ")") << ", "
       << RunStateName(g.state) << (g.cause.empty() ? "" : ": " + HtmlEscape(g.cause)) << "</title></rect>";
     if (w > 70) {
       s << "<text x='" << Num(x + 4, 1) << "' y='" << y + 20 << "' fill='#fff'>gen " << g.generation
@@ -416,12 +418,15 @@ void TimelineSection(std::ostream& h, const ReportData& d, const NumberedInciden
     << "<span style='color:#cf222e'>▼ incident</span><span style='color:#0969da'>◆ checkpoint</span>"
     << "<span style='color:#57606a'>| action (restart, resume, …)</span></div>\n"
     << Timeline(d, inc.number) << "\n";
-  h << "<table><tr><th>attempt</th><th>gen</th><th>started</th><th>ended</th><th>steps</th><th>state</th></tr>";
+  h << "<table><tr><th>attempt</th><th>gen</th><th>started</th><th>ended</th><th>steps</th><th>restored from</th>"
+       "<th>state</th></tr>";
   for (const GenerationRecord& g : d.generations) {
     h << "<tr><td>" << g.attempt << "</td><td>" << g.generation << "</td><td>"
       << HtmlEscape(FormatTime(g.started_ms)) << "</td><td>"
       << HtmlEscape(g.ended_ms ? FormatTime(*g.ended_ms) : "-") << "</td><td class='n'>" << g.start_step
-      << "–" << g.last_step.value_or(g.start_step) << "</td><td class='" << StateClass(g.state) << "'>"
+      << "–" << g.last_step.value_or(g.start_step) << "</td><td>"
+      << HtmlEscape(g.restore_tier.empty() ? "-" : RestoreTierText(g.restore_tier)) << "</td><td class='"
+      << StateClass(g.state) << "'>"
       << RunStateName(g.state) << (g.cause.empty() ? "" : ": " + HtmlEscape(g.cause)) << "</td></tr>";
   }
   h << "</table>\n";

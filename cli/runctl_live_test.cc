@@ -96,6 +96,29 @@ TEST_F(RunctlTest, StatusFromALiveDaemonShowsTheRanks) {
     EXPECT_EQ(j["status"]["restart_count"], 0);
     EXPECT_EQ(j["status"]["hosts"], json::array({"n1", "n3"}));
   }
+  // Where the generation's ranks restored it from, once they have said; a fresh start is not worth a word.
+  s.restored_step = 1200;
+  s.restore_tier = "memory";
+  for (const auto& [tier, want] : std::vector<std::pair<std::string, std::string>>{
+           {"memory", "attempt 2, generation 1 (from step 1200, memory snapshot), step 1234\n"},
+           {"disk", "attempt 2, generation 1 (from step 1200, disk checkpoint), step 1234\n"},
+           {"none", "attempt 2, generation 1, step 1234\n"}}) {
+    s.restore_tier = tier;
+    FakeDaemon daemon(dir_, [&](const ControlRequest& req) {
+      return EncodeOkResponse(req.id, EncodeStatusResult(s));
+    });
+    Outcome o = Run({"status"});
+    ASSERT_EQ(o.exit, 0) << o.err;
+    EXPECT_TRUE(Has(o.out, want)) << o.out;
+  }
+  {
+    FakeDaemon daemon(dir_, [&](const ControlRequest& req) {
+      return EncodeOkResponse(req.id, EncodeStatusResult(s));
+    });
+    json j = RunJson({"status"});
+    EXPECT_EQ(j["status"]["restored_step"], 1200);
+    EXPECT_EQ(j["status"]["restore_tier"], "none");
+  }
 }
 
 // 512 ranks on 64 nodes, rank 137 stopped (SIGSTOP): the daemon's reply is

@@ -34,7 +34,10 @@ std::vector<TimelineItem> TimelineItems(const std::vector<AttemptRecord>& attemp
   for (const GenerationRecord& g : gens) {
     std::string a = std::to_string(g.attempt), n = std::to_string(g.generation);
     items.push_back({g.seq, g.started_ms, I::kGenerationStart, 0, a, n,
-                     "generation " + n + " started from step " + std::to_string(g.start_step)});
+                     "generation " + n + " started from step " + std::to_string(g.start_step) +
+                         (g.restore_tier.empty() || g.restore_tier == "none"
+                              ? ""
+                              : " (" + RestoreTierText(g.restore_tier) + ")")});
     if (g.ended_ms) {
       // Older daemons left last_step unset when no step came before the end:
       // then it ended where it started.

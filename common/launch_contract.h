@@ -41,8 +41,20 @@ inline constexpr const char* kRoleLearner = "learner";
 inline constexpr const char* kEnvSnapshotDir = "HOLDFAST_SNAPSHOT_DIR";
 inline constexpr const char* kEnvSnapshotBudgetBytes = "HOLDFAST_SNAPSHOT_BUDGET_BYTES";
 inline constexpr const char* kEnvSnapshotEvery = "HOLDFAST_SNAPSHOT_EVERY";
+// Set only in a run of several nodes: the snapshots of steps that are
+// multiples of it are replicated to a peer node (recovery.snapshot_every x
+// recovery.replica_every), so each rank keeps the newest of them as well as
+// its newest snapshot, until the next one commits.
+inline constexpr const char* kEnvSnapshotReplicaEvery = "HOLDFAST_SNAPSHOT_REPLICA_EVERY";
 // Set only for `runctl resume --from-step N`: the checkpoint step to resume from.
 inline constexpr const char* kEnvResumeFromStep = "HOLDFAST_RESUME_FROM_STEP";
+
+// Warm spares (docs/job-contract.md "Warm spares", the job file's
+// recovery.warm_spares): set only in a spare's environment, the number of the
+// inherited fd (one end of a socketpair) on which the spare reads the rank it
+// is to become (common/spare_assignment.h). A spare has none of the rank
+// variables above until then, and must not touch a device before it.
+inline constexpr const char* kEnvSpareFd = "HOLDFAST_SPARE_FD";
 
 // Exit codes of a rank.
 inline constexpr int kRankExitOk = 0;

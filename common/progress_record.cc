@@ -56,6 +56,7 @@ Result<void*> MapFile(const std::string& path, bool writable, bool create, int r
       rec->rank = rank;
       rec->checkpoint_step = -1;
       rec->checkpoint_failed_step = -1;
+      rec->restored_step = -1;
       rec->heartbeat_ns = MonotonicNowNs();
       StoreRelease(&rec->magic, kProgressMagic);
     }
@@ -92,6 +93,16 @@ const char* CollectiveKindName(CollectiveKind kind) {
   return "unknown";
 }
 
+const char* RestoreTierName(RestoreTier tier) {
+  switch (tier) {
+    case RestoreTier::kUnreported: return "unreported";
+    case RestoreTier::kNone: return "none";
+    case RestoreTier::kDisk: return "disk";
+    case RestoreTier::kMemory: return "memory";
+  }
+  return "unknown";
+}
+
 int64_t MonotonicNowNs() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -115,19 +126,31 @@ ProgressReader::~ProgressReader() { munmap(map_, size_); }
 ProgressSnapshot ProgressReader::Read() const {
   ProgressSnapshot snap;
   const auto* rec = static_cast<const ProgressRecordLayout*>(map_);
-  if (LoadAcquire(&rec->magic) != kProgressMagic || rec->version != kProgressVersion) return snap;
+  const uint32_t version = rec->version;
+  // A version 2 writer (an older Python module) is read as far as it goes:
+  // its record is a prefix of this one, the restore fields unreported.
+  if (LoadAcquire(&rec->magic) != kProgressMagic || (version != kProgressVersion && version != 2)) return snap;
   snap.valid = true;
+  const size_t size = version == 2 ? offsetof(ProgressRecordLayout, restored_step) : kSize;
+  auto finish = [&snap, version] {
+    if (version == 2) {
+      snap.record.restored_step = -1;
+      snap.record.restore_tier = static_cast<uint32_t>(RestoreTier::kUnreported);
+      snap.record.restore_skipped = 0;
+    }
+    return snap;
+  };
   for (int attempt = 0; attempt < 1000; ++attempt) {
     const uint64_t before = LoadAcquire(&rec->seq);
     if (before % 2 == 1) continue;
-    std::memcpy(&snap.record, rec, kSize);
+    std::memcpy(&snap.record, rec, size);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (LoadAcquire(&rec->seq) == before) return snap;
+    if (LoadAcquire(&rec->seq) == before) return finish();
   }
   // The writer is frozen mid-update (SIGSTOP, a debugger, dead): report what is there.
-  std::memcpy(&snap.record, rec, kSize);
+  std::memcpy(&snap.record, rec, size);
   snap.torn = true;
-  return snap;
+  return finish();
 }
 
 Result<std::unique_ptr<ProgressWriter>> ProgressWriter::Open(const std::string& path, int rank) {
@@ -225,6 +248,14 @@ void ProgressWriter::RecordCheckpointFailure(int64_t step, const std::string& me
   rec_->checkpoint_failed_step = step;
   std::memcpy(rec_->checkpoint_error, message.data(), n);
   std::memset(rec_->checkpoint_error + n, 0, kProgressErrorSize - n);
+  End();
+}
+
+void ProgressWriter::SetRestored(int64_t step, RestoreTier tier, uint32_t skipped) {
+  Begin();
+  rec_->restored_step = step;
+  rec_->restore_tier = static_cast<uint32_t>(tier);
+  rec_->restore_skipped = skipped;
   End();
 }
 

@@ -46,10 +46,16 @@ enum class CollectiveKind : uint32_t { kNone = 0, kAllreduce = 1, kBroadcast = 2
                                       kReduceScatter = 5 };
 const char* CollectiveKindName(CollectiveKind kind);
 
+// Where a rank's state came from when it started (restore_tier). Values are
+// part of the layout; kUnreported until the rank says (a job that does not).
+enum class RestoreTier : uint32_t { kUnreported = 0, kNone = 1, kDisk = 2, kMemory = 3 };
+// "unreported", "none" (started at step 0), "disk", "memory".
+const char* RestoreTierName(RestoreTier tier);
+
 inline constexpr uint64_t kProgressMagic = 0x31474F5250464C48ULL;  // "HLFPROG1"
-// Version 2 appended the checkpoint-failure fields (offset 760 on); the
-// offsets of version 1 are unchanged.
-inline constexpr uint32_t kProgressVersion = 2;
+// Version 2 appended the checkpoint-failure fields (offset 760 on), version 3
+// the restore fields (offset 936 on); the earlier offsets are unchanged.
+inline constexpr uint32_t kProgressVersion = 3;
 inline constexpr int kProgressRingSize = 16;
 // Bytes of checkpoint_error, its terminating NUL included.
 inline constexpr int kProgressErrorSize = 160;
@@ -92,13 +98,22 @@ struct ProgressRecordLayout {
   uint64_t checkpoint_failures;  // 760: failed saves so far (this process)
   int64_t checkpoint_failed_step;  // 768: step of the newest failed save (-1 none)
   char checkpoint_error[kProgressErrorSize];  // 776: its error, NUL-terminated, truncated to fit
+  // What the rank restored when it started, written once before its first
+  // step (ProgressWriter::SetRestored): the step (-1: started fresh), the
+  // tier, and how many newer candidates of a faster tier it passed over
+  // (a memory snapshot that failed its checksum, one not every rank held).
+  int64_t restored_step;     // 936
+  uint32_t restore_tier;     // 944: RestoreTier
+  uint32_t restore_skipped;  // 948
 };
 static_assert(offsetof(ProgressRecordLayout, seq) == 24);
 static_assert(offsetof(ProgressRecordLayout, ring) == 120);
 static_assert(offsetof(ProgressRecordLayout, checkpoint_failures) == 760);
 static_assert(offsetof(ProgressRecordLayout, checkpoint_failed_step) == 768);
 static_assert(offsetof(ProgressRecordLayout, checkpoint_error) == 776);
-static_assert(sizeof(ProgressRecordLayout) == 776 + kProgressErrorSize);
+static_assert(offsetof(ProgressRecordLayout, restored_step) == 776 + kProgressErrorSize);
+static_assert(offsetof(ProgressRecordLayout, restore_tier) == 944);
+static_assert(sizeof(ProgressRecordLayout) == 952);
 
 // A consistent copy of a record, as a reader sees it.
 struct ProgressSnapshot {
@@ -152,6 +167,10 @@ class ProgressWriter {
   // counts it and keeps the step and the message's first
   // kProgressErrorSize - 1 bytes for the supervisor.
   void RecordCheckpointFailure(int64_t step, const std::string& message);
+  // What this rank resumed from (step -1 and kNone: a fresh start), and how
+  // many newer candidates of a faster tier it passed over. Once, before the
+  // first step; the leading daemon records it as the generation's start.
+  void SetRestored(int64_t step, RestoreTier tier, uint32_t skipped);
 
  private:
   explicit ProgressWriter(void* map) : rec_(static_cast<ProgressRecordLayout*>(map)) {}

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -91,7 +92,7 @@ TEST(ProgressRecordTest, CheckpointFailuresReachTheReaderWithTheirText) {
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
   ProgressSnapshot fresh = (*reader)->Read();
   ASSERT_TRUE(fresh.valid);
-  EXPECT_EQ(fresh.record.version, 2u);
+  EXPECT_EQ(fresh.record.version, 3u);
   EXPECT_EQ(fresh.record.size, sizeof(ProgressRecordLayout));
   EXPECT_EQ(fresh.record.checkpoint_failures, 0u);
   EXPECT_EQ(fresh.record.checkpoint_failed_step, -1);
@@ -124,6 +125,51 @@ TEST(ProgressRecordTest, CheckpointFailuresReachTheReaderWithTheirText) {
   const std::string text(s.record.checkpoint_error, len);
   // Cut before the split character, never through it; nothing of the earlier, shorter text remains.
   EXPECT_EQ(text, long_message.substr(0, kProgressErrorSize - 2));
+  std::remove(path.c_str());
+}
+
+TEST(ProgressRecordTest, TheRestoreReachesTheReaderAndAnOlderWriterReadsAsUnreported) {
+  const std::string path = TempPath("restore");
+  ASSERT_TRUE(CreateProgressFile(path, 0).ok());
+  auto reader = ProgressReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  ProgressSnapshot fresh = (*reader)->Read();
+  ASSERT_TRUE(fresh.valid);
+  EXPECT_EQ(fresh.record.restored_step, -1);
+  EXPECT_EQ(fresh.record.restore_tier, static_cast<uint32_t>(RestoreTier::kUnreported));
+  {
+    auto w = ProgressWriter::Open(path, 0);
+    ASSERT_TRUE(w.ok());
+    (*w)->SetRestored(14, RestoreTier::kMemory, 2);
+  }
+  ProgressSnapshot s = (*reader)->Read();
+  ASSERT_TRUE(s.valid);
+  EXPECT_EQ(s.record.restored_step, 14);
+  EXPECT_EQ(s.record.restore_tier, static_cast<uint32_t>(RestoreTier::kMemory));
+  EXPECT_EQ(s.record.restore_skipped, 2u);
+
+  // A version 2 writer (an older Python module) rewrites the header and leaves
+  // the tail alone: its record is read, the restore as not reported.
+  ProgressRecordLayout old = s.record;
+  old.version = 2;
+  old.size = offsetof(ProgressRecordLayout, restored_step);
+  old.step = 30;
+  FILE* f = std::fopen(path.c_str(), "r+b");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(std::fwrite(&old, sizeof(old), 1, f), 1u);
+  std::fclose(f);
+  ProgressSnapshot v2 = (*reader)->Read();
+  ASSERT_TRUE(v2.valid);
+  EXPECT_EQ(v2.record.step, 30);
+  EXPECT_EQ(v2.record.restored_step, -1);
+  EXPECT_EQ(v2.record.restore_tier, static_cast<uint32_t>(RestoreTier::kUnreported));
+
+  // Another version is not read at all.
+  old.version = 1;
+  f = std::fopen(path.c_str(), "r+b");
+  ASSERT_EQ(std::fwrite(&old, sizeof(old), 1, f), 1u);
+  std::fclose(f);
+  EXPECT_FALSE((*reader)->Read().valid);
   std::remove(path.c_str());
 }
 

@@ -12,6 +12,7 @@ namespace {
 
 constexpr uint32_t kMaxPhase = static_cast<uint32_t>(Phase::kDone);
 constexpr uint32_t kMaxCollectiveKind = static_cast<uint32_t>(CollectiveKind::kReduceScatter);
+constexpr uint32_t kMaxRestoreTier = static_cast<uint32_t>(RestoreTier::kMemory);
 
 }  // namespace
 
@@ -23,7 +24,7 @@ RankProgress DecodeProgress(const ProgressSnapshot& snapshot) {
   const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
   // (ring_head - n + i) % size, oldest first: entry i of the newest n.
   auto entry = [&](uint64_t i) -> const CollectiveEntry& { return p.ring[(p.ring_head - n + i) % kProgressRingSize]; };
-  if (p.phase > kMaxPhase || p.collective_kind > kMaxCollectiveKind) return out;
+  if (p.phase > kMaxPhase || p.collective_kind > kMaxCollectiveKind || p.restore_tier > kMaxRestoreTier) return out;
   for (uint64_t i = 0; i < n; ++i) {
     if (entry(i).kind > kMaxCollectiveKind) return out;
   }
@@ -47,6 +48,9 @@ RankProgress DecodeProgress(const ProgressSnapshot& snapshot) {
   // leader's view of a follower's rank equals the follower's own (fuzz).
   out.checkpoint_error =
       ValidUtf8(std::string_view(p.checkpoint_error, strnlen(p.checkpoint_error, sizeof(p.checkpoint_error) - 1)));
+  out.restored_step = p.restored_step;
+  out.restore_tier = static_cast<RestoreTier>(p.restore_tier);
+  out.restore_skipped = p.restore_skipped;
   out.ring_head = p.ring_head;
   out.ring.reserve(n);
   for (uint64_t i = 0; i < n; ++i) {

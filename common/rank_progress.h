@@ -58,6 +58,10 @@ struct RankProgress {
   uint64_t checkpoint_failures = 0;
   int64_t checkpoint_failed_step = -1;
   std::string checkpoint_error;  // the newest failure's text, valid UTF-8 ("" none)
+  // What the rank restored when it started (ProgressWriter::SetRestored).
+  int64_t restored_step = -1;  // -1: started fresh (or unreported)
+  RestoreTier restore_tier = RestoreTier::kUnreported;
+  uint32_t restore_skipped = 0;  // newer candidates of a faster tier passed over
   uint64_t ring_head = 0;                // collectives ever put in the ring (>= ring.size())
   std::vector<CollectiveRecord> ring;  // the newest kProgressRingSize at most, oldest first
 

@@ -2,6 +2,8 @@
 #include "daemon/cluster_protocol.h"
 #include "daemon/json_line.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <exception>
 #include <iterator>
@@ -165,11 +167,25 @@ struct Encoder {
     HF_CHECK_MSG(m.proof.size() == kAuthProofBytes, "EncodeClusterMessage: a welcome without its proof");
     ojson j = Header("welcome");
     j["proof"] = HexEncode(m.proof);
+    if (!m.run_id.empty()) j["run_id"] = Text(m.run_id, kMaxClusterTextBytes);
     return j;
   }
 };
 
 // ---- parsing ----
+
+// A run id names files and folders on every node (progress records, the
+// memory snapshot folder): what the leader sends must be one, never a path.
+Status RunIdField(Fields& f, const char* where, std::string* out) {
+  HF_RETURN_IF_ERROR(f.Text("run_id", kMaxClusterTextBytes, out));
+  const bool ok = !out->empty() && out->size() <= 128 && out->front() != '.' &&
+                  std::all_of(out->begin(), out->end(), [](char c) {
+                    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+                  });
+  if (ok) return Status::Ok();
+  return InvalidArgumentError(std::string(where) + ": run_id " + Shown(json(*out)) +
+                              " is not a run id (1 to 128 of A-Z a-z 0-9 - _ ., not starting with '.')");
+}
 
 // A handshake field: `bytes` raw bytes as 2 * bytes hex digits.
 Status HexField(Fields& f, const char* key, size_t bytes, std::string* out) {
@@ -245,7 +261,7 @@ Result<ClusterMessage> ParseReject(const json& j) {
 Result<ClusterMessage> ParseStart(const json& j) {
   Fields f(j, "start");
   StartMsg m;
-  HF_RETURN_IF_ERROR(f.Text("run_id", kMaxClusterTextBytes, &m.spec.run_id));
+  HF_RETURN_IF_ERROR(RunIdField(f, "start", &m.spec.run_id));
   HF_RETURN_IF_ERROR(f.Int("attempt", 0, kIntMax, &m.spec.attempt));
   HF_RETURN_IF_ERROR(f.Int("generation", 0, kIntMax, &m.spec.generation));
   HF_RETURN_IF_ERROR(f.Int("world_size", 1, kMaxClusterWorldSize, &m.spec.world_size));
@@ -321,6 +337,7 @@ Result<ClusterMessage> ParseWelcome(const json& j) {
   Fields f(j, "welcome");
   WelcomeMsg m;
   HF_RETURN_IF_ERROR(HexField(f, "proof", kAuthProofBytes, &m.proof));
+  if (j.contains("run_id")) HF_RETURN_IF_ERROR(RunIdField(f, "welcome", &m.run_id));  // absent: an older leader
   return ClusterMessage(std::move(m));
 }
 

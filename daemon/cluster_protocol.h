@@ -161,6 +161,10 @@ struct ChallengeMsg {
 // A follower acts on nothing the leader sends before it.
 struct WelcomeMsg {
   std::string proof;  // kAuthProofBytes
+  // The run's id, so that a node can ready its memory snapshots before it is
+  // given ranks (a spare takes a lost node's shards before its ranks start);
+  // "" from a leader of an older build, which does not send it.
+  std::string run_id;
 };
 
 using ClusterMessage = std::variant<HelloMsg, ProgressMsg, RankExitMsg, HealthMsg,  // follower -> leader

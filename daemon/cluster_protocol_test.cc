@@ -52,6 +52,18 @@ TEST(ClusterProtocolTest, HandshakeMessagesRoundTripAndRefuseBadHex) {
             R"({"v":3,"type":"challenge","nonce":")" + std::string(64, '0') + "\"}\n");
   ExpectBad(R"({"v":3,"type":"challenge","nonce":"zz"})", {"challenge", "\"nonce\" must be 64 hex digits"});
   ExpectBad(R"({"v":3,"type":"welcome","proof":"00"})", {"welcome", "\"proof\" must be 64 hex digits"});
+  EXPECT_EQ(w.run_id, "r-20261202-c227");
+  // A welcome of an older leader has no run id; one that is a path is refused, as in a start.
+  const std::string proof = "\"proof\":\"" + std::string(64, 'a') + "\"";
+  Result<ClusterMessage> old_leader = ParseClusterMessage(R"({"v":3,"type":"welcome",)" + proof + "}", kSenderNow);
+  ASSERT_TRUE(old_leader.ok()) << old_leader.status().ToString();
+  EXPECT_EQ(std::get<WelcomeMsg>(*old_leader).run_id, "");
+  for (const char* bad : {"../../etc", ".hidden", "", "r 1", "a/b"}) {
+    ExpectBad(R"({"v":3,"type":"welcome",)" + proof + R"(,"run_id":")" + bad + "\"}", {"welcome", "is not a run id"});
+    json start = Encoded(OneOfEach()[5]);
+    start["run_id"] = bad;
+    ExpectBad(start.dump(), {"start", "is not a run id"});
+  }
   json hello = Encoded(OneOfEach()[0]);
   hello["proof"] = std::string(65, 'a');
   ExpectBad(hello.dump(), {"hello", "\"proof\""});
@@ -233,6 +245,7 @@ TEST(ClusterProtocolTest, MissingFieldsAreNamed) {
     const json full = Encoded(m);
     for (const auto& [key, value] : full.items()) {
       if (key == "type" || (key == "v" && full["type"] == "reject")) continue;
+      if (key == "run_id" && full["type"] == "welcome") continue;  // optional: an older leader sends none
       json broken = full;
       broken.erase(key);
       const std::string needle = key == "v" ? "has no \"v\"" : "missing \"" + key + "\"";

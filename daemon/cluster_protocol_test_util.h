@@ -152,7 +152,7 @@ inline std::vector<ClusterMessage> OneOfEach() {
           KillMsg{4, {3, 5}},
           FinishMsg{0, "completed"},
           ChallengeMsg{std::string(32, '\x5a')},
-          WelcomeMsg{std::string(32, '\xa5')}};
+          WelcomeMsg{std::string(32, '\xa5'), "r-20261202-c227"}};
 }
 
 // Expects kInvalidArgument whose message contains every needle.

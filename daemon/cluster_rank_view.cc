@@ -17,6 +17,7 @@ constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
 constexpr size_t kMaxCheckpointErrorBytes = kProgressErrorSize - 1;
 constexpr uint32_t kMaxPhase = static_cast<uint32_t>(Phase::kDone);
 constexpr uint32_t kMaxCollectiveKind = static_cast<uint32_t>(CollectiveKind::kReduceScatter);
+constexpr uint32_t kMaxRestoreTier = static_cast<uint32_t>(RestoreTier::kMemory);
 
 // ---- clocks: local times <-> ages ----
 
@@ -74,6 +75,9 @@ ojson ViewToJson(const RankView& v, int64_t now) {
   j["checkpoint_failures"] = p.checkpoint_failures;
   j["checkpoint_failed_step"] = p.checkpoint_failed_step;
   j["checkpoint_error"] = Text(p.checkpoint_error, kMaxCheckpointErrorBytes);
+  j["restored_step"] = p.restored_step;
+  j["restore_tier"] = static_cast<uint32_t>(p.restore_tier);
+  j["restore_skipped"] = p.restore_skipped;
   // ring_head says how many collectives ever entered the ring: the ring holds the newest min(ring_head, 16).
   j["ring_head"] = std::max<uint64_t>(p.ring_head, p.ring.size());
   j["ring"] = std::move(ring);
@@ -148,6 +152,13 @@ Result<RankView> ParseView(const json& j, const std::string& where, int64_t now)
   HF_RETURN_IF_ERROR(f.Int("checkpoint_failed_step", kInt64Min, kInt64Max, &p.checkpoint_failed_step));
   HF_RETURN_IF_ERROR(f.Text("checkpoint_error", kMaxCheckpointErrorBytes, &p.checkpoint_error));
   if (p.checkpoint_error.find('\0') != std::string::npos) return f.Error("\"checkpoint_error\" must not contain NUL");
+  if (j.contains("restore_tier")) {  // absent: a daemon from before the field (unreported)
+    uint32_t tier = 0;
+    HF_RETURN_IF_ERROR(f.Int("restored_step", kInt64Min, kInt64Max, &p.restored_step));
+    HF_RETURN_IF_ERROR(f.Int("restore_tier", 0, kMaxRestoreTier, &tier));
+    HF_RETURN_IF_ERROR(f.Int("restore_skipped", 0, std::numeric_limits<uint32_t>::max(), &p.restore_skipped));
+    p.restore_tier = static_cast<RestoreTier>(tier);
+  }
   HF_RETURN_IF_ERROR(f.Unsigned("ring_head", &p.ring_head));
   HF_ASSIGN_OR_RETURN(const json* ring, f.Array("ring", kProgressRingSize));
   const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);

@@ -246,6 +246,11 @@ struct RunStatus {
   int restarts_used = 0;
   int restart_budget = 0;
   std::optional<int64_t> last_checkpoint_step;
+  // What the generation's ranks restored (RunRecorder::ObserveRestore): the
+  // step and "none", "disk" or "memory"; unset until every rank has said
+  // (and from daemons before the field).
+  std::optional<int64_t> restored_step;
+  std::optional<std::string> restore_tier;
   double uptime_s = 0;
   std::vector<NodeStatus> nodes;
   std::optional<IncidentSummary> last_incident;

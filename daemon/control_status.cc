@@ -227,6 +227,8 @@ std::string EncodeStatusResult(const RunStatus& s) {
             {"restarts_used", s.restarts_used},
             {"restart_budget", s.restart_budget},
             {"last_checkpoint_step", opt_int(s.last_checkpoint_step)},
+            {"restored_step", opt_int(s.restored_step)},
+            {"restore_tier", opt_int(s.restore_tier)},
             {"uptime_s", s.uptime_s},
             {"nodes", std::move(nodes)},
             {"last_incident", std::move(incident)},
@@ -255,6 +257,8 @@ Result<RunStatus> ParseStatusResult(std::string_view result_json) {
   HF_RETURN_IF_ERROR(f.Int("restarts_used", &s.restarts_used));
   HF_RETURN_IF_ERROR(f.Int("restart_budget", &s.restart_budget));
   HF_RETURN_IF_ERROR(f.OptionalInt("last_checkpoint_step", &s.last_checkpoint_step));
+  HF_RETURN_IF_ERROR(f.OptionalInt("restored_step", &s.restored_step));  // absent from older daemons
+  HF_RETURN_IF_ERROR(f.OptionalString("restore_tier", &s.restore_tier));
   HF_RETURN_IF_ERROR(f.Double("uptime_s", &s.uptime_s));
   HF_ASSIGN_OR_RETURN(const json* nodes, f.Array("nodes"));
   for (size_t i = 0; i < nodes->size(); ++i) {

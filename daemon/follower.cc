@@ -17,6 +17,7 @@
 #include "daemon/daemon_signals.h"
 #include "daemon/exit_codes.h"
 #include "daemon/health_watch.h"
+#include "daemon/memory_restore.h"
 #include "daemon/snapshot_dir.h"
 #include "daemon/line_connection.h"
 #include "daemon/rank_group.h"
@@ -55,6 +56,8 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   // The handshake (docs/cluster-protocol.md, "Trust"), then OnMessage.
   void OnLine(const ClusterMessage& msg);
   void OnMessage(const ClusterMessage& msg);
+  // Opens this node's memory snapshot folder and its replica service for run `run_id`, once.
+  void ReadyMemorySnapshots(const std::string& run_id);
   void OnLeaderGone(const std::string& why);
   void Send(const ClusterMessage& msg) {
     if (conn_) conn_->Send(EncodeClusterMessage(msg, clock_->MonotonicNs()));
@@ -74,6 +77,7 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   std::unique_ptr<Timer> poll_timer_, kill_timer_, retry_timer_, warning_timer_;
   RankGroup ranks_;
   std::unique_ptr<SnapshotDir> snapshots_;  // this node's memory snapshot folder; null when the tier is off
+  std::unique_ptr<ReplicaService> replicas_;  // its peer replicas (memory_restore.h); null when off
   HealthWatch health_;
   std::shared_ptr<LineConnection> conn_;
   std::optional<RunKey> key_;  // RUN_DIR/cluster.key
@@ -83,6 +87,7 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   bool welcomed_ = false;      // the leader proved it holds the run's key
   std::string prelaunch_report_;
   std::string run_id_;
+  bool swept_progress_ = false;  // this node's ranks' leftover progress records, at the first start
   int generation_ = -1;
   int finish_code_ = -1;  // from the leader's "finish"
   bool done_ = false;
@@ -250,6 +255,9 @@ void Follower::Impl::OnLine(const ClusterMessage& msg) {
     if (key_->Verify(kClusterLeaderLabel, leader_nonce_, nonce_, welcome->proof)) {
       welcomed_ = true;
       spdlog::info("node {} ({}) joined the leader at {}", node(), host(), leader_addr_);
+      // Ready now, not at this node's first ranks: a spare must be able to
+      // take a lost node's snapshot shards before its ranks start.
+      if (!welcome->run_id.empty() && run_id_.empty()) ReadyMemorySnapshots(welcome->run_id);
       return;
     }
     why = "the peer at " + leader_addr_ + " did not prove it holds the run's key: it is not this run's leader";
@@ -261,27 +269,38 @@ void Follower::Impl::OnLine(const ClusterMessage& msg) {
   conn_->Close(why);
 }
 
+void Follower::Impl::ReadyMemorySnapshots(const std::string& run_id) {
+  run_id_ = run_id;
+  Result<std::unique_ptr<SnapshotDir>> snapshots = OpenSnapshotDir(opts_.job.recovery, run_id_, opts_.allocation.nodes.size());
+  if (!snapshots.ok()) {  // this node's ranks restore from disk; the leader's plan is not this node's to refuse
+    spdlog::error("no memory snapshots on this node: {}", snapshots.status().ToString());
+    return;
+  }
+  snapshots_ = std::move(snapshots).value();
+  if (snapshots_) ranks_.set_snapshot_dir(snapshots_->path(), /*replicated=*/true);
+  if (snapshots_ && key_) {
+    replicas_ = StartReplicas(true, opts_.job.recovery, snapshots_->path(), node(), opts_.allocation.self().addr,
+                              opts_.run_dir, *key_);
+  }
+}
+
 void Follower::Impl::OnMessage(const ClusterMessage& msg) {
   if (const auto* m = std::get_if<StartMsg>(&msg)) {
-    if (run_id_.empty()) {
-      run_id_ = m->spec.run_id;
+    if (run_id_.empty()) ReadyMemorySnapshots(m->spec.run_id);  // a leader that did not say at the welcome
+    if (!swept_progress_) {
+      swept_progress_ = true;
       // A dead daemon's leftovers, of this node's ranks only: nodes on one
       // machine share the progress dir, and the leader's ranks are running.
       std::vector<int> mine;
       for (const RankPlacement& p : m->ranks) mine.push_back(p.global_rank);
       RemoveProgressRecords(opts_.job.supervise.progress_dir, run_id_, &mine);
-      Result<std::unique_ptr<SnapshotDir>> snapshots = OpenSnapshotDir(opts_.job.recovery, run_id_, opts_.allocation.nodes.size());
-      if (snapshots.ok()) {
-        snapshots_ = std::move(snapshots).value();
-        if (snapshots_) ranks_.set_snapshot_dir(snapshots_->path());
-      } else {  // this node's ranks restore from disk; the leader's plan is not this node's to refuse
-        spdlog::error("no memory snapshots on this node: {}", snapshots.status().ToString());
-      }
     }
     generation_ = m->spec.generation;
+    if (snapshots_) SweepDeadSnapshotDirs(opts_.job.recovery.memory_dir);  // as the leader does (LaunchGeneration)
     kill_timer_->Cancel();  // the previous generation's
     GenerationSpec spec = m->spec;
     spec.node_addr = opts_.allocation.self().addr;
+    if (replicas_) replicas_->SetLocalFiles(LocalSnapshotFiles(spec.world_size, m->ranks));
     Status s = ranks_.Launch(spec, m->ranks);
     if (!s.ok()) {
       // The leader decides what a launch failure means.
@@ -353,6 +372,7 @@ void Follower::Impl::ArmPoll() {
   poll_timer_->Arm(opts_.job.supervise.poll_ms / 1000.0, [self = shared_from_this()] {
     if (self->done_) return;
     self->Reap();
+    self->ranks_.TopUpSpares();
     if (self->conn_ && self->generation_ >= 0) {
       self->Send(ProgressMsg{self->generation_, self->ranks_.Views(self->node(), self->host())});
     }
@@ -385,6 +405,7 @@ void Follower::Impl::Done(int code) {
   signals_.Stop();
   if (conn_) conn_->Close("finished");
   if (!ranks_.AnyAlive()) {
+    if (replicas_) replicas_->Stop();
     if (snapshots_) snapshots_->Remove();
     io_.stop();
     return;
@@ -396,6 +417,7 @@ void Follower::Impl::Done(int code) {
 void Follower::Impl::WaitForRanksThenStop() {
   ranks_.Reap();
   if (!ranks_.AnyAlive()) {
+    if (replicas_) replicas_->Stop();
     if (snapshots_) snapshots_->Remove();
     io_.stop();
     return;

@@ -66,7 +66,7 @@ class FollowerTest : public ::testing::Test {
     EXPECT_EQ(hello.nproc, 1);
     EXPECT_TRUE(key_->Verify(kClusterFollowerLabel, challenge_, hello.nonce, hello.proof))
         << "the hello proves the run's key";
-    if (welcome) SendToFollower(WelcomeMsg{key_->Proof(kClusterLeaderLabel, challenge_, hello.nonce)});
+    if (welcome) SendToFollower(WelcomeMsg{key_->Proof(kClusterLeaderLabel, challenge_, hello.nonce), ""});
   }
 
   // Starts the follower; the test's leader accepts it and sends its challenge.
@@ -282,7 +282,7 @@ TEST_F(FollowerTest, LosingTheLeaderWithoutAFinishIsAFailure) {
 // the follower leaves without starting anything it says.
 TEST_F(FollowerTest, ALeaderThatDoesNotProveTheRunsKeyIsLeftAndNothingStarts) {
   Start(/*welcome=*/false);
-  SendToFollower(WelcomeMsg{std::string(kAuthProofBytes, 'x')});
+  SendToFollower(WelcomeMsg{std::string(kAuthProofBytes, 'x'), ""});
   StartMsg m;
   m.spec.run_id = "20260101-f011ow";
   m.spec.world_size = 2;

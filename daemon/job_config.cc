@@ -1,6 +1,7 @@
 #include "daemon/job_config.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include <toml++/toml.h>
 
@@ -91,6 +92,30 @@ Status LoadRoles(const std::string& path, const toml::node& node, const toml::so
     roles->push_back(std::move(role));
   }
   return Status::Ok();
+}
+
+// [recovery] (RecoveryConfig).
+Status ReadRecovery(const toml::table& t, const std::string& path, RecoveryConfig* rc, std::vector<std::string>* keys) {
+  TomlTableReader r(path, "recovery", t);
+  HF_RETURN_IF_ERROR(r.Int("memory_budget_mb", &rc->memory_budget_mb, 0, int64_t{1} << 30));
+  HF_RETURN_IF_ERROR(r.Int("snapshot_every", &rc->snapshot_every, 1, int64_t{1} << 50));
+  HF_RETURN_IF_ERROR(r.Int("replica_mb_per_s", &rc->replica_mb_per_s, 0, int64_t{1} << 20));
+  HF_RETURN_IF_ERROR(r.Int("replica_every", &rc->replica_every, 1, int64_t{1} << 20));
+  HF_RETURN_IF_ERROR(r.String("memory_dir", &rc->memory_dir));
+  HF_RETURN_IF_ERROR(r.Bool("warm_spares", &rc->warm_spares));
+  if (rc->replica_every > (int64_t{1} << 50) / rc->snapshot_every) {
+    const toml::node* at = t.get("replica_every") != nullptr ? t.get("replica_every") : t.get("snapshot_every");
+    return InvalidArgumentError(TomlWhere(path, at->source()) + ": recovery.snapshot_every x recovery.replica_every (" +
+                                std::to_string(rc->snapshot_every) + " x " + std::to_string(rc->replica_every) +
+                                ") must be at most 2^50 steps; lower replica_every");
+  }
+  if (rc->memory_dir.empty() || rc->memory_dir[0] != '/') {
+    return InvalidArgumentError(TomlWhere(path, t.get("memory_dir")->source()) +
+                                ": key 'recovery.memory_dir' must be an absolute path on a tmpfs, e.g. "
+                                "\"/dev/shm\", got '" + rc->memory_dir + "'");
+  }
+  LogKeys(r, "recovery", keys);
+  return r.RejectUnknown();
 }
 
 Result<JobConfig> JobConfigFromTable(const toml::table& root, const std::string& path, std::string text,
@@ -184,21 +209,18 @@ Result<JobConfig> JobConfigFromTable(const toml::table& root, const std::string&
     HF_RETURN_IF_ERROR(r.RejectUnknown());
   }
   if (const toml::table* t = root["recovery"].as_table()) {
-    TomlTableReader r(path, "recovery", *t);
-    HF_RETURN_IF_ERROR(r.Int("memory_budget_mb", &cfg.recovery.memory_budget_mb, 0, int64_t{1} << 30));
-    HF_RETURN_IF_ERROR(r.Int("snapshot_every", &cfg.recovery.snapshot_every, 1, int64_t{1} << 50));
-    HF_RETURN_IF_ERROR(r.String("memory_dir", &cfg.recovery.memory_dir));
-    if (cfg.recovery.memory_dir.empty() || cfg.recovery.memory_dir[0] != '/') {
-      return InvalidArgumentError(TomlWhere(path, t->get("memory_dir")->source()) +
-                                  ": key 'recovery.memory_dir' must be an absolute path on a tmpfs, e.g. "
-                                  "\"/dev/shm\", got '" + cfg.recovery.memory_dir + "'");
-    }
-    LogKeys(r, "recovery", keys);
-    HF_RETURN_IF_ERROR(r.RejectUnknown());
+    HF_RETURN_IF_ERROR(ReadRecovery(*t, path, &cfg.recovery, keys));
   }
   if (cfg.command.empty()) {
     return InvalidArgumentError(path + ": job.command is required: the program and arguments of one rank, e.g. "
                                 "command = [\"build/trainer/holdfast-train\", \"--config\", \"run.toml\"]");
+  }
+  // A program that does not know the spare protocol would run as a rank-less
+  // process (world 1, rank 0) while it "waits": never start one by accident.
+  if (cfg.recovery.warm_spares && std::filesystem::path(cfg.command[0]).filename() != "holdfast-train") {
+    return InvalidArgumentError(path + ": recovery.warm_spares = true starts [job] command as waiting spares, and "
+                                "only holdfast-train speaks that protocol (docs/warm-restarts.md); the command runs '" +
+                                cfg.command[0] + "': remove warm_spares or set it to false");
   }
   return cfg;
 }

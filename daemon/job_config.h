@@ -125,7 +125,21 @@ inline constexpr int kMaxRoleCount = 256;  // processes of one role
 struct RecoveryConfig {
   int64_t memory_budget_mb = 0;  // per node, MiB; 0 = no memory snapshots
   int64_t snapshot_every = 1;    // steps between snapshots
+  // Several nodes: each node's daemon pushes its ranks' newest snapshot to
+  // the next node at most this fast (MiB/s; 0 = unlimited), so that a lost
+  // node's state is on a peer (docs/memory-snapshots.md, "Several nodes").
+  int64_t replica_mb_per_s = 200;
+  // Which snapshots are replicated: every replica_every-th (the steps that
+  // are multiples of snapshot_every x replica_every), the same steps on every
+  // node, so that a lost node's replica meets its peers' own copies of that
+  // step; each rank also keeps the newest such step until the next one
+  // commits. A lost node costs up to two of these intervals.
+  int64_t replica_every = 10;
+  int64_t replica_step() const { return snapshot_every * replica_every; }
   std::string memory_dir = "/dev/shm";
+  // One pre-started holdfast-train per local rank that waits for a rank
+  // assignment, so that a restart skips the cold start (docs/warm-restarts.md).
+  bool warm_spares = false;
   bool enabled() const { return memory_budget_mb > 0; }
 };
 

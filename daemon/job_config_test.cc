@@ -203,6 +203,22 @@ TEST(JobConfigTest, RecoveryKeysAreReadAndBadOnesRefused) {
   EXPECT_EQ(cfg->recovery.memory_budget_mb, 512);
   EXPECT_EQ(cfg->recovery.snapshot_every, 2);
   EXPECT_EQ(cfg->recovery.memory_dir, "/run/hf");
+  EXPECT_EQ(cfg->recovery.replica_step(), 20) << "every 10th snapshot by default";
+  auto huge = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[recovery]\nsnapshot_every = 1125899906842624\n"
+                                  "replica_every = 3\n"));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find(":5: recovery.snapshot_every x recovery.replica_every"), std::string::npos)
+      << huge.status().message();
+  auto by_default =
+      LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[recovery]\nsnapshot_every = 1125899906842624\n"));
+  ASSERT_FALSE(by_default.ok()) << "x the default replica_every of 10";
+  EXPECT_NE(by_default.status().message().find(
+                ":4: recovery.snapshot_every x recovery.replica_every (1125899906842624 x 10)"),
+            std::string::npos)
+      << by_default.status().message();
+  auto none = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[recovery]\nreplica_every = 0\n"));
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("replica_every"), std::string::npos) << none.status().message();
   auto relative = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[recovery]\nmemory_dir = \"shm\"\n"));
   ASSERT_FALSE(relative.ok());
   EXPECT_NE(relative.status().message().find(":4: key 'recovery.memory_dir' must be an absolute path on a tmpfs"),
@@ -214,6 +230,26 @@ TEST(JobConfigTest, RecoveryKeysAreReadAndBadOnesRefused) {
   auto typo = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n[recovery]\nmemory_budget = 5\n"));
   ASSERT_FALSE(typo.ok());
   EXPECT_NE(typo.status().message().find("memory_budget_mb"), std::string::npos) << typo.status().message();
+}
+
+// Warm spares: off by default; only for holdfast-train, which speaks the spare
+// protocol: any other program would run rank-less while it "waits".
+TEST(JobConfigTest, WarmSparesOnlyForHoldfastTrain) {
+  auto off = LoadJobConfig(Write("[job]\ncommand = [\"/bin/true\"]\n"));
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->recovery.warm_spares);
+  auto on = LoadJobConfig(Write("[job]\ncommand = [\"build/trainer/holdfast-train\", \"--config\", \"t.toml\"]\n"
+                                "[recovery]\nwarm_spares = true\n"));
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_TRUE(on->recovery.warm_spares);
+  auto other = LoadJobConfig(Write("[job]\ncommand = [\"/usr/bin/python3\", \"train.py\"]\n[recovery]\nwarm_spares = true\n"));
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("only holdfast-train speaks that protocol"), std::string::npos)
+      << other.status().message();
+  EXPECT_NE(other.status().message().find("'/usr/bin/python3'"), std::string::npos) << other.status().message();
+  auto typed = LoadJobConfig(Write("[job]\ncommand = [\"holdfast-train\"]\n[recovery]\nwarm_spares = \"yes\"\n"));
+  ASSERT_FALSE(typed.ok());
+  EXPECT_NE(typed.status().message().find("warm_spares"), std::string::npos) << typed.status().message();
 }
 
 TEST(JobConfigTest, ReadsRoleGroups) {

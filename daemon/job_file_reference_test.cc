@@ -89,6 +89,8 @@ std::map<std::string, std::string> CodeDefaults() {
       {"recovery.memory_budget_mb", Num(static_cast<double>(j.recovery.memory_budget_mb))},
       {"recovery.snapshot_every", Num(static_cast<double>(j.recovery.snapshot_every))},
       {"recovery.memory_dir", Str(j.recovery.memory_dir)},
+      {"recovery.replica_mb_per_s", Num(static_cast<double>(j.recovery.replica_mb_per_s))},
+      {"recovery.warm_spares", j.recovery.warm_spares ? "`true`" : "`false`"},
       {"roles.count", Num(r.count)}, {"roles.restart", Str(RoleRestartName(r.restart))},
       {"roles.hang_s", Num(r.hang_s)}, {"roles.restart_budget", Num(r.restart_budget)},
       {"health.expected_gpus", Num(h.expected_gpus)},

@@ -9,8 +9,9 @@ namespace holdfast {
 namespace asio = boost::asio;
 
 LeaderLink::LeaderLink(asio::io_context* io, Scheduler* scheduler, const TimeSource* clock, RunKey key,
-                       Handlers handlers, double peer_timeout_s)
-    : io_(*io), scheduler_(scheduler), clock_(clock), key_(std::move(key)), handlers_(std::move(handlers)),
+                       std::string run_id, Handlers handlers, double peer_timeout_s)
+    : io_(*io), scheduler_(scheduler), clock_(clock), key_(std::move(key)), run_id_(std::move(run_id)),
+      handlers_(std::move(handlers)),
       acceptor_(io_), peer_timeout_s_(peer_timeout_s) {}
 
 Status LeaderLink::Listen(const std::string& addr, uint16_t port) {
@@ -89,7 +90,8 @@ std::string LeaderLink::OnLine(Peer* peer, const std::shared_ptr<LineConnection>
       if (refuse.empty()) {
         peer->node = hello->node;
         nodes_[hello->node] = conn;
-        conn->Send(EncodeClusterMessage(WelcomeMsg{key_.Proof(kClusterLeaderLabel, peer->nonce, hello->nonce)}, now));
+        conn->Send(EncodeClusterMessage(
+            WelcomeMsg{key_.Proof(kClusterLeaderLabel, peer->nonce, hello->nonce), run_id_}, now));
         return "";
       }
       spdlog::error("follower: {}", refuse);  // a daemon of this run the leader cannot take

@@ -44,11 +44,11 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
   };
 
   // `io`, `scheduler` and `clock` are not owned and must outlive the link;
-  // followers must prove they hold `key`.
+  // followers must prove they hold `key`; the welcome tells them `run_id`.
   // peer_timeout_s > 0: a follower whose node answers nothing that long is
   // lost (LineConnection::SetPeerTimeout); 0: only when its connection closes.
   LeaderLink(boost::asio::io_context* io, Scheduler* scheduler, const TimeSource* clock, RunKey key,
-             Handlers handlers, double peer_timeout_s = 0);
+             std::string run_id, Handlers handlers, double peer_timeout_s = 0);
 
   // Binds addr:port (0 = any), publishes "addr:port" for the followers, accepts.
   Status Listen(const std::string& addr, uint16_t port);
@@ -77,6 +77,7 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
   Scheduler* scheduler_;     // not owned
   const TimeSource* clock_;  // not owned
   const RunKey key_;
+  const std::string run_id_;
   Handlers handlers_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::map<int, std::shared_ptr<LineConnection>> nodes_;  // accepted followers by node

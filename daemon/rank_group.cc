@@ -82,11 +82,14 @@ int RemoveProgressRecords(const std::string& progress_dir, const std::string& ru
 Status RankGroup::Launch(const GenerationSpec& spec, const std::vector<RankPlacement>& placements) {
   ranks_.clear();
   generation_ = spec.generation;
+  attempt_ = spec.attempt;
+  if (!placements.empty()) node_ = placements.front().node;
   const std::string master_addr = spec.store_addr.substr(0, spec.store_addr.rfind(':'));
   const std::string gloo_ifname = InterfaceHolding(spec.node_addr);
   std::error_code ec;
   const std::filesystem::path abs = std::filesystem::absolute(run_dir_, ec);
   const std::string run_dir_abs = ec ? run_dir_ : abs.lexically_normal().string();
+  const std::string progress_dir = std::filesystem::absolute(job_->supervise.progress_dir, ec).lexically_normal().string();
   for (const RankPlacement& p : placements) {
     RankSpawn s;
     s.rank = p.global_rank;
@@ -116,6 +119,7 @@ Status RankGroup::Launch(const GenerationSpec& spec, const std::vector<RankPlace
       s.env[kEnvSnapshotBudgetBytes] =
           std::to_string((static_cast<uint64_t>(job_->recovery.memory_budget_mb) << 20) / placements.size());
       s.env[kEnvSnapshotEvery] = std::to_string(job_->recovery.snapshot_every);
+      if (replicated_) s.env[kEnvSnapshotReplicaEvery] = std::to_string(job_->recovery.replica_step());
     }
     // torchrun's contract, for PyTorch jobs.
     s.env["RANK"] = std::to_string(p.global_rank);
@@ -129,12 +133,25 @@ Status RankGroup::Launch(const GenerationSpec& spec, const std::vector<RankPlace
     if (!gloo_ifname.empty() && s.env.count("GLOO_SOCKET_IFNAME") == 0 && std::getenv("GLOO_SOCKET_IFNAME") == nullptr) {
       s.env["GLOO_SOCKET_IFNAME"] = gloo_ifname;
     }
+    // Every rank log says whose it is: a log copied out of the run dir still names its run.
+    const std::string header = "holdfastd: run " + spec.run_id + " attempt " + std::to_string(spec.attempt) +
+                               " generation " + std::to_string(spec.generation) + ": rank " +
+                               std::to_string(p.global_rank) + " of " + std::to_string(spec.world_size) + " (local " +
+                               std::to_string(p.local_rank) + ") on " + p.host + ", device " + std::to_string(p.device);
+    if (spares_.size() > 0) {
+      SpareAssignment a;
+      a.log_path = RankLogPath(run_dir_abs, spec.attempt, spec.generation, p.global_rank);
+      a.env = s.env;
+      a.env[kEnvProgressPath] =
+          ProgressRecordPath(progress_dir, spec.run_id, spec.attempt, spec.generation, p.global_rank);
+      if (auto warm = spares_.Assign(p.global_rank, a, a.env[kEnvProgressPath], header)) {
+        ranks_.push_back(std::move(warm));
+        continue;
+      }
+    }
     {
-      // Every rank log says whose it is: a log copied out of the run dir still names its run.
       std::ofstream log(s.log_path, std::ios::app);
-      log << "holdfastd: run " << spec.run_id << " attempt " << spec.attempt << " generation " << spec.generation
-          << ": rank " << p.global_rank << " of " << spec.world_size << " (local " << p.local_rank << ") on "
-          << p.host << ", device " << p.device << "\n";
+      log << header << "\n";
     }
     auto proc = RankProcess::Start(s);
     if (!proc.ok()) return proc.status().WithContext("start rank " + std::to_string(p.global_rank));
@@ -149,6 +166,7 @@ std::vector<ReapedRank> RankGroup::Reap(std::vector<std::pair<pid_t, int>>* othe
     int wstatus = 0;
     const pid_t pid = waitpid(-1, &wstatus, WNOHANG);
     if (pid <= 0) break;
+    if (spares_.OnExit(pid, wstatus)) continue;
     bool ours = false;
     for (auto& r : ranks_) {
       if (r->pid() == pid && r->alive()) {
@@ -161,6 +179,16 @@ std::vector<ReapedRank> RankGroup::Reap(std::vector<std::pair<pid_t, int>>* othe
     if (!ours && others != nullptr) others->emplace_back(pid, wstatus);
   }
   return out;
+}
+
+void RankGroup::TopUpSpares() {
+  if (!job_->recovery.warm_spares || ranks_.empty()) return;
+  for (const auto& r : ranks_) {
+    if (!r->alive()) return;
+    const RankProgress p = r->Progress();
+    if (!p.attached() || p.last_step_ns == 0) return;  // still starting or restoring
+  }
+  spares_.TopUp(static_cast<int>(ranks_.size()), attempt_, node_);
 }
 
 void RankGroup::SignalAll(int sig) {

@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "daemon/job_config.h"
 #include "daemon/rank_process.h"
+#include "daemon/spare_pool.h"
 #include "daemon/triage.h"
 #include "scheduler/launch_plan.h"
 
@@ -48,13 +49,20 @@ int RemoveProgressRecords(const std::string& progress_dir, const std::string& ru
 class RankGroup {
  public:
   // `job` is not owned and must outlive the group.
-  RankGroup(const JobConfig* job, std::string run_dir) : job_(job), run_dir_(std::move(run_dir)) {}
+  RankGroup(const JobConfig* job, std::string run_dir) : job_(job), run_dir_(run_dir), spares_(job, run_dir) {}
 
-  // Starts `placements` (this node's ranks). A rank whose command cannot be
-  // executed is an InvalidArgument error naming it; ranks already started stay
-  // (the caller stops them).
+  // Starts `placements` (this node's ranks): each from a warm spare when one
+  // waits (recovery.warm_spares: spare_pool.h), else cold. A rank whose command
+  // cannot be executed is an InvalidArgument error naming it; ranks already
+  // started stay (the caller stops them).
   Status Launch(const GenerationSpec& spec, const std::vector<RankPlacement>& placements);
-  // Reaps exited children (WNOHANG) and returns those of this group. Children
+  // With recovery.warm_spares, once every rank of this generation here has
+  // completed a step (so that starting them does not slow the restore),
+  // starts spares until one waits per local rank. Call it every poll.
+  void TopUpSpares();
+  std::vector<pid_t> spare_pids() const { return spares_.pids(); }
+  // Reaps exited children (WNOHANG) and returns those of this group (a warm
+  // spare that died while waiting is logged and dropped here). Children
   // that are not ranks of this group (role processes: role_supervisor.h) are
   // appended to `others` as (pid, wait status) when it is not null.
   std::vector<ReapedRank> Reap(std::vector<std::pair<pid_t, int>>* others = nullptr);
@@ -68,14 +76,23 @@ class RankGroup {
   void Clear() { ranks_.clear(); }
   // The daemon's memory snapshot folder (snapshot_dir.h), told to the ranks
   // with their share of job.recovery.memory_budget_mb; "" = no snapshots.
-  void set_snapshot_dir(std::string dir) { snapshot_dir_ = std::move(dir); }
+  // `replicated`: the node's snapshots are replicated to a peer (several
+  // nodes), so the ranks keep the newest replicated step too.
+  void set_snapshot_dir(std::string dir, bool replicated) {
+    snapshot_dir_ = std::move(dir);
+    replicated_ = replicated;
+  }
 
  private:
   const JobConfig* job_;  // not owned
   std::string run_dir_;
   int generation_ = -1;
+  int attempt_ = 0;
+  int node_ = 0;
   std::string snapshot_dir_;
+  bool replicated_ = false;
   std::vector<std::unique_ptr<RankProcess>> ranks_;
+  SparePool spares_;  // empty without recovery.warm_spares; killed with the group
 };
 
 }  // namespace holdfast

@@ -150,7 +150,7 @@ Result<std::unique_ptr<RankProcess>> RankProcess::Start(const RankSpawn& spawn) 
   if (spawn.argv.empty() || spawn.argv[0].empty()) {
     return InvalidArgumentError("rank command is empty — fix [job] command in job.toml");
   }
-  HF_RETURN_IF_ERROR(CreateProgressFile(spawn.progress_path, spawn.rank));
+  if (!spawn.progress_path.empty()) HF_RETURN_IF_ERROR(CreateProgressFile(spawn.progress_path, spawn.rank));
   const int log_fd = ::open(spawn.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
     const Status s = ErrnoError("holdfastd cannot open the rank log '" + spawn.log_path + "'", errno);
@@ -217,6 +217,7 @@ Result<std::unique_ptr<RankProcess>> RankProcess::Start(const RankSpawn& spawn) 
     // rank: a rank holding the control socket keeps its port bound after the
     // daemon dies.
     rank_process_internal::MarkCloseOnExecFrom(3, fd_limit, rank_process_internal::FdSweep::kAuto);
+    if (spawn.inherit_fd >= 0) (void)fcntl(spawn.inherit_fd, F_SETFD, 0);  // kept across exec
     if (!spawn.workdir.empty() && chdir(spawn.workdir.c_str()) != 0) ChildFail(err_pipe[1], kStageChdir, errno);
     execve(argv[0], argv.data(), envp.data());
     ChildFail(err_pipe[1], kStageExec, errno);
@@ -252,9 +253,20 @@ Result<std::unique_ptr<RankProcess>> RankProcess::Start(const RankSpawn& spawn) 
   proc->rank_ = spawn.rank;
   proc->pid_ = pid;
   proc->log_path_ = spawn.log_path;
-  auto reader = ProgressReader::Open(spawn.progress_path);
-  if (reader.ok()) proc->progress_ = std::move(reader).value();
+  if (!spawn.progress_path.empty()) {
+    auto reader = ProgressReader::Open(spawn.progress_path);
+    if (reader.ok()) proc->progress_ = std::move(reader).value();
+  }
   return proc;
+}
+
+Status RankProcess::AssignRank(int rank, const std::string& log_path, const std::string& progress_path) {
+  HF_RETURN_IF_ERROR(CreateProgressFile(progress_path, rank));
+  rank_ = rank;
+  log_path_ = log_path;
+  auto reader = ProgressReader::Open(progress_path);
+  if (reader.ok()) progress_ = std::move(reader).value();
+  return Status::Ok();
 }
 
 void RankProcess::Signal(int sig) const {

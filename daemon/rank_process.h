@@ -39,7 +39,10 @@ struct RankSpawn {
   std::map<std::string, std::string> env;  // added to (and overriding) the daemon's environment
   std::string workdir;                     // "" = the daemon's
   std::string log_path;
-  std::string progress_path;
+  std::string progress_path;  // "" = none yet (a warm spare: AssignRank creates it)
+  // An fd of the daemon's that the child keeps across exec (a warm spare's
+  // end of its socketpair: daemon/spare_pool.h); -1 = none.
+  int inherit_fd = -1;
 };
 
 class RankProcess {
@@ -62,6 +65,9 @@ class RankProcess {
   int wait_status() const { return wstatus_; }
   const std::string& log_path() const { return log_path_; }
 
+  // A warm spare becomes rank `rank` (daemon/spare_pool.h): its progress
+  // record is created (as Start does) and its log is the rank's from now on.
+  Status AssignRank(int rank, const std::string& log_path, const std::string& progress_path);
   // Marks the process reaped with this waitpid status.
   void SetExited(int wstatus) {
     exited_ = true;

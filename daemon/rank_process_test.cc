@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
 #include <set>
 #include <sstream>
 #include <string>
@@ -80,6 +81,38 @@ TEST(RankProcessTest, ARankStartsWithTheSchedulersWarningSignalIgnored) {
   ASSERT_TRUE(WIFEXITED(ws)) << "the rank was killed by signal " << (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
   EXPECT_EQ(WEXITSTATUS(ws), 0);
   EXPECT_EQ(ReadFile(s.log_path), "still training\n");
+}
+
+// A warm spare (spare_pool.h) keeps exactly the fd it is given across exec,
+// close-on-exec or not, and no other; it has no progress record until assigned.
+TEST(RankProcessTest, ASpareKeepsOnlyTheFdItIsGiven) {
+  TempDir dir("rank_process_fd");
+  int kept[2];
+  int other[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, kept), 0);
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, other), 0);  // not close-on-exec: swept anyway
+  RankSpawn s = Spawn(dir, {"/bin/sh", "-c",
+                            "echo through >&$FD; if (echo x >&$OTHER) 2>/dev/null; then echo leaked; fi"});
+  s.progress_path.clear();
+  s.inherit_fd = kept[1];
+  s.env["FD"] = std::to_string(kept[1]);
+  s.env["OTHER"] = std::to_string(other[1]);
+  auto proc = RankProcess::Start(s);
+  ASSERT_TRUE(proc.ok()) << proc.status().ToString();
+  ::close(kept[1]);
+  const int ws = WaitFor((*proc)->pid());
+  ASSERT_TRUE(WIFEXITED(ws));
+  char buf[32] = {};
+  ASSERT_GT(::read(kept[0], buf, sizeof buf - 1), 0);
+  EXPECT_EQ(std::string(buf), "through\n");
+  EXPECT_EQ(ReadFile(s.log_path), "");
+  EXPECT_FALSE(std::filesystem::exists(dir / "rank0.rec"));
+  EXPECT_EQ((*proc)->Progress().valid, false);
+  // Assigned: its record exists now, for the rank it became.
+  ASSERT_TRUE((*proc)->AssignRank(3, dir / "rank3.log", dir / "rank3.rec").ok());
+  EXPECT_EQ((*proc)->rank(), 3);
+  EXPECT_TRUE(std::filesystem::exists(dir / "rank3.rec"));
+  for (int fd : {kept[0], other[0], other[1]}) ::close(fd);
 }
 
 TEST(RankProcessTest, MissingCommandIsAnErrorNamingItNotACrash) {

@@ -84,6 +84,10 @@ bool RunController::Progressed(const std::vector<RankView>& views) const {
 void RunController::OnTick(const std::vector<RankView>& views) {
   if (state_ != State::kRunning && state_ != State::kStopping) return;
   recorder_->ObserveCheckpoints(views, opts_.world_size);
+  // The ranks' own word on where the generation starts (an older step when they passed a snapshot over).
+  if (std::optional<int64_t> restored = recorder_->ObserveRestore(views, opts_.world_size)) {
+    generation_start_step_ = *restored;
+  }
   const int64_t step = NewestStep(views, -1);
   max_step_seen_ = std::max(max_step_seen_, step);
   ObserveSaves(clock_->MonotonicNs(), views);
@@ -549,7 +553,11 @@ std::string RunController::ActionText(const Facts& facts, const RecoveryDecision
     const int64_t memory = actions_->NewestMemorySnapshot();
     const int64_t from = memory >= 0 ? memory : recorder_->NewestCommittedStep();
     text += "; restart generation " + std::to_string(generation_ + 1) + " from " +
-            (from >= 0 ? "step " + std::to_string(from) : "the start") + (memory >= 0 ? " (memory snapshot)" : "");
+            (from >= 0 ? "step " + std::to_string(from) : "the start");
+    if (memory >= 0) {
+      const std::string note = actions_->MemorySnapshotNote();
+      text += " (memory snapshot" + (note.empty() ? "" : "; " + note) + ")";
+    }
   }
   if (facts.cause == IncidentKind::kHealth) {
     text += std::string(" [health policy: ") + health::ActionName(facts.health_action) + "]";

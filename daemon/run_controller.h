@@ -73,6 +73,10 @@ class RunActions {
   // that every rank committed, which a restarted trainer resumes from before
   // the disk; -1 = none, or no memory tier.
   virtual int64_t NewestMemorySnapshot() const { return -1; }
+  // Where that snapshot's state comes from when it is not all on the nodes
+  // that wrote it, for the incident's action ("node 1 (b)'s shards from the
+  // replica on node 0 (a)"); "" = nothing to add.
+  virtual std::string MemorySnapshotNote() const { return ""; }
   // Elastic runs: the hosts the ranks run on now, and the joined nodes
   // standing by (ControllerOptions::min_nodes > 0 only).
   virtual std::vector<std::string> ActiveHosts() const { return {}; }

@@ -26,8 +26,6 @@
 namespace holdfast {
 namespace {
 
-constexpr int64_t kStepUpdateEveryNs = 5'000'000'000;
-
 // The record's checkpoint error text, bounded by its field and made valid
 // UTF-8: any job may write the record, and the text goes into JSON.
 void Warn(const Status& s) {
@@ -205,37 +203,6 @@ Result<std::optional<RunRecord>> RunRecorder::RunOfSlurmJob(const std::string& j
     }
   }
   return std::optional<RunRecord>();
-}
-
-int RunRecorder::StartGeneration(int64_t start_step) {
-  ++generation_;
-  corrupt_scan_due_ = true;
-  Write("generation " + std::to_string(generation_) + " start", [run = run_id_, a = attempt_, start_step](LineageDb& db) {
-    return db.StartGeneration(run, a, start_step).status();
-  });
-  last_recorded_step_ = -1;
-  last_step_update_ns_ = clock_->MonotonicNs();
-  return generation_;
-}
-
-void RunRecorder::UpdateStep(int64_t step, bool force) {
-  Flush();  // every poll: held records go in as soon as the lock is gone
-  if (step < 0 || step == last_recorded_step_) return;
-  const int64_t now = clock_->MonotonicNs();
-  if (!force && now - last_step_update_ns_ < kStepUpdateEveryNs) return;
-  Write("generation step", [run = run_id_, a = attempt_, g = generation_, step](LineageDb& db) {
-    return db.UpdateGenerationStep(run, a, g, step);
-  });
-  last_recorded_step_ = step;
-  last_step_update_ns_ = now;
-}
-
-void RunRecorder::EndGeneration(RunState state, const std::string& cause) {
-  if (generation_ < 0) return;
-  Write("generation " + std::to_string(generation_) + " end",
-        [run = run_id_, a = attempt_, g = generation_, state, cause](LineageDb& db) {
-          return db.EndGeneration(run, a, g, state, cause);
-        });
 }
 
 void RunRecorder::Record(const std::string& kind, std::string summary, std::string action,

@@ -61,6 +61,12 @@ inline EventContext WithoutRunbook(std::string host = "") { return EventContext{
 // rank's step (completed + 1; unknown without its progress record), exit code
 // and signal; its host from its evidence, else `host`. nullopt without a rank.
 std::optional<FailureRecord> CrashFailureOf(const IncidentEvidence& evidence, const std::string& host, int attempt);
+// What a generation's ranks restored: its start step and "none", "disk" or "memory".
+struct GenerationRestore {
+  int64_t step = 0;
+  std::string tier;
+};
+
 // A requeue event's evidence: the hosts it excluded ("left") and why
 // ("reason": "failure" or "preemption"), which RunRecorder::History counts.
 IncidentEvidence RequeueEvidence(const std::vector<std::string>& excluded, bool after_failure);
@@ -101,6 +107,16 @@ class RunRecorder {
   // Records the step every few seconds (cheap; called on each tick).
   void UpdateStep(int64_t step, bool force = false);
   void EndGeneration(RunState state, const std::string& cause);
+
+  // What the generation's ranks report restoring (every rank's progress
+  // record has said, run_recorder_generation.cc): records the step and tier as
+  // the generation's start, once per generation, and a snapshot_passed_over
+  // event when they passed memory snapshots over. Returns the step when it
+  // records it (the caller's idea of the generation's start may then be
+  // corrected), else nullopt.
+  std::optional<int64_t> ObserveRestore(const std::vector<RankView>& views, int world_size);
+  // The current generation's, once ObserveRestore has recorded it.
+  const std::optional<GenerationRestore>& restore() const { return restore_; }
 
   // ---- events ----
   // Records an event of the current attempt and generation: the one way an
@@ -212,6 +228,9 @@ class RunRecorder {
   std::string run_id_;
   int attempt_ = 0;
   int generation_ = -1;
+  int64_t generation_expected_step_ = 0;  // the start step StartGeneration was given
+  int restore_recorded_ = -1;              // the generation whose restore is recorded
+  std::optional<GenerationRestore> restore_;  // the current generation's, once recorded
   int64_t requested_start_step_ = -1;
   int64_t last_committed_step_ = -1;
   std::set<int64_t> recorded_steps_;  // committed in lineage and (as far as we know) on disk

@@ -135,6 +135,64 @@ TEST_F(RunRecorderTest, RecordFillsInTheRunbookAndWritesTypedEvidence) {
   EXPECT_EQ(recorder_->incident_counts().count(event_kind::kReshard), 0u);
 }
 
+// Views of a world of 2 whose ranks said what they restored (tier kUnreported: not yet).
+std::vector<RankView> Restored(RestoreTier tier0, int64_t step0, RestoreTier tier1, int64_t step1,
+                               uint32_t passed_over) {
+  std::vector<RankView> views(2);
+  for (int r = 0; r < 2; ++r) {
+    views[r].rank = r;
+    views[r].pid = 100 + r;
+    views[r].progress.valid = true;
+    views[r].progress.writer_pid = 100 + r;
+    views[r].progress.restore_tier = r == 0 ? tier0 : tier1;
+    views[r].progress.restored_step = r == 0 ? step0 : step1;
+    views[r].progress.restore_skipped = passed_over;
+  }
+  return views;
+}
+
+// The generation's start is the step its ranks restored once every rank has
+// said, with the tier, once per generation; snapshots passed over leave a
+// note (not an incident), and status has it.
+TEST_F(RunRecorderTest, AGenerationStartsWhereItsRanksSayTheyRestoredIt) {
+  ASSERT_NE(recorder_, nullptr);
+  recorder_->StartGeneration(14);  // expected: the memory snapshot of step 14
+  EXPECT_EQ(recorder_->ObserveRestore(Restored(RestoreTier::kDisk, 10, RestoreTier::kUnreported, -1, 0), 2),
+            std::nullopt)
+      << "rank 1 has not said yet";
+  EXPECT_FALSE(recorder_->restore().has_value());
+  EXPECT_EQ(recorder_->ObserveRestore(Restored(RestoreTier::kDisk, 10, RestoreTier::kDisk, 10, 1), 2), 10);
+  EXPECT_EQ(recorder_->ObserveRestore(Restored(RestoreTier::kMemory, 14, RestoreTier::kMemory, 14, 0), 2),
+            std::nullopt)
+      << "once per generation";
+  ASSERT_TRUE(recorder_->restore().has_value());
+  EXPECT_EQ(recorder_->restore()->tier, "disk");
+  recorder_->EndGeneration(RunState::kFailed, "rank 1 crashed");
+  recorder_->StartGeneration(20);
+  EXPECT_FALSE(recorder_->restore().has_value()) << "a new generation has not said yet";
+  EXPECT_EQ(recorder_->ObserveRestore(Restored(RestoreTier::kMemory, 20, RestoreTier::kMemory, 20, 0), 2), 20);
+  recorder_->Flush();
+
+  auto db = Reader();
+  ASSERT_NE(db, nullptr);
+  auto gens = *db->Generations(recorder_->run_id());
+  ASSERT_EQ(gens.size(), 2u);
+  EXPECT_EQ(gens[0].start_step, 10);
+  EXPECT_EQ(gens[0].restore_tier, "disk");
+  EXPECT_EQ(gens[1].start_step, 20);
+  EXPECT_EQ(gens[1].restore_tier, "memory");
+  auto events = *db->Events(recorder_->run_id(), 0);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, event_kind::kSnapshotPassedOver);
+  EXPECT_EQ(events[0].generation, 0);
+  EXPECT_FALSE(events[0].incident);
+  EXPECT_EQ(events[0].runbook, "runbooks/memory-snapshots.md");
+  EXPECT_EQ(events[0].summary,
+            "generation 0 passed over 1 memory snapshot (damaged, or not held by every rank) and restored step 10 "
+            "from the disk");
+  EXPECT_FALSE(recorder_->last_incident().has_value());
+}
+
 TEST_F(RunRecorderTest, RecordsMadeWhileLineageIsLockedAreWrittenInOrderOnceItIsFree) {
   ASSERT_NE(recorder_, nullptr);
   recorder_->StartGeneration(0);

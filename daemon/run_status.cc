@@ -17,6 +17,10 @@ RunStatus BuildRunStatus(const RunController& controller, const RunRecorder& rec
   st.restarts_used = controller.restarts_used();
   st.restart_budget = job.supervise.restart_budget;
   if (recorder.last_committed_step() >= 0) st.last_checkpoint_step = recorder.last_committed_step();
+  if (const std::optional<GenerationRestore>& r = recorder.restore()) {
+    st.restored_step = r->step;
+    st.restore_tier = r->tier;
+  }
   st.uptime_s = uptime_s;
   const Allocation& alloc = recorder.allocation();
   st.scheduler = SchedulerKindName(alloc.scheduler);

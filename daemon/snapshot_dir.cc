@@ -123,15 +123,10 @@ Result<std::unique_ptr<SnapshotDir>> OpenSnapshotDir(const RecoveryConfig& recov
                                                      size_t nodes) {
   SweepDeadSnapshotDirs(recovery.memory_dir);
   if (!recovery.enabled()) return std::unique_ptr<SnapshotDir>();
-  if (nodes > 1) {
-    spdlog::warn("recovery.memory_budget_mb is set, but memory snapshots are for runs on one node so far (this run "
-                 "has {}): its restarts restore from the disk (docs/memory-snapshots.md)",
-                 nodes);
-    return std::unique_ptr<SnapshotDir>();
-  }
   HF_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotDir> dir, SnapshotDir::Create(recovery.memory_dir, run_id));
-  spdlog::info("memory snapshots in {} (recovery.memory_budget_mb = {} on this node, a snapshot every {} step(s))",
-               dir->path(), recovery.memory_budget_mb, recovery.snapshot_every);
+  spdlog::info("memory snapshots in {} (recovery.memory_budget_mb = {} on this node, a snapshot every {} step(s){})",
+               dir->path(), recovery.memory_budget_mb, recovery.snapshot_every,
+               nodes > 1 ? ", replicated to the next node" : "");
   return dir;
 }
 

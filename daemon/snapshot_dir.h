@@ -63,9 +63,9 @@ int64_t NewestSnapshotStep(const std::string& dir);
 
 // What a daemon does at start (leader and follower alike): sweeps the dead
 // daemons' folders in recovery.memory_dir (logged), then, when the tier is on,
-// creates its own; nullptr when it is off. A run of several nodes takes no
-// snapshots (logged): a restore reads every shard's parameters, and each
-// node's folder holds only its own ranks' shards.
+// creates its own; nullptr when it is off. In a run of several nodes each
+// folder holds its own ranks' shards: the replicas (daemon/replica_service.h)
+// and the leader's gather (daemon/memory_restore.h) make a restore possible.
 Result<std::unique_ptr<SnapshotDir>> OpenSnapshotDir(const RecoveryConfig& recovery, const std::string& run_id,
                                                      size_t nodes);
 

@@ -96,6 +96,7 @@ Status Supervisor::Impl::Start() {
   if (!store.ok()) return store.status().WithContext("start the rendezvous store");
   store_ = std::move(store).value();
   spdlog::info("rendezvous store on {}:{} (its clients prove they hold the run's key)", alloc_.self().addr, store_->port());
+  StartMemoryReplicas();
   ArmPoll();
   if (alloc_.nodes.size() > 1) return StartCluster();  // generation 0 starts when every follower has joined
   controller_->Launch();
@@ -132,7 +133,7 @@ Status Supervisor::Impl::StartRankSide() {
     spdlog::info("removed {} stale progress record(s) of run {}", n, recorder_->run_id());
   }
   HF_ASSIGN_OR_RETURN(snapshots_, OpenSnapshotDir(job_.recovery, recorder_->run_id(), alloc_.nodes.size()));
-  if (snapshots_) ranks_.set_snapshot_dir(snapshots_->path());
+  if (snapshots_) ranks_.set_snapshot_dir(snapshots_->path(), alloc_.nodes.size() > 1);
   ControllerOptions co;
   co.supervise = job_.supervise;
   co.world_size = members_.world();
@@ -153,9 +154,7 @@ Status Supervisor::Impl::StartRankSide() {
 }
 
 // ---- RunActions ----
-
-Status Supervisor::Impl::LaunchGeneration(int generation, int64_t resume_step) {
-  members_.ClearViews();
+Status Supervisor::Impl::LaunchNow(int generation, int64_t resume_step) {
   GenerationSpec spec;
   spec.run_id = recorder_->run_id();
   spec.attempt = recorder_->attempt();
@@ -276,7 +275,7 @@ void Supervisor::Impl::Finish(int code) {
   WithdrawControlEndpoint();
   if (store_) store_->Shutdown();
   if (recorder_) RemoveProgressRecords(job_.supervise.progress_dir, recorder_->run_id());
-  if (snapshots_) snapshots_->Remove();
+  StopMemoryReplicas();  // and the snapshots' folder
   if (link_) link_->Close(/*flush=*/true);  // the "finish" reaches the followers first
   if (roles_ && roles_->AnyAlive()) {
     roles_->StopAll(SIGTERM);
@@ -342,7 +341,7 @@ void Supervisor::Impl::ArmPoll() {
 
 void Supervisor::Impl::Tick() {
   Reap();  // a SIGCHLD can coalesce; reaping here too costs one syscall
-  if (!finished_) roles_->OnTick();
+  if (!finished_) { ranks_.TopUpSpares(); roles_->OnTick(); }
   if (!finished_) controller_->OnTick(Views());
   if (!finished_) UpdateMetrics();
 }

@@ -89,7 +89,8 @@ Status Supervisor::Impl::StartCluster() {
   h.on_lost = [weak](int node, const std::string& why) {
     if (auto self = weak.lock()) self->OnFollowerLost(node, why);
   };
-  link_ = std::make_shared<LeaderLink>(&io_, scheduler_, clock_, *key_, std::move(h), job_.supervise.node_timeout_s);
+  link_ = std::make_shared<LeaderLink>(&io_, scheduler_, clock_, *key_, recorder_->run_id(), std::move(h),
+                                       job_.supervise.node_timeout_s);
   HF_RETURN_IF_ERROR(link_->Listen(alloc_.self().addr, opts_.cluster_port));
   spdlog::info("leading {} nodes", alloc_.nodes.size());
   join_timer_->Arm(job_.supervise.startup_timeout_s, [weak] {

@@ -1,5 +1,6 @@
 // Supervisor::Impl, the leading holdfastd's wiring (daemon/supervisor.h),
-// shared by its two source files: supervisor.cc (starting, the RunActions the
+// shared by its source files (supervisor_memory.cc: memory snapshots across
+// nodes): supervisor.cc (starting, the RunActions the
 // RunController's decisions are carried out by, the poll loop) and
 // supervisor_cluster.cc (the followers, the control socket's target, the
 // metrics' facts). The decisions live elsewhere: the run's in RunController,
@@ -34,6 +35,7 @@
 #include "daemon/exit_codes.h"
 #include "daemon/health_watch.h"
 #include "daemon/leader_link.h"
+#include "daemon/memory_restore.h"
 #include "daemon/metrics_reporter.h"
 #include "daemon/rank_group.h"
 #include "daemon/role_supervisor.h"
@@ -56,8 +58,9 @@ class Supervisor::Impl : public RunActions, public ControlTarget, public std::en
   Status LaunchGeneration(int generation, int64_t resume_step) override;
   void TerminateRanks(const std::string& why, double grace_s) override;
   void KillRanks(const std::vector<int>& ranks) override;
-  int64_t NewestMemorySnapshot() const override {
-    return snapshots_ ? NewestSnapshotStep(snapshots_->path()) : -1;
+  int64_t NewestMemorySnapshot() const override;  // supervisor.cc
+  std::string MemorySnapshotNote() const override {
+    return restore_ && restore_->last_plan() ? restore_->last_plan()->note : "";
   }
   void ArmTimer(ControllerTimer timer, double seconds) override;
   void CancelTimer(ControllerTimer timer) override;
@@ -88,6 +91,11 @@ class Supervisor::Impl : public RunActions, public ControlTarget, public std::en
   // ---- start and the loop (supervisor.cc) ----
   Status StartRankSide();  // lineage, the controller, roles, the control socket, metrics, signals
   Status StartRoles(const GenerationSpec& spec, int generation);
+  // LaunchGeneration's work; LaunchGeneration defers it until a memory
+  // restore's gather is done on every node (memory_restore.h).
+  Status LaunchNow(int generation, int64_t resume_step);
+  void StartMemoryReplicas();  // supervisor_memory.cc, like NewestMemorySnapshot and LaunchGeneration
+  void StopMemoryReplicas();   // ... and removes the snapshot folder
   void ArmPoll();
   void Tick();
   void Reap();
@@ -132,6 +140,8 @@ class Supervisor::Impl : public RunActions, public ControlTarget, public std::en
   ClusterMembership members_;  // active and spare nodes, the plan, the followers' views
   RankGroup ranks_;
   std::unique_ptr<SnapshotDir> snapshots_;  // this node's memory snapshot folder; null when the tier is off
+  std::unique_ptr<ReplicaService> replicas_;  // several nodes with the tier: its peer replicas; else null
+  std::unique_ptr<MemoryRestore> restore_;    // with replicas_: the restore across nodes
   HealthWatch health_;
   MetricsReporter metrics_;
   std::unique_ptr<RunRecorder> recorder_;

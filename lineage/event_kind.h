@@ -34,6 +34,10 @@ inline constexpr const char kStragglerRecovered[] = "straggler_recovered";  // a
 // checkpoint) but did not exit within exit_grace_s of their clean exit: it was
 // terminated, and the generation ended as its peers did (not an incident).
 inline constexpr const char kExitStuck[] = "exit_stuck";
+// A generation's ranks passed memory snapshots over (a checksum that failed,
+// a step not every rank held) and restored an older step: not an incident
+// (the restore is correct), a note of the steps redone and of damaged memory.
+inline constexpr const char kSnapshotPassedOver[] = "snapshot_passed_over";
 inline constexpr const char kLineageDelayed[] = "lineage_delayed";  // records held while lineage.db was locked
 inline constexpr const char kRestart[] = "restart";    // an action, not an incident
 inline constexpr const char kRequeue[] = "requeue";    // an action
@@ -94,6 +98,7 @@ inline constexpr EventKindInfo kEventKinds[] = {
     {event_kind::kStraggler, false, "runbooks/straggler.md", EvidenceType::kStraggler},
     {event_kind::kStragglerRecovered, false, "runbooks/straggler.md", EvidenceType::kStraggler},
     {event_kind::kExitStuck, false, "runbooks/hang.md", EvidenceType::kRanks},
+    {event_kind::kSnapshotPassedOver, false, "runbooks/memory-snapshots.md", EvidenceType::kNone},
     {event_kind::kLineageDelayed, false, "runbooks/lineage-locked.md", EvidenceType::kLineageDelayed},
     {event_kind::kRestart, false, "", EvidenceType::kNone},
     {event_kind::kRequeue, false, "runbooks/requeue-failed.md", EvidenceType::kRequeue},

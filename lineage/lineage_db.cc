@@ -235,6 +235,13 @@ constexpr const char kSchemaV7[] = R"sql(
 ALTER TABLE attempt ADD COLUMN gpus INTEGER;
 )sql";
 
+// Version 8: where a generation's ranks restored their state from, as they
+// reported it ('none': a fresh start, 'disk', 'memory'; NULL: not reported, a
+// job without the progress record's restore fields, or an older daemon).
+constexpr const char kSchemaV8[] = R"sql(
+ALTER TABLE generation ADD COLUMN restore_tier TEXT CHECK (restore_tier IN ('none', 'disk', 'memory'));
+)sql";
+
 // The migration that takes a file from version `from` to `from + 1`.
 std::string Migration(int from) {
   switch (from) {
@@ -244,7 +251,8 @@ std::string Migration(int from) {
     case 3: return kSchemaV4;
     case 4: return kSchemaV5;
     case 5: return kSchemaV6;
-    default: return kSchemaV7;
+    case 6: return kSchemaV7;
+    default: return kSchemaV8;
   }
 }
 
@@ -878,6 +886,25 @@ Status LineageDb::UpdateGenerationStep(const std::string& run_id, int attempt, i
   return Status::Ok();
 }
 
+Status LineageDb::SetGenerationRestore(const std::string& run_id, int attempt, int generation, int64_t start_step,
+                                       const std::string& tier) {
+  HF_RETURN_IF_ERROR(CheckWritable());
+  if (tier != "none" && tier != "disk" && tier != "memory") {
+    return InvalidArgumentError("restore tier must be none, disk or memory, got \"" + tier + "\"");
+  }
+  if (start_step < 0) {
+    return InvalidArgumentError("a generation's start step must be >= 0, got " + std::to_string(start_step));
+  }
+  HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "UPDATE generation SET start_step=?, restore_tier=? WHERE run_id=? AND "
+                                                "attempt=? AND generation=?"));
+  HF_ASSIGN_OR_RETURN(int n, st.Bind(start_step, tier, run_id, attempt, generation).Run("record the restore"));
+  if (n == 0) {
+    return NotFoundError(path_ + ": no generation " + std::to_string(generation) + " of attempt " +
+                         std::to_string(attempt) + " of run " + run_id);
+  }
+  return Status::Ok();
+}
+
 Status LineageDb::EndGeneration(const std::string& run_id, int attempt, int generation,
                                 RunState state, const std::string& cause) {
   if (state == RunState::kRunning) return InvalidArgumentError("EndGeneration needs a final state");
@@ -994,7 +1021,7 @@ constexpr const char kAttemptCols[] =
     "state, cause, resumed_from_step, coalesce(seq, 0) AS seq, ended_seq, gpus";
 constexpr const char kGenerationCols[] =
     "run_id, attempt, generation, started_ms, ended_ms, start_step, last_step, last_step_ms, "
-    "state, cause, coalesce(seq, 0) AS seq, ended_seq";
+    "state, cause, coalesce(seq, 0) AS seq, ended_seq, coalesce(restore_tier, '')";
 constexpr const char kCheckpointCols[] =
     "run_id, step, path, bytes, world_size, attempt, generation, committed_ms, state, reason, "
     "state_ms, coalesce(seq, 0) AS seq, state_seq, metrics, owner";
@@ -1062,6 +1089,7 @@ struct LineageRows {
     g.cause = s.Text(9);
     g.seq = s.Int(10);
     g.ended_seq = s.OptInt(11);
+    g.restore_tier = s.Text(12);
     return g;
   }
   static CheckpointRecord Checkpoint(Stmt& s) {

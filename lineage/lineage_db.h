@@ -114,7 +114,11 @@ struct GenerationRecord {
   int generation = 0;  // 0, 1, 2, ... within the attempt
   int64_t started_ms = 0;
   std::optional<int64_t> ended_ms;
-  int64_t start_step = 0;  // the checkpoint step it resumed from, or 0
+  // The checkpoint step it resumed from, or 0: the one the daemon expected
+  // when it started the generation, then the one its ranks report restoring.
+  int64_t start_step = 0;
+  // Where the ranks restored it from: "none", "disk", "memory"; "" not reported.
+  std::string restore_tier;
   // The newest step the ranks reported; a generation that ends before its
   // first report ends with start_step here.
   std::optional<int64_t> last_step;
@@ -210,7 +214,7 @@ struct LineageOptions {
 class LineageDb {
  public:
   // Newest schema this build reads and writes.
-  static constexpr int kSchemaVersion = 7;
+  static constexpr int kSchemaVersion = 8;
 
   static Result<std::unique_ptr<LineageDb>> Open(const std::string& path,
                                                  const LineageOptions& options = {});
@@ -246,6 +250,12 @@ class LineageDb {
   // One cheap UPDATE; meant to be called every few seconds.
   Status UpdateGenerationStep(const std::string& run_id, int attempt, int generation,
                               int64_t step);
+  // What the generation's ranks restored (all ranks agree on one step):
+  // start_step becomes `start_step` (the step the daemon expected may have
+  // been a snapshot the ranks passed over) and restore_tier `tier` ("none",
+  // "disk" or "memory"; anything else is refused).
+  Status SetGenerationRestore(const std::string& run_id, int attempt, int generation, int64_t start_step,
+                              const std::string& tier);
   // A generation that never reported a step ends with last_step = start_step.
   Status EndGeneration(const std::string& run_id, int attempt, int generation, RunState state,
                        const std::string& cause);

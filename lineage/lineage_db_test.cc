@@ -570,7 +570,9 @@ TEST_F(LineageDbTest, MigratesAVersion6FileWithTheGpusUnknown) {
     as.gpus = 8;
     ASSERT_EQ(*db->StartAttempt(id, as), 1);
   }
-  RawSql(db_path(), "ALTER TABLE attempt DROP COLUMN gpus; PRAGMA user_version = 6");
+  RawSql(db_path(),
+         "ALTER TABLE attempt DROP COLUMN gpus; ALTER TABLE generation DROP COLUMN restore_tier; "
+         "PRAGMA user_version = 6");
   {
     auto reader = OpenReader();
     ASSERT_TRUE(reader.ok()) << reader.status().ToString();
@@ -589,6 +591,44 @@ TEST_F(LineageDbTest, MigratesAVersion6FileWithTheGpusUnknown) {
   auto attempts = *db->Attempts("r-6");
   EXPECT_EQ(attempts[0].gpus, std::nullopt);
   EXPECT_EQ(attempts[1].gpus, 0);
+}
+
+TEST_F(LineageDbTest, MigratesAVersion7FileWithTheRestoreTierUnreported) {
+  {
+    auto db = OpenWriter();
+    const std::string id = *db->CreateRun(SampleRun("r-7"));
+    ASSERT_TRUE(db->StartAttempt(id, {}).ok());
+    ASSERT_TRUE(db->StartGeneration(id, 1, 25).ok());
+  }
+  RawSql(db_path(), "ALTER TABLE generation DROP COLUMN restore_tier; PRAGMA user_version = 7");
+  auto db = OpenWriter();
+  EXPECT_EQ(RawSql(db_path(), "PRAGMA user_version"), std::to_string(LineageDb::kSchemaVersion));
+  auto gens = *db->Generations("r-7");
+  ASSERT_EQ(gens.size(), 1u);
+  EXPECT_EQ(gens[0].start_step, 25);
+  EXPECT_EQ(gens[0].restore_tier, "");
+}
+
+// The step holdfastd expected is replaced by the one the ranks restored, with
+// its tier; a tier lineage does not know, a negative step or a generation
+// that is not there are refused and change nothing.
+TEST_F(LineageDbTest, AGenerationsRestoreReplacesTheExpectedStartStep) {
+  auto db = OpenWriter();
+  const std::string id = *db->CreateRun(SampleRun("r-restore"));
+  ASSERT_TRUE(db->StartAttempt(id, {}).ok());
+  ASSERT_TRUE(db->StartGeneration(id, 1, 14).ok());  // expected: the memory snapshot of step 14
+  EXPECT_EQ((*db->Generations(id))[0].restore_tier, "");
+  ASSERT_TRUE(db->SetGenerationRestore(id, 1, 0, 10, "disk").ok());  // the ranks passed it over
+  EXPECT_EQ(db->SetGenerationRestore(id, 1, 0, 12, "tape").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(db->SetGenerationRestore(id, 1, 0, -1, "memory").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(db->SetGenerationRestore(id, 1, 5, 12, "memory").code(), StatusCode::kNotFound);
+  EXPECT_EQ(RawSql(db_path(), "SELECT count(*) FROM generation WHERE restore_tier NOT IN ('disk')"), "0");
+  ASSERT_TRUE(db->EndGeneration(id, 1, 0, RunState::kFailed, "rank 0 crashed").ok());
+  auto gens = *db->Generations(id);
+  ASSERT_EQ(gens.size(), 1u);
+  EXPECT_EQ(gens[0].start_step, 10);
+  EXPECT_EQ(gens[0].restore_tier, "disk");
+  EXPECT_EQ(gens[0].last_step, 10);  // it ended before a step: where it really started
 }
 
 TEST_F(LineageDbTest, AClockThatStepsBackDoesNotReorderTheRecord) {

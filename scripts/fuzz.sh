@@ -84,6 +84,8 @@ done
 
 BUILD_TARGETS=()
 for i in "${SEL[@]}"; do BUILD_TARGETS+=("${TARGETS[$i]}"); done
+# The seed writer too, so that it cannot fall behind the code it encodes unseen.
+[ -n "$ONLY" ] || BUILD_TARGETS+=(fuzz_seed_corpus)
 echo "fuzz.sh: building ${BUILD_TARGETS[*]}"
 ninja -C "$BUILD_DIR" -j "${JOBS:-$(nproc)}" "${BUILD_TARGETS[@]}" >"$BUILD_DIR/fuzz-build.log" 2>&1 || {
   tail -50 "$BUILD_DIR/fuzz-build.log" >&2; echo "fuzz.sh: build failed ($BUILD_DIR/fuzz-build.log)" >&2; exit 2; }

@@ -15,8 +15,9 @@
 #   health    holdfast-health --checks gpu,nccl --json (the probes with their measured values)
 #   parity    check_parity.py on the GPU: fp32 (1e-4) and bf16 (1e-2) per-step loss against eager
 #             PyTorch running the same model, data and initial weights on the same GPU
-#   supervise holdfastd runs examples/gpu on the GPU; the rank is SIGKILLed after its first
-#             checkpoint (step 100), at step 150 or later; the run must recover and finish; runctl status at the end
+#   supervise holdfastd runs examples/gpu on the GPU with the memory snapshot tier on; the rank is
+#             SIGKILLed after its first checkpoint (step 100), at step 150 or later; the run must recover
+#             from its newest memory snapshot and finish; runctl status and lineage at the end
 #   bench     holdfast-gpu-bench (step time, MFU, checkpoint stall ratio, staging bandwidth ratio)
 #             and bench/gpu_eager_bench.py (eager PyTorch step time), GPT-2 124M-sized, bf16
 # Files (at most 8, as the device tool returns them): summary.md, results.json, bench.json,
@@ -140,6 +141,9 @@ cat docs/*.md README.md runbooks/*.md >"$RUN/corpus.txt"
 sed -e "s#build/trainer/holdfast-train#$BUILD/trainer/holdfast-train#" \
     -e "s#\"--set\", \"output.dir=runs/gpu\"#\"--set\", \"output.dir=runs/gpu\", \"--set\", \"data.path=runs/gpu/corpus.txt\"#" \
     examples/gpu/job.toml >"$RUN/job.toml"
+# The memory snapshot tier too: a snapshot every step from the same pinned staging buffer as the
+# disk checkpoints (trainer/device_stager.h); the restart must restore from memory.
+printf '\n[recovery]\nmemory_budget_mb = 8192\n' >>"$RUN/job.toml"
 RUNCTL="$BUILD/cli/runctl --run-dir $RUN"
 CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} "$BUILD/daemon/holdfastd" --run-dir "$RUN" --config "$RUN/job.toml" \
   >"$LOGS/supervise.log" 2>&1 &
@@ -163,8 +167,11 @@ $RUNCTL status latest >"$LOGS/supervise_status.txt" 2>&1
 $RUNCTL lineage latest >>"$LOGS/supervise_status.txt" 2>&1
 cat "$LOGS/supervise_status.txt"
 if [ -z "$victim" ]; then step supervise FAIL "the rank never reached step 150 (supervise.log)"
+elif [ $rc -eq 0 ] && grep -qi "restart" "$LOGS/supervise_status.txt" &&
+     grep -q "started from step [0-9]* (memory snapshot)" "$LOGS/supervise_status.txt"; then
+  step supervise PASS "rank SIGKILLed at step >= 150, restarted from its newest memory snapshot on the GPU, run succeeded (runctl status and lineage in logs)"
 elif [ $rc -eq 0 ] && grep -qi "restart" "$LOGS/supervise_status.txt"; then
-  step supervise PASS "rank SIGKILLed at step >= 150, restarted from its checkpoint on the GPU, run succeeded (runctl status in logs)"
+  step supervise FAIL "the run recovered, but generation 1 did not restore from a memory snapshot (supervise_status.txt, the rank logs)"
 else step supervise FAIL "holdfastd exited $rc after the kill (supervise.log, supervise_status.txt)"; fi
 
 # ---- bench ---------------------------------------------------------------------------------

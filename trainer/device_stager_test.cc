@@ -29,6 +29,7 @@ class ThreadCopyEngine final : public CopyEngine {
   }
   Status CopyToHostAsync(void* dst, const void* src, size_t bytes) override {
     if (fail_copies_) return InternalError("cudaMemcpyAsync: CUDA error cudaErrorIllegalAddress");
+    copied_bytes_ += bytes;
     queued_.push_back({dst, src, bytes});
     return Status::Ok();
   }
@@ -81,6 +82,7 @@ class ThreadCopyEngine final : public CopyEngine {
   int fences_ = 0;
   int allocs_ = 0;
   int waits_ = 0;
+  size_t copied_bytes_ = 0;  // device -> host, all copies queued
   bool fail_copies_ = false;
   bool fail_wait_ = false;
 };
@@ -214,6 +216,63 @@ TEST(DeviceStagerTest, CommittedCheckpointHoldsTheStagedStep) {
       ASSERT_TRUE(b.ok());
       ASSERT_EQ(b->size, piece.bytes);
       EXPECT_EQ(std::memcmp(b->data, piece.device, piece.bytes), 0) << piece.name << " of step " << step;
+    }
+  }
+  std::filesystem::remove_all(root);
+}
+
+// The memory snapshot tier (docs/memory-snapshots.md) on a GPU: a step that is
+// both a snapshot and a disk checkpoint is staged once — one device -> host
+// copy of the state into the pinned buffer — and both writers save from it;
+// each committed shard holds the staged step.
+TEST(DeviceStagerTest, ASnapshotAndADiskCheckpointOfAStepShareOnePinnedCopy) {
+  const std::string root = testing::TempDir() + "/stager_two_" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  std::unique_ptr<CheckpointWriter> writers[2];
+  for (int i = 0; i < 2; ++i) {
+    CheckpointWriterOptions o;
+    o.root = root + (i == 0 ? "/disk" : "/memory");
+    auto w = CheckpointWriter::Create(o);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    writers[i] = std::move(w).value();
+  }
+  auto engine = std::make_unique<ThreadCopyEngine>();
+  ThreadCopyEngine* e = engine.get();
+  DeviceStager stager(std::move(engine));
+  DeviceState dev((1u << 20) / 4 + 3);
+  size_t state_bytes = 0;
+  for (const auto& piece : dev.Pieces()) state_bytes += piece.bytes;
+  for (int64_t step = 1; step <= 3; ++step) {
+    const DeviceState at_save = dev;
+    for (auto& w : writers) w->WaitStaged();
+    auto views = stager.Stage(dev.Pieces());  // once per step, as holdfast-train's StateViews
+    ASSERT_TRUE(views.ok());
+    std::vector<BufferView> buffers;
+    const std::string meta = "{\"step\": " + std::to_string(step) + "}";
+    buffers.push_back({"meta", meta.data(), meta.size()});
+    for (const StateView& v : *views) {
+      BufferView b{v.name, v.data, v.size};
+      b.defer_copy = true;
+      b.ready = v.ready;
+      buffers.push_back(std::move(b));
+    }
+    for (auto& w : writers) ASSERT_EQ(*w->Save(step, buffers), SaveDecision::kQueued);
+    ASSERT_TRUE(stager.FenceBeforeUpdate().ok());
+    dev.Update(1000.0f);
+    for (auto& w : writers) {
+      Status flushed = w->Flush();
+      ASSERT_TRUE(flushed.ok()) << flushed.ToString();
+    }
+    EXPECT_EQ(e->copied_bytes_, state_bytes * static_cast<size_t>(step)) << "one device copy per step, not per writer";
+    for (const char* tier : {"/disk", "/memory"}) {
+      Result<LoadedShard> shard = CheckpointLoader(root + tier).Load(step, 0);
+      ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+      for (const auto& piece : at_save.Pieces()) {
+        Result<ConstBufferView> b = shard->Find(piece.name);
+        ASSERT_TRUE(b.ok());
+        EXPECT_EQ(std::memcmp(b->data, piece.device, piece.bytes), 0) << tier << " " << piece.name << " " << step;
+      }
     }
   }
   std::filesystem::remove_all(root);

@@ -49,19 +49,28 @@ Result<std::optional<SnapshotTierConfig>> SnapshotTierFromEnvironment(
   if (const char* every = env(kEnvSnapshotEvery)) {
     HF_ASSIGN_OR_RETURN(tier.every, EnvNumber(kEnvSnapshotEvery, every, 1, int64_t{1} << 50));
   }
+  if (const char* replica = env(kEnvSnapshotReplicaEvery)) {
+    HF_ASSIGN_OR_RETURN(tier.replica_every, EnvNumber(kEnvSnapshotReplicaEvery, replica, 1, int64_t{1} << 50));
+  }
   return std::optional<SnapshotTierConfig>(tier);
 }
 
-Status CheckSnapshotBudget(uint64_t shard_bytes, uint64_t budget_bytes) {
-  const uint64_t need = kSnapshotsHeld * shard_bytes;
+int SnapshotsHeld(const SnapshotTierConfig& tier) {
+  return tier.replica_every > tier.every ? kSnapshotsHeld + 1 : kSnapshotsHeld;
+}
+
+Status CheckSnapshotBudget(uint64_t shard_bytes, uint64_t budget_bytes, int held) {
+  const uint64_t need = static_cast<uint64_t>(held) * shard_bytes;
   if (need <= budget_bytes) return Status::Ok();
   const double mib = 1 << 20;
   char text[512];
   std::snprintf(text, sizeof(text),
-                "a snapshot of this rank is %.1f MiB and %d of them (the newest and the one being written) need "
-                "%.1f MiB, more than this rank's %.1f MiB of recovery.memory_budget_mb; raise the budget to at "
-                "least %.0f MiB x the ranks per node",
-                shard_bytes / mib, kSnapshotsHeld, need / mib, budget_bytes / mib, std::ceil(need / mib));
+                "a snapshot of this rank is %.1f MiB and %d of them (%s) need %.1f MiB, more than this rank's "
+                "%.1f MiB of recovery.memory_budget_mb; raise the budget to at least %.0f MiB x the ranks per node",
+                shard_bytes / mib, held,
+                held > kSnapshotsHeld ? "the newest, the one being written and the newest replicated step"
+                                      : "the newest and the one being written",
+                need / mib, budget_bytes / mib, std::ceil(need / mib));
   return ResourceExhaustedError(text);
 }
 
@@ -97,11 +106,16 @@ CheckpointWriterOptions SnapshotWriterOptions(const SnapshotTierConfig& tier, co
   o.config_hash = disk.config_hash;
   o.policy = InFlightPolicy::kWait;  // a rank that skipped a step would leave its peers' commits waiting
   o.retention.keep_last = 1;
+  o.retention.keep_newest_every = tier.replica_every;  // the daemon holds it for the replica (hard links)
   if (disk.store != nullptr) o.store = std::make_shared<PrefixStore>(kSnapshotStorePrefix, disk.store);
   o.commit_timeout = disk.commit_timeout;
+  // A snapshot commit waits on its peers every step: when one dies, the
+  // survivors' exit (and so the restart) waits for this slice to end.
+  o.peer_wait_slice = kSnapshotPeerWaitSlice;
   o.start_writeback = false;  // tmpfs has no device to write back to
   o.log_commits = false;
   o.log_name = "memory snapshot";
+  o.prune_own_root = tier.prune_here && disk.rank != 0;
   return o;
 }
 

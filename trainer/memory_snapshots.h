@@ -6,13 +6,15 @@
 // The rank then saves its state there every `every` steps with a second
 // CheckpointWriter: the same shard files, manifest, checksums and commit
 // protocol as a disk checkpoint, in a store namespace of its own, keeping only
-// the newest committed snapshot. On a (re)start the rank restores from the
+// the newest committed snapshot (and, in a run of several nodes, the newest
+// of the steps the daemon replicates: docs/memory-snapshots.md). On a (re)start the rank restores from the
 // newest snapshot every rank holds and that verifies
 // (CheckpointLoader::RestoreNewest on that folder) before it looks at the disk.
 //
 // The budget: a rank holds at most kSnapshotsHeld of its shards on tmpfs at
-// once (the newest committed one and the next being written), so a snapshot
-// fits when kSnapshotsHeld x its shard size is within the rank's share. The
+// once (the newest committed one and the next being written; one more, the
+// newest replicated step, in a run of several nodes: SnapshotsHeld), so a
+// snapshot fits when that many times its shard size is within the rank's share. The
 // ranks agree (AgreeOnSnapshots): snapshots are taken by all ranks or by none,
 // since a commit needs every rank's shard.
 //
@@ -36,11 +38,23 @@ namespace holdfast {
 // from memory: a step is then saved at most once per tier and generation.
 inline constexpr const char* kSnapshotStorePrefix = "snap";
 inline constexpr int kSnapshotsHeld = 2;
+// The snapshot writer's CheckpointWriterOptions::peer_wait_slice: a rank
+// whose peer died exits (and the restart starts) at most this long after its
+// step failed, instead of the disk writer's 100 ms; the price is up to 40
+// store Gets a second per rank while a peer is slow to publish its shard.
+inline constexpr std::chrono::milliseconds kSnapshotPeerWaitSlice{25};
 
 struct SnapshotTierConfig {
   std::string dir;            // HOLDFAST_SNAPSHOT_DIR
   uint64_t budget_bytes = 0;  // HOLDFAST_SNAPSHOT_BUDGET_BYTES: this rank's share of the node's budget
   int64_t every = 1;          // HOLDFAST_SNAPSHOT_EVERY
+  // This rank clears the older snapshots of its node's folder after each
+  // commit: local rank 0 of a node without rank 0 (rank 0 clears its own).
+  bool prune_here = false;
+  // HOLDFAST_SNAPSHOT_REPLICA_EVERY: in a run of several nodes the daemon
+  // replicates the snapshots of steps that are multiples of it, so the newest
+  // of them is kept too; 0 = not replicated.
+  int64_t replica_every = 0;
 };
 
 // The tier as the supervisor set it up, read through `env` (getenv):
@@ -49,9 +63,14 @@ struct SnapshotTierConfig {
 Result<std::optional<SnapshotTierConfig>> SnapshotTierFromEnvironment(
     const std::function<const char*(const char*)>& env);
 
-// OK when kSnapshotsHeld snapshots of `shard_bytes` fit in `budget_bytes`;
-// else kResourceExhausted with the numbers and what to do.
-Status CheckSnapshotBudget(uint64_t shard_bytes, uint64_t budget_bytes);
+// How many of its snapshots a rank holds at once: kSnapshotsHeld, and one
+// more in a run of several nodes where the newest replicated step is not
+// always the newest (replica_every > every).
+int SnapshotsHeld(const SnapshotTierConfig& tier);
+
+// OK when `held` snapshots of `shard_bytes` fit in `budget_bytes`; else
+// kResourceExhausted with the numbers and what to do.
+Status CheckSnapshotBudget(uint64_t shard_bytes, uint64_t budget_bytes, int held = kSnapshotsHeld);
 
 // Every rank's CheckSnapshotBudget verdict made one: rank 0 gathers them
 // through `store` (not owned; may be null with one rank) and publishes the

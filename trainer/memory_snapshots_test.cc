@@ -37,6 +37,22 @@ TEST(MemorySnapshotsTest, TheTierIsWhatTheSupervisorSetAndBadValuesAreNamed) {
   EXPECT_EQ((*on)->dir, "/dev/shm/holdfast-snap-r-1");
   EXPECT_EQ((*on)->budget_bytes, 1048576u);
   EXPECT_EQ((*on)->every, 3);
+  EXPECT_EQ((*on)->replica_every, 0) << "one node: nothing replicated";
+  auto ring = FromEnv({{kEnvSnapshotDir, "/d"}, {kEnvSnapshotBudgetBytes, "1"}, {kEnvSnapshotReplicaEvery, "30"}});
+  ASSERT_TRUE(ring.ok()) << ring.status().ToString();
+  EXPECT_EQ((*ring)->replica_every, 30);
+  EXPECT_EQ(SnapshotWriterOptions(**ring, CheckpointWriterOptions{}).retention.keep_newest_every, 30);
+  EXPECT_EQ(SnapshotsHeld(**ring), 3) << "the newest replicated step is a third snapshot";
+  EXPECT_EQ(SnapshotsHeld(**on), 2);
+  Status three = CheckSnapshotBudget(4u << 20, 10u << 20, SnapshotsHeld(**ring));
+  ASSERT_FALSE(three.ok());
+  EXPECT_NE(three.message().find("3 of them (the newest, the one being written and the newest replicated step) need "
+                                 "12.0 MiB"),
+            std::string::npos)
+      << three.message();
+  auto no_ring = FromEnv({{kEnvSnapshotDir, "/d"}, {kEnvSnapshotBudgetBytes, "1"}, {kEnvSnapshotReplicaEvery, "-3"}});
+  ASSERT_FALSE(no_ring.ok());
+  EXPECT_NE(no_ring.status().message().find(kEnvSnapshotReplicaEvery), std::string::npos);
   auto bad = FromEnv({{kEnvSnapshotDir, "/d"}, {kEnvSnapshotBudgetBytes, "12MB"}});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("HOLDFAST_SNAPSHOT_BUDGET_BYTES='12MB' is not a whole number"),

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <limits>
 
+#include "trainer/comm/communicator.h"
+#include "trainer/tensor_parallel.h"
+
 namespace holdfast {
 
 namespace F = torch::nn::functional;
@@ -226,16 +229,28 @@ void KvCache::Select(const torch::Tensor& rows) {
   batch_ = r.size(0);
 }
 
-GptImpl::GptImpl(const ModelConfig& cfg, ComputeOptions compute) : cfg_(cfg), compute_(compute) {
+GptImpl::GptImpl(const ModelConfig& cfg, ComputeOptions compute, Communicator* tensor_parallel)
+    : cfg_(cfg), compute_(compute),
+      tp_(tensor_parallel != nullptr && tensor_parallel->world_size() > 1 ? tensor_parallel : nullptr) {
+  TORCH_CHECK(tp_ == nullptr || !compute.bf16, "tensor parallelism runs in float32 for now: set train.precision = fp32");
   wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.n_embd));
   wpe_ = register_module("wpe", torch::nn::Embedding(cfg.block_size, cfg.n_embd));
   h_ = register_module("h", torch::nn::ModuleList());
-  for (int i = 0; i < cfg.n_layer; ++i) h_->push_back(Block(cfg, compute));
+  for (int i = 0; i < cfg.n_layer; ++i) {
+    if (tp_ == nullptr) {
+      h_->push_back(Block(cfg, compute));
+      continue;
+    }
+    Result<std::shared_ptr<ParallelBlockImpl>> block = ParallelBlockImpl::Create(cfg, tp_);
+    TORCH_CHECK(block.ok(), block.status().ToString());
+    h_->push_back(*block);
+  }
   ln_f_ = register_module("ln_f", LayerNorm(cfg.n_embd, cfg.bias));
   pos_ = register_buffer("pos", torch::arange(cfg.block_size, torch::kLong));
 }
 
 void GptImpl::InitWeights() {
+  TORCH_CHECK(tp_ == nullptr, "InitWeights: a tensor-parallel model takes its weights from a full one (LoadFromFull)");
   torch::NoGradGuard no_grad;
   const double proj_std = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
   for (auto& item : named_parameters()) {
@@ -265,7 +280,9 @@ torch::Tensor GptImpl::Logits(const torch::Tensor& idx) {
   const int64_t T = idx.size(1);
   auto x = wte_(idx) + wpe_(pos_.slice(0, 0, T));
   if (cfg_.dropout > 0 && is_training()) x = F::dropout(x, F::DropoutFuncOptions().p(cfg_.dropout).training(true));
-  for (const auto& block : *h_) x = block->as<Block>()->forward(x);
+  for (const auto& block : *h_) {
+    x = tp_ != nullptr ? block->as<ParallelBlockImpl>()->forward(x) : block->as<Block>()->forward(x);
+  }
   x = ln_f_(x);
   torch::Tensor logits;  // tied lm_head
   if (compute_.bf16) {
@@ -276,7 +293,15 @@ torch::Tensor GptImpl::Logits(const torch::Tensor& idx) {
   return logits;
 }
 
+Status GptImpl::LoadFromFull(const GptImpl& full) {
+  return CopyParts(full, *this, [this](const std::string& name, const torch::Tensor& t) -> Result<torch::Tensor> {
+    if (tp_ == nullptr) return t;
+    return GptTensorParallelShardOf(name, t, tp_->rank(), tp_->world_size());
+  }).WithContext("LoadFromFull");
+}
+
 torch::Tensor GptImpl::Prefill(const torch::Tensor& idx, KvCache* cache, int64_t capacity, const torch::Tensor& pad) {
+  TORCH_CHECK(tp_ == nullptr, "Prefill: incremental decoding of a tensor-parallel model is not built yet");
   torch::NoGradGuard no_grad;
   TORCH_CHECK(cache != nullptr, "Prefill: cache is null");
   TORCH_CHECK(idx.dim() == 2 && idx.size(0) >= 1 && idx.size(1) >= 1,
@@ -329,6 +354,7 @@ torch::Tensor GptImpl::Prefill(const torch::Tensor& idx, KvCache* cache, int64_t
 
 torch::Tensor GptImpl::DecodeStep(const torch::Tensor& tokens, KvCache* cache) {
   torch::NoGradGuard no_grad;
+  TORCH_CHECK(tp_ == nullptr, "DecodeStep: incremental decoding of a tensor-parallel model is not built yet");
   TORCH_CHECK(cache != nullptr && cache->batch_ > 0, "DecodeStep: the cache is empty; call Prefill first");
   const int64_t B = cache->batch_, slot = cache->length_;
   TORCH_CHECK(tokens.numel() == B && (tokens.dim() == 1 || (tokens.dim() == 2 && tokens.size(1) == 1)),

@@ -9,9 +9,12 @@
 
 #include <torch/torch.h>
 
+#include "common/status.h"
 #include "trainer/config.h"
 
 namespace holdfast {
+
+class Communicator;
 
 // Rows of queries per block in CausalAttention: big enough for BLAS to run at
 // speed, small enough that the skipped masked area matters (bench/: T = 256).
@@ -135,7 +138,13 @@ class KvCache {
 
 class GptImpl : public torch::nn::Module {
  public:
-  explicit GptImpl(const ModelConfig& cfg, ComputeOptions compute = {});
+  // `tensor_parallel` (not owned; null or a group of one = none): the blocks
+  // are split over that group (trainer/tensor_parallel.h), the embeddings and
+  // ln_f replicated. A split model takes its weights from a full one
+  // (LoadFromFull); its incremental decoding is not built yet (c10::Error).
+  // A config that does not split is a c10::Error naming it
+  // (ParallelBlockImpl::Create says so as a Status first).
+  explicit GptImpl(const ModelConfig& cfg, ComputeOptions compute = {}, Communicator* tensor_parallel = nullptr);
 
   // idx, targets: int64 [B, T]. Returns the mean cross-entropy over targets != -1.
   torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& targets);
@@ -164,10 +173,16 @@ class GptImpl : public torch::nn::Module {
   void InitWeights();
 
   const ModelConfig& config() const { return cfg_; }
+  bool tensor_parallel() const { return tp_ != nullptr; }
+  // This model's part of every parameter of `full` (a GptImpl of the same
+  // config, not split): replicated ones copied, split ones sliced
+  // (TensorParallelShardOf). Also for an unsplit model (a plain copy).
+  Status LoadFromFull(const GptImpl& full);
 
  private:
   ModelConfig cfg_;
   ComputeOptions compute_;
+  Communicator* tp_ = nullptr;  // set only for a group of 2 or more
   torch::nn::Embedding wte_{nullptr};
   torch::nn::Embedding wpe_{nullptr};
   torch::nn::ModuleList h_{nullptr};

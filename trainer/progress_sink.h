@@ -38,6 +38,9 @@ class ProgressSink {
   virtual void CollectiveDone(uint64_t seq) = 0;
   virtual void SetCheckpointStep(int64_t step) = 0;
   virtual void RecordCheckpointFailure(int64_t step, const std::string& message) = 0;
+  // What the state was restored from (ProgressWriter::SetRestored), once,
+  // before the first step.
+  virtual void SetRestored(int64_t step, RestoreTier tier, uint32_t skipped) = 0;
 };
 
 // Reports into a rank's shared-memory progress record.
@@ -57,6 +60,9 @@ class ProgressRecordSink final : public ProgressSink {
   void RecordCheckpointFailure(int64_t step, const std::string& message) override {
     writer_->RecordCheckpointFailure(step, message);
   }
+  void SetRestored(int64_t step, RestoreTier tier, uint32_t skipped) override {
+    writer_->SetRestored(step, tier, skipped);
+  }
 
  private:
   const std::unique_ptr<ProgressWriter> writer_;  // never null
@@ -73,6 +79,7 @@ class NoProgressSink final : public ProgressSink {
   void CollectiveDone(uint64_t) override {}
   void SetCheckpointStep(int64_t) override {}
   void RecordCheckpointFailure(int64_t, const std::string&) override {}
+  void SetRestored(int64_t, RestoreTier, uint32_t) override {}
 };
 
 // A process-wide NoProgressSink, for whoever has no record to report into.

@@ -107,13 +107,35 @@ int CudaDeviceCount() { return static_cast<int>(torch::cuda::device_count()); }
 
 void ConfigureTorchRuntime(int threads) {
   at::set_num_threads(threads);
-  at::set_num_interop_threads(1);
+  static bool interop_set = false;  // a second call throws in LibTorch
+  if (!interop_set) at::set_num_interop_threads(1);
+  interop_set = true;
   // Keep freed activation buffers in the heap instead of returning them to the
   // kernel: glibc otherwise serves every large tensor with a fresh mmap and the
   // step pays ~15k page faults zero-filling them (bench/: ~8% of a step).
   mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's maximum on 64-bit
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 256 << 20);
+}
+
+Status WarmUpRuntime(const TrainerConfig& config) {
+  ConfigureTorchRuntime(config.train.threads);
+  try {
+    ModelConfig small = config.model;
+    small.n_layer = 1;
+    small.n_head = std::max(1, std::min(config.model.n_head, 4));
+    small.n_embd = small.n_head * std::max(1, std::min(config.model.n_embd, 128) / small.n_head);
+    small.block_size = std::min(config.model.block_size, 64);
+    small.vocab_size = std::min(config.model.vocab_size, 1024);
+    small.dropout = 0.0;
+    Gpt model(small, ComputeOptions{config.train.precision == "bf16"});
+    model->train();
+    const torch::Tensor idx = torch::zeros({std::min(config.train.micro_batch, 4), small.block_size}, torch::kLong);
+    model->forward(idx, idx).backward();
+  } catch (const std::exception& e) {
+    return InternalError(std::string("LibTorch warm-up: ") + e.what());
+  }
+  return Status::Ok();
 }
 
 struct Trainer::Impl {

@@ -212,7 +212,15 @@ class Trainer {
 int CudaDeviceCount();
 
 // Applies the threading and allocator settings determinism and speed depend on;
-// call once at process start, before any LibTorch work.
+// call at process start, before any LibTorch work (again later: only the
+// intra-op thread count changes; LibTorch fixes the inter-op pool once).
 void ConfigureTorchRuntime(int threads);
+
+// A warm spare's start-up (trainer/spare.h): ConfigureTorchRuntime, then one
+// forward and backward of a small model of config.model's kind on the CPU
+// (LibTorch's kernels, thread pools and allocator touched once), thrown away.
+// Never touches a device, never the global RNG's later use (Create seeds it).
+// Its memory is bounded (at most 128 wide, 1 layer), whatever the model.
+Status WarmUpRuntime(const TrainerConfig& config);
 
 }  // namespace holdfast

@@ -7,7 +7,7 @@
 // record has no checksum; what the reader validates is its magic and version
 // (and its sequence lock: an odd seq that never turns even reads as torn).
 // This harness writes each fuzzed record into a memfd that a ProgressReader
-// maps, with the magic and version repaired, and feeds what the reader returns
+// maps, with the magic and version repaired (unless the flags say not), and feeds what the reader returns
 // to the daemon's consumers, poll by poll, as the supervisor does: the
 // HangDetector and, on a hang, TriageHang; the StragglerDetector; the cluster
 // protocol that carries a follower's views to the leader (encode, parse back);
@@ -22,8 +22,8 @@
 //     [13, 15) wait status of the rank that ends last (triaged as a crash)
 //     [15]     straggler settings: bit 0: factor 2 (else 0, off); bits 1-3: min_duration_s
 //   then, for each poll and each rank in turn: one state byte (bits 0-2: the
-//   /proc state, "RSDTtZIX"; bit 3: the process is dead) and the record's 936
-//   bytes. A trailing partial poll is ignored.
+//   /proc state, "RSDTtZIX"; bit 3: the process is dead) and the record's
+//   sizeof(ProgressRecordLayout) bytes (952). A trailing partial poll is ignored.
 // Properties: see the HF_CHECKs. Seeds: tests/fuzz/corpus/progress_record
 // (records written by ProgressWriter during a simulated run).
 #include <sys/mman.h>
@@ -50,6 +50,7 @@ namespace holdfast {
 namespace {
 
 constexpr size_t kRecordSize = sizeof(ProgressRecordLayout);
+constexpr size_t kV2Size = offsetof(ProgressRecordLayout, restored_step);
 constexpr size_t kHeaderSize = 16;
 constexpr int kMaxRanks = 4;
 constexpr char kProcStates[] = "RSDTtZIX";
@@ -97,6 +98,7 @@ int64_t Carried(int64_t t, int64_t now) { return t <= 0 ? 0 : (t >= now ? now : 
 bool KnownToThisBuild(const ProgressRecordLayout& p) {
   if (p.phase > static_cast<uint32_t>(Phase::kDone)) return false;
   if (p.collective_kind > static_cast<uint32_t>(CollectiveKind::kReduceScatter)) return false;
+  if (p.restore_tier > static_cast<uint32_t>(RestoreTier::kMemory)) return false;
   const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
   for (uint64_t i = 0; i < n; ++i) {
     if (p.ring[(p.ring_head - n + i) % kProgressRingSize].kind > static_cast<uint32_t>(CollectiveKind::kReduceScatter)) {
@@ -124,6 +126,8 @@ void CheckDecoded(const ProgressSnapshot& snap, const RankProgress& p) {
   HF_CHECK(p.collectives_issued == r.collectives_issued && p.collectives_done == r.collectives_done);
   HF_CHECK(p.heartbeat_ns == r.heartbeat_ns && p.phase_started_ns == r.phase_started_ns);
   HF_CHECK(p.checkpoint_failures == r.checkpoint_failures && p.checkpoint_failed_step == r.checkpoint_failed_step);
+  HF_CHECK(p.restored_step == r.restored_step && static_cast<uint32_t>(p.restore_tier) == r.restore_tier);
+  HF_CHECK(p.restore_skipped == r.restore_skipped);
   const uint64_t n = std::min<uint64_t>(r.ring_head, kProgressRingSize);
   HF_CHECK(p.ring_head == r.ring_head && p.ring.size() == n);
   for (uint64_t k = 0; k < n; ++k) {
@@ -161,6 +165,8 @@ void CheckCarried(const std::vector<RankView>& views, int64_t now) {
     HF_CHECK(b.waiting_on == a.waiting_on && b.last_step_ns == a.last_step_ns);
     HF_CHECK(b.checkpoint_step == a.checkpoint_step && b.checkpoint_failures == a.checkpoint_failures);
     HF_CHECK(b.checkpoint_failed_step == a.checkpoint_failed_step && b.ring_head == a.ring_head);
+    HF_CHECK(b.restored_step == a.restored_step && b.restore_tier == a.restore_tier);
+    HF_CHECK(b.restore_skipped == a.restore_skipped);
     HF_CHECK(b.phase_started_ns == Carried(a.phase_started_ns, now));
     HF_CHECK(b.step_started_ns == Carried(a.step_started_ns, now));
     HF_CHECK(b.heartbeat_ns == Carried(a.heartbeat_ns, now));
@@ -252,9 +258,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       v.proc_state = ProcStateFromLetter(kProcStates[slot[0] & 7]);
       v.alive = (slot[0] & 8) == 0;
       const ProgressSnapshot snap = ReadThrough(slots[r], record);
-      HF_CHECK(snap.valid == (record.magic == kProgressMagic && record.version == kProgressVersion));
+      // A version 2 record (an older Python module) is read as its prefix,
+      // with the restore fields unreported; any other version is not read.
+      const bool v2 = record.version == 2;
+      HF_CHECK(snap.valid == (record.magic == kProgressMagic && (record.version == kProgressVersion || v2)));
       HF_CHECK(!snap.torn || record.seq % 2 == 1);
-      if (snap.valid) HF_CHECK(std::memcmp(&snap.record, &record, kRecordSize) == 0);
+      if (snap.valid) {
+        HF_CHECK(std::memcmp(&snap.record, &record, v2 ? kV2Size : kRecordSize) == 0);
+        if (v2) {
+          HF_CHECK(snap.record.restored_step == -1 && snap.record.restore_skipped == 0);
+          HF_CHECK(snap.record.restore_tier == static_cast<uint32_t>(RestoreTier::kUnreported));
+        }
+      }
       v.progress = DecodeProgress(snap);
       CheckDecoded(snap, v.progress);
       views.push_back(std::move(v));

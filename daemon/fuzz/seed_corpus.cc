@@ -285,6 +285,19 @@ std::vector<ProgressSnapshot> ProgressSeeds(const fs::path& tmp, const fs::path&
     WriteFile(dir / "checkpoint-failed.bin", ProgressSeed(0x00, MonotonicNowNs(), kPoll, 0, 0x00, {Poll({&r0})}));
   }
   {
+    // A rank restored from a memory snapshot of step 14, one newer snapshot
+    // passed over, then trained a step.
+    Rank r0(tmp, 0);
+    r0.w().SetRestored(14, RestoreTier::kMemory, 1);
+    r0.Step(15);
+    WriteFile(dir / "restored-from-memory.bin", ProgressSeed(0x00, MonotonicNowNs(), kPoll, 0, 0x00, {Poll({&r0})}));
+    // Read as written (flags 15): the same record from a version 2 writer (an
+    // older Python module), whose restore fields the reader must not trust.
+    std::vector<ProgressSnapshot> v2 = Poll({&r0});
+    v2[0].record.version = 2;
+    WriteFile(dir / "unrepaired-version-2.bin", ProgressSeed(0x0f, MonotonicNowNs(), kPoll, 0, 0x00, {v2}));
+  }
+  {
     // Read as written (flags 15): a file nobody initialised.
     ProgressSnapshot zero;
     WriteFile(dir / "unrepaired-zeroed.bin", ProgressSeed(0x0f, MonotonicNowNs(), kPoll, 0, 0x00, {{zero}}));
@@ -296,10 +309,10 @@ std::vector<ProgressSnapshot> ProgressSeeds(const fs::path& tmp, const fs::path&
 
 void ControlSeeds(const fs::path& out) {
   const fs::path dir = Fresh(out, "control_protocol");
-  WriteFile(dir / "request-ping.json", EncodeRequest({1, control_op::kPing, "{}"}));
-  WriteFile(dir / "request-status.json", EncodeRequest({2, control_op::kStatus, "{\"run_id\":\"r-20261130-1\"}"}));
-  WriteFile(dir / "request-checkpoint.json", EncodeRequest({3, control_op::kCheckpoint, "{}"}));
-  WriteFile(dir / "request-stop.json", EncodeRequest({4, control_op::kStop, "{}"}));
+  WriteFile(dir / "request-ping.json", EncodeRequest({1, control_op::kPing, "{}", std::nullopt}));
+  WriteFile(dir / "request-status.json", EncodeRequest({2, control_op::kStatus, "{\"run_id\":\"r-20261130-1\"}", "r-20261130-1"}));
+  WriteFile(dir / "request-checkpoint.json", EncodeRequest({3, control_op::kCheckpoint, "{}", std::nullopt}));
+  WriteFile(dir / "request-stop.json", EncodeRequest({4, control_op::kStop, "{}", std::nullopt}));
   RunStatus st;
   st.run_id = "r-20261130-1";
   st.name = "quickstart";
@@ -379,7 +392,7 @@ void ClusterSeeds(const std::vector<ProgressSnapshot>& records, const fs::path& 
   put("kill.json", KillMsg{3, {3}});
   put("finish.json", FinishMsg{0, "finished"});
   put("challenge.json", ChallengeMsg{std::string(32, '\x33')});
-  put("welcome.json", WelcomeMsg{std::string(32, '\x44')});
+  put("welcome.json", WelcomeMsg{std::string(32, '\x44'), "run-20261201-1"});
 }
 
 // ---- configs: the example files ----

@@ -166,6 +166,8 @@ def main():
         print(f"rank {rank}: resumed from the checkpoint of step {start}", flush=True)
     if holdfast is not None and resume is not None:
         holdfast.checkpoint_committed(start, checkpoint_path(args.out, start) if rank == 0 else None)
+    if holdfast is not None:
+        holdfast.resumed(start if resume is not None else None)  # lineage: where each generation started
 
     metrics = open(os.path.join(args.out, f"metrics-rank{rank}.jsonl"), "a")
     loss_value = float("nan")

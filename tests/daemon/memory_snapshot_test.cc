@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "checkpoint/checkpoint_loader.h"
+#include "tests/daemon/snapshot_folders.h"
 #include "common/run_files.h"
 #include "tests/daemon/supervised_run.h"
 
@@ -38,33 +39,7 @@ class MemorySnapshotTest : public SupervisedRunTest {
     return out;
   }
 
-  // Stops both ranks and waits until the daemon sees them stopped, so that
-  // the snapshots in memory stay as they are. Returns their pids.
-  std::vector<pid_t> FreezeRanks(ChildProcess& daemon, const RunStatus& st) {
-    std::vector<pid_t> pids;
-    for (const auto& r : st.nodes[0].ranks) pids.push_back(static_cast<pid_t>(r.pid));
-    for (pid_t p : pids) EXPECT_EQ(kill(p, SIGSTOP), 0);
-    auto stopped = testing::WaitForStatus(daemon, dir_ / "run", "both ranks stopped", 120, [](const RunStatus& s) {
-      if (s.nodes.empty() || s.nodes[0].ranks.size() != 2) return false;
-      for (const auto& r : s.nodes[0].ranks) {
-        if (r.state.rfind("stopped", 0) != 0) return false;
-      }
-      return true;
-    });
-    EXPECT_TRUE(stopped.has_value()) << ReadFile(dir_ / "daemon.log");
-    return pids;
-  }
-
-  // The newest snapshot with a manifest that verifies its own checksum; -1 if none.
-  static int64_t NewestCommitted(const std::string& folder) {
-    CheckpointLoader loader(folder);
-    auto steps = loader.ListSteps();
-    if (!steps.ok()) return -1;
-    for (int64_t s : *steps) {
-      if (loader.ReadManifest(s).ok()) return s;
-    }
-    return -1;
-  }
+  static int64_t NewestCommitted(const std::string& folder) { return NewestCommittedSnapshot(folder); }
 
   // The log of rank `rank` of generation `generation` (attempt 1).
   std::string RankLog(int generation, int rank) const {
@@ -122,6 +97,8 @@ TEST_F(MemorySnapshotTest, AKilledRankResumesFromTheNewestSnapshotWithTheDiskChe
   const std::string log = RankLog(1, 0);
   ASSERT_TRUE(std::regex_search(log, m, resumed));
   EXPECT_EQ((*gens)[1].start_step, std::stoll(m[3].str()));
+  EXPECT_EQ((*gens)[1].restore_tier, "memory");
+  EXPECT_EQ((*gens)[0].restore_tier, "none");
   auto inc = db->LastIncident(run->run_id);
   ASSERT_TRUE(inc.ok() && inc->has_value());
   EXPECT_NE((*inc)->action.find(" (memory snapshot)"), std::string::npos) << (*inc)->action;
@@ -166,6 +143,31 @@ TEST_F(MemorySnapshotTest, AFlippedByteInTheSnapshotsFallsBackToTheDiskCheckpoin
     EXPECT_NE(log.find("restore tier: disk"), std::string::npos) << log;
   }
   EXPECT_NE(RankLog(1, 0).find("Corruption"), std::string::npos) << RankLog(1, 0);
+  // Lineage has where generation 1 really started: the disk checkpoint the
+  // ranks restored, not the snapshot the daemon expected, and a note of it.
+  std::smatch m;
+  const std::string log = RankLog(1, 0);
+  const std::regex disk("resumed from checkpoint \\S+ \\(step ([0-9]+)\\); restore tier: disk");
+  ASSERT_TRUE(std::regex_search(log, m, disk)) << log;
+  auto db = Lineage();
+  ASSERT_NE(db, nullptr);
+  auto run = db->LatestRun();
+  ASSERT_TRUE(run.ok());
+  auto gens = db->Generations(run->run_id);
+  ASSERT_TRUE(gens.ok());
+  ASSERT_EQ(gens->size(), 2u);
+  EXPECT_EQ((*gens)[1].start_step, std::stoll(m[1].str()));
+  EXPECT_EQ((*gens)[1].restore_tier, "disk");
+  auto events = db->Events(run->run_id, 0);
+  ASSERT_TRUE(events.ok());
+  bool noted = false;
+  for (const EventRecord& e : *events) {
+    if (e.kind != "snapshot_passed_over") continue;
+    noted = true;
+    EXPECT_EQ(e.generation, 1);
+    EXPECT_NE(e.summary.find("and restored step " + m[1].str() + " from the disk"), std::string::npos) << e.summary;
+  }
+  EXPECT_TRUE(noted) << "no snapshot_passed_over event";
   ExpectNothingLeftInShm(st->run_id);
 }
 

@@ -96,6 +96,23 @@ class SupervisedRunTest : public ::testing::Test {
     });
   }
 
+  // Stops both ranks and waits until the daemon sees them stopped, so that
+  // the snapshots in memory stay as they are. Returns their pids.
+  std::vector<pid_t> FreezeRanks(ChildProcess& daemon, const RunStatus& st) {
+    std::vector<pid_t> pids;
+    for (const auto& r : st.nodes[0].ranks) pids.push_back(static_cast<pid_t>(r.pid));
+    for (pid_t p : pids) EXPECT_EQ(kill(p, SIGSTOP), 0);
+    auto stopped = testing::WaitForStatus(daemon, dir_ / "run", "both ranks stopped", 120, [](const RunStatus& s) {
+      if (s.nodes.empty() || s.nodes[0].ranks.size() != 2) return false;
+      for (const auto& r : s.nodes[0].ranks) {
+        if (r.state.rfind("stopped", 0) != 0) return false;
+      }
+      return true;
+    });
+    EXPECT_TRUE(stopped.has_value()) << ReadFile(dir_ / "daemon.log");
+    return pids;
+  }
+
   // The newest run of lineage.db with the database it was read from;
   // nullopt (and a failed expectation) when there is none.
   struct Recorded {
@@ -127,6 +144,19 @@ class SupervisedRunTest : public ::testing::Test {
 };
 
 
+
+// The loss a --metrics file (JSON lines) records for `step`; -1 if none.
+inline double LossAtStep(const std::string& path, int64_t step) {
+  std::istringstream in(ReadFile(path));
+  std::string line;
+  double loss = -1;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line);
+    if (j["step"] == step) loss = j["loss"].get<double>();
+  }
+  return loss;
+}
 
 // This machine's host name, as the local scheduler names nodes.
 inline std::string ThisHost() {

@@ -71,7 +71,9 @@ TEST_F(SupervisionTest, SigkillOfARankIsACrashThatRestartsFromTheCheckpoint) {
   EXPECT_EQ(j["nodes"]["credited"], ThisHost());
   EXPECT_TRUE(j["slurm"]["job_ids"].empty());
   EXPECT_EQ(j["timeline"].front()["time_ms"], failed.started_ms);
-  EXPECT_EQ(j["timeline"].back()["text"], "generation 1 started from step " + std::to_string(resumed.start_step));
+  EXPECT_EQ(j["timeline"].back()["text"],
+            "generation 1 started from step " + std::to_string(resumed.start_step) + " (disk checkpoint)")
+      << "the ranks said where they restored it from";
   EXPECT_NE(j["triage"].get<std::string>().find("exit      killed by signal 9 (SIGKILL)"), std::string::npos);
   ProcessResult md = RunProcess({BuildPath("cli/runctl"), "--run-dir", dir_ / "run", "incident", "latest"});
   ASSERT_EQ(md.exit_code, 0) << md.output;
@@ -232,7 +234,11 @@ TEST_F(SupervisionTest, TwoNodesAFollowerRankDiesAndBothNodesRestart) {
   EXPECT_EQ((*inc)->node, ThisHost() + "-n1");
   auto gens = db->Generations(run->run_id);
   ASSERT_TRUE(gens.ok());
-  EXPECT_EQ(gens->size(), 2u);
+  ASSERT_EQ(gens->size(), 2u);
+  // Every rank said where it restored from, the follower's through the cluster protocol.
+  EXPECT_EQ((*gens)[0].restore_tier, "none");
+  EXPECT_EQ((*gens)[1].restore_tier, "disk");
+  EXPECT_GT((*gens)[1].start_step, 0);
 }
 
 // Two nodes of one rank each: the follower's only rank dies. It is restarted
@@ -340,18 +346,7 @@ TEST_F(SupervisionTest, AnElasticRunLosesANodeAndGoesOnWithTheOthers) {
             std::string::npos)
       << rank_log;
   // The run's last step against the fault-free run's, and it went on at world 2.
-  auto last_loss = [](const std::string& path) {
-    std::istringstream in(ReadFile(path));
-    std::string line;
-    double loss = -1;
-    while (std::getline(in, line)) {
-      if (line.empty()) continue;
-      auto j = nlohmann::json::parse(line);
-      if (j["step"] == 30) loss = j["loss"].get<double>();
-    }
-    return loss;
-  };
-  const double want = last_loss(dir_ / "ref.jsonl"), got = last_loss(dir_ / "metrics.jsonl");
+  const double want = LossAtStep(dir_ / "ref.jsonl", 30), got = LossAtStep(dir_ / "metrics.jsonl", 30);
   ASSERT_GT(want, 0);
   EXPECT_NEAR(got, want, 1e-4 * want) << "the resharded run's final loss";
 }

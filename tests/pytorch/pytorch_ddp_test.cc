@@ -261,6 +261,15 @@ TEST_F(PytorchDdpTest, SigkillOfARankRestartsFromItsCheckpointAndEndsAsTheFaultF
   EXPECT_EQ(inc->rank, 1) << inc->summary;
   EXPECT_NE(inc->summary.find("SIGKILL"), std::string::npos) << inc->summary;
   EXPECT_NE(ReadFile(job->log()).find("from step"), std::string::npos);
+  // The job said where each generation started (holdfast.resumed): lineage has it.
+  auto db = OpenLineageReadOnly(job->run_dir());
+  ASSERT_NE(db, nullptr);
+  auto gens = db->Generations(job->Run().run_id);
+  ASSERT_TRUE(gens.ok());
+  ASSERT_EQ(gens->size(), 2u);
+  EXPECT_EQ((*gens)[0].restore_tier, "none");
+  EXPECT_EQ((*gens)[1].restore_tier, "disk");
+  EXPECT_GT((*gens)[1].start_step, 0);
 }
 
 TEST_F(PytorchDdpTest, SigstopOfARankIsAHangNamingItAndTheCollectiveTheOthersWaitIn) {

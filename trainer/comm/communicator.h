@@ -81,6 +81,19 @@ class Communicator {
   virtual Status AllreduceDoubles(double* data, size_t count, ReduceOp op) = 0;
   // In-place broadcast of `bytes` bytes from root to all ranks.
   virtual Status Broadcast(void* data, size_t bytes, int root) = 0;
+  // Point to point, for a pipeline's activations and gradients: sends
+  // `send_bytes` bytes at `send` to rank `send_to` and receives `recv_bytes`
+  // bytes into `recv` from rank `recv_from`, both at once (either side left
+  // out with -1), so that two neighbours that each send and receive never
+  // wait on one another. Queued in issue order with the collectives; between
+  // two ranks the n-th message one sends is the n-th the other receives, and
+  // its size must be the receive's (the caller's to keep: both sides know
+  // the activations' shape). The
+  // buffers must stay valid until Wait returns. Host memory for Gloo, device
+  // memory for NCCL. A peer outside the world, this rank itself or a null
+  // buffer of nonzero size is refused before anything is queued.
+  virtual std::unique_ptr<Work> SendRecvAsync(const void* send, size_t send_bytes, int send_to, void* recv,
+                                              size_t recv_bytes, int recv_from) = 0;
   virtual Status Barrier() = 0;
 };
 

@@ -137,6 +137,56 @@ TEST_P(GlooWorldTest, NoRankLeavesABarrierBeforeAllArrived) {
   });
 }
 
+// A pipeline's exchange: every rank sends to the next and receives from the
+// previous at once (a ring, so a rank that sent before receiving would wait
+// forever on Gloo's rendezvous), several messages of different sizes in a
+// row, each arriving whole and in order.
+TEST_F(GlooTest, SendRecvBothWaysAtOnceDeliversEveryMessageInOrder) {
+  constexpr int kWorld = 3;
+  RunRanks(kWorld, [&](int rank, Communicator& comm) {
+    const int next = (rank + 1) % kWorld, prev = (rank + kWorld - 1) % kWorld;
+    for (size_t n : {size_t{1}, size_t{1000}, size_t{0}, size_t{1} << 18}) {
+      std::vector<float> out(n), in(n, -1.0f);
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(rank * 1000003 + static_cast<int>(i));
+      auto work = comm.SendRecvAsync(out.data(), n * sizeof(float), next, in.data(), n * sizeof(float), prev);
+      ASSERT_TRUE(work->Wait().ok()) << "rank " << rank << ", " << n << " floats";
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(in[i], static_cast<float>(prev * 1000003 + static_cast<int>(i))) << "rank " << rank << " index " << i;
+      }
+    }
+    // One way only, then a collective: the queue goes on in issue order.
+    float token = static_cast<float>(rank);
+    if (rank == 0) {
+      ASSERT_TRUE(comm.SendRecvAsync(&token, sizeof token, 1, nullptr, 0, -1)->Wait().ok());
+    }
+    if (rank == 1) {
+      ASSERT_TRUE(comm.SendRecvAsync(nullptr, 0, -1, &token, sizeof token, 0)->Wait().ok());
+      EXPECT_EQ(token, 0.0f);
+    }
+    float sum = 1.0f;
+    ASSERT_TRUE(comm.Allreduce(&sum, 1, ReduceOp::kSum).ok());
+    EXPECT_EQ(sum, static_cast<float>(kWorld));
+  });
+}
+
+TEST_F(GlooTest, SendRecvToItselfOrOutsideTheWorldIsRefusedAndTheCommunicatorGoesOn) {
+  RunRanks(2, [&](int rank, Communicator& comm) {
+    float x = 0;
+    Status self = comm.SendRecvAsync(&x, 4, rank, nullptr, 0, -1)->Wait();
+    EXPECT_EQ(self.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(self.message().find("is not another rank of world 2"), std::string::npos) << self.message();
+    EXPECT_EQ(comm.SendRecvAsync(nullptr, 0, -1, &x, 4, 7)->Wait().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(comm.SendRecvAsync(nullptr, 4, 1 - rank, nullptr, 0, -1)->Wait().code(), StatusCode::kInvalidArgument);
+    float sum = 1.0f;
+    ASSERT_TRUE(comm.Allreduce(&sum, 1, ReduceOp::kSum).ok());
+    EXPECT_EQ(sum, 2.0f);
+  });
+  auto local = MakeLocalCommunicator();
+  float x = 0;
+  EXPECT_EQ(local->SendRecvAsync(&x, 4, 1, nullptr, 0, -1)->Wait().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(local->SendRecvAsync(nullptr, 0, -1, nullptr, 0, -1)->Wait().ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, GlooWorldTest, ::testing::Values(2, 3));
 
 // ---- ZeRO-1's collectives: reduce-scatter, allgather, allreduce of doubles ----

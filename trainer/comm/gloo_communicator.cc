@@ -53,6 +53,8 @@ namespace {
 // (gloo/types.h); slots also carry the collective's sequence number, so this
 // only keeps our sends apart from Gloo's in a reader's trace.
 constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
+// Point-to-point messages: the slot is the n-th message of the pair's direction.
+constexpr uint8_t kSendRecvSlotPrefix = 0x41;
 
 // Carries a Store failure through Gloo's rendezvous code back to GlooError.
 struct StoreFailure : std::exception {
@@ -159,7 +161,7 @@ void ScaleFloats(float* data, size_t count, int world_size) {
 
 // State shared between the communicator, its worker thread and its Work handles.
 struct Core {
-  enum class Kind { kAllreduce, kReduceScatter, kAllgather, kAllreduceDoubles, kBroadcast, kBarrier };
+  enum class Kind { kAllreduce, kReduceScatter, kAllgather, kAllreduceDoubles, kBroadcast, kBarrier, kSendRecv };
   struct Op {
     Kind kind = Kind::kBarrier;
     void* data = nullptr;
@@ -168,6 +170,11 @@ struct Core {
     size_t count = 0;
     ReduceOp reduce = ReduceOp::kSum;
     int root = 0;
+    // send/recv: data and count are the receive's (bytes), these the send's.
+    const void* send = nullptr;
+    size_t send_bytes = 0;
+    int send_to = -1;
+    int recv_from = -1;
     std::vector<size_t> counts;  // reduce-scatter and allgather: floats per rank
     Parts parts;                 // reduce-scatter and allgather: where they lie
     uint64_t seq = 0;
@@ -285,6 +292,22 @@ class GlooCommunicator final : public Communicator {
     return core_->WaitFor(core_->Enqueue(std::move(o)));
   }
 
+  std::unique_ptr<Work> SendRecvAsync(const void* send, size_t send_bytes, int send_to, void* recv, size_t recv_bytes,
+                                      int recv_from) override {
+    Status ok = CheckSendRecv("gloo send/recv", rank_, world_size_, send, send_bytes, send_to, recv, recv_bytes,
+                              recv_from);
+    if (!ok.ok()) return std::make_unique<DoneWork>(ok);  // refused before it is queued
+    Core::Op o;
+    o.kind = Core::Kind::kSendRecv;
+    o.send = send;
+    o.send_bytes = send_bytes;
+    o.send_to = send_to;
+    o.data = recv;
+    o.count = recv_bytes;
+    o.recv_from = recv_from;
+    return std::make_unique<GlooWork>(core_, core_->Enqueue(std::move(o)));
+  }
+
  private:
   void WorkerLoop() {
     for (;;) {
@@ -322,7 +345,10 @@ class GlooCommunicator final : public Communicator {
 
   // Runs on the worker thread.
   Status Run(const Core::Op& op) {
-    const uint32_t tag = static_cast<uint32_t>(op.seq);
+    // Collectives are tagged by their count, not by op.seq: ranks that send
+    // and receive different numbers of point-to-point messages (a pipeline's
+    // first and last stages) still agree on every collective's tag.
+    const uint32_t tag = op.kind == Core::Kind::kSendRecv ? 0 : ++collectives_;
     switch (op.kind) {
       case Core::Kind::kAllreduce: {
         if (op.count == 0 || world_size_ == 1) return Status::Ok();
@@ -384,6 +410,8 @@ class GlooCommunicator final : public Communicator {
         barrier_options_.setTag(tag);
         return GlooCall(Describe("barrier", op), [&] { gloo::barrier(barrier_options_); });
       }
+      case Core::Kind::kSendRecv:
+        return GlooCall(Describe("send/recv", op), [&] { SendRecv(op); });
     }
     return InternalError("unknown collective kind");
   }
@@ -427,6 +455,27 @@ class GlooCommunicator final : public Communicator {
     }
   }
 
+  // Posts the send, then receives, then waits for the send: neither side of
+  // a pair that exchanges both ways waits for the other to receive first.
+  // Zero-byte messages travel too (they keep the pair's message count).
+  void SendRecv(const Core::Op& op) {
+    std::unique_ptr<gloo::transport::UnboundBuffer> out;
+    if (op.send_to >= 0) {
+      out = context_->createUnboundBuffer(const_cast<void*>(op.send), op.send_bytes);
+      out->send(op.send_to, gloo::Slot::build(kSendRecvSlotPrefix, sent_[op.send_to]++));
+    }
+    if (op.recv_from >= 0) {
+      std::unique_ptr<gloo::transport::UnboundBuffer> in = context_->createUnboundBuffer(op.data, op.count);
+      in->recv(op.recv_from, gloo::Slot::build(kSendRecvSlotPrefix, received_[op.recv_from]++));
+      if (!in->waitRecv(timeout_)) {
+        throw std::runtime_error("receive from rank " + std::to_string(op.recv_from) + " aborted");
+      }
+    }
+    if (out != nullptr && !out->waitSend(timeout_)) {
+      throw std::runtime_error("send to rank " + std::to_string(op.send_to) + " aborted");
+    }
+  }
+
   std::unique_ptr<Work> EnqueueParts(Core::Kind kind, const char* what, float* data,
                                      const std::vector<size_t>& counts, ReduceOp op) {
     Result<Parts> parts = LayOutParts(std::string("gloo ") + what + " (rank " + std::to_string(rank_) + " of " +
@@ -458,6 +507,14 @@ class GlooCommunicator final : public Communicator {
       case Core::Kind::kBroadcast:
       case Core::Kind::kBarrier:
         break;
+      case Core::Kind::kSendRecv:
+        return std::string("gloo ") + what + " #" + std::to_string(op.seq) + " (rank " + std::to_string(rank_) +
+               " of " + std::to_string(world_size_) +
+               (op.send_to >= 0 ? ", " + std::to_string(op.send_bytes) + " bytes to rank " + std::to_string(op.send_to)
+                                : std::string()) +
+               (op.recv_from >= 0 ? ", " + std::to_string(op.count) + " bytes from rank " + std::to_string(op.recv_from)
+                                  : std::string()) +
+               ")";
     }
     std::string own;
     if (!op.counts.empty()) own = ", " + std::to_string(op.counts[rank_]) + " its own";
@@ -502,6 +559,9 @@ class GlooCommunicator final : public Communicator {
   std::unordered_map<BufferKey, std::unique_ptr<gloo::AllreduceOptions>, BufferKeyHash> allreduce_options_;
   gloo::BarrierOptions barrier_options_;
   std::vector<float> scratch_;  // reduce-scatter's receive buffer; grows to the largest part seen
+  uint32_t collectives_ = 0;                    // collectives run so far: the next one's tag
+  std::unordered_map<int, uint32_t> sent_;      // messages sent to each peer so far
+  std::unordered_map<int, uint32_t> received_;  // messages received from each peer so far
   std::thread worker_;  // last: started after everything it uses
 };
 

@@ -198,6 +198,32 @@ class NcclCommunicator final : public Communicator {
     return NcclWork(this, event, what).Wait();
   }
 
+  // One NCCL group of the send and the receive, so that neighbours that
+  // exchange both ways do not wait on one another.
+  std::unique_ptr<Work> SendRecvAsync(const void* send, size_t send_bytes, int send_to, void* recv, size_t recv_bytes,
+                                      int recv_from) override {
+    const std::string what = "nccl send/recv (rank " + std::to_string(options_.rank) + " of " +
+                             std::to_string(options_.world_size) + ", " + std::to_string(send_bytes) +
+                             " bytes to rank " + std::to_string(send_to) + ", " + std::to_string(recv_bytes) +
+                             " bytes from rank " + std::to_string(recv_from) + ")";
+    Status ok = CheckSendRecv(what, options_.rank, options_.world_size, send, send_bytes, send_to, recv, recv_bytes,
+                              recv_from);
+    if (!ok.ok()) return std::make_unique<DoneWork>(ok);
+    cudaEvent_t event = nullptr;
+    Status s = Enqueue(what, [&] {
+      ncclResult_t res = ncclGroupStart();
+      if (res != ncclSuccess) return res;
+      if (send_to >= 0) res = ncclSend(send, send_bytes, ncclUint8, send_to, comm_, stream_);
+      if (recv_from >= 0 && (res == ncclSuccess || res == ncclInProgress)) {
+        res = ncclRecv(recv, recv_bytes, ncclUint8, recv_from, comm_, stream_);
+      }
+      ncclResult_t end = ncclGroupEnd();
+      return res == ncclSuccess || res == ncclInProgress ? end : res;
+    }, &event);
+    if (!s.ok()) return std::make_unique<DoneWork>(s);
+    return std::make_unique<NcclWork>(this, event, what);
+  }
+
   Status Barrier() override {
     cudaEvent_t event = nullptr;
     HF_RETURN_IF_ERROR(Enqueue("nccl barrier", [&] {

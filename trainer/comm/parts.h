@@ -48,6 +48,26 @@ inline Result<Parts> LayOutParts(const std::string& what, const void* data, cons
   return parts;
 }
 
+// SendRecvAsync's arguments (communicator.h), checked for rank `rank` of
+// `world`: kInvalidArgument naming what is wrong.
+inline Status CheckSendRecv(const std::string& what, int rank, int world, const void* send, size_t send_bytes,
+                            int send_to, const void* recv, size_t recv_bytes, int recv_from) {
+  auto peer = [&](int p, const char* role) -> Status {
+    if (p == -1) return Status::Ok();
+    if (p < 0 || p >= world || p == rank) {
+      return InvalidArgumentError(what + ": " + role + " rank " + std::to_string(p) + " is not another rank of " +
+                                  "world " + std::to_string(world) + " (this is rank " + std::to_string(rank) + ")");
+    }
+    return Status::Ok();
+  };
+  if (Status s = peer(send_to, "send-to"); !s.ok()) return s;
+  if (Status s = peer(recv_from, "receive-from"); !s.ok()) return s;
+  if ((send_to >= 0 && send == nullptr && send_bytes > 0) || (recv_from >= 0 && recv == nullptr && recv_bytes > 0)) {
+    return InvalidArgumentError(what + ": a null buffer of nonzero size");
+  }
+  return Status::Ok();
+}
+
 // A Work that finished before it was returned: a collective that needed no
 // communication, or one refused before it was queued.
 class DoneWork final : public Work {

@@ -31,6 +31,7 @@ class LoggingProgressSink final : public ProgressSink {
   void CollectiveDone(uint64_t seq) override { log.push_back("done " + std::to_string(seq)); }
   void SetCheckpointStep(int64_t) override {}
   void RecordCheckpointFailure(int64_t, const std::string&) override {}
+  void SetRestored(int64_t, RestoreTier, uint32_t) override {}
 
   std::vector<std::string> Take() { return std::exchange(log, {}); }
 
@@ -69,6 +70,11 @@ class FakeCommunicator final : public Communicator {
   Status Barrier() override {
     log_->push_back("run barrier");
     return next_status;
+  }
+  std::unique_ptr<Work> SendRecvAsync(const void*, size_t send_bytes, int send_to, void*, size_t recv_bytes,
+                                      int recv_from) override {
+    return Queued("send/recv " + std::to_string(send_bytes) + " to " + std::to_string(send_to) + ", " +
+                  std::to_string(recv_bytes) + " from " + std::to_string(recv_from));
   }
 
  private:
@@ -144,6 +150,14 @@ TEST_F(ProgressCommunicatorTest, BlockingCollectivesRecordIssueWaitAndDone) {
             (std::vector<std::string>{"issue 1 allreduce 32", "wait 1 allreduce", "run allreduce doubles 4", "done 1",
                                       "issue 2 broadcast 20", "wait 2 broadcast", "run broadcast 20 from 0", "done 2",
                                       "issue 3 barrier 0", "wait 3 barrier", "run barrier", "done 3"}));
+}
+
+// Point-to-point messages pass through to the inner communicator, unrecorded
+// (the record has no kind for them yet).
+TEST_F(ProgressCommunicatorTest, SendRecvPassesThroughUnrecorded) {
+  EXPECT_TRUE(comm_->SendRecvAsync(grads_, 16, 1, totals_, 32, 1)->Wait().ok());
+  EXPECT_EQ(sink_.Take(), (std::vector<std::string>{"queue send/recv 16 to 1, 32 from 1",
+                                                    "host waits for send/recv 16 to 1, 32 from 1"}));
 }
 
 // The GPU gradient path: buckets are waited on by the device queue only; the

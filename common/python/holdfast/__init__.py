@@ -57,7 +57,7 @@ __all__ = [
     "enabled", "init", "close", "step", "phase", "set_phase", "checkpoint_committed", "checkpoint_failed",
     "issue_collective", "wait_collective", "collective_done", "collective", "instrument_torch_distributed",
     "ddp_comm_hook", "install_signal_handlers", "should_checkpoint", "should_stop", "stop_signal", "resume_step",
-    "EXIT_STOPPED",
+    "resumed", "EXIT_STOPPED",
 ]
 
 ENV_PROGRESS_PATH = "HOLDFAST_PROGRESS_PATH"
@@ -241,6 +241,24 @@ def checkpoint_committed(step, path=None):
     if path is not None:
         _report_path(step, path)  # before the step: the daemon looks for the path once it sees the step
     rec.set_checkpoint_step(step)
+
+
+def resumed(step, tier="disk"):
+    """Says what this rank's state was restored from, once, before its first
+    step: `step` the checkpoint's step (None: a fresh start, tier "none") and
+    `tier` "disk" or "memory". The leading daemon records it as the
+    generation's start (`runctl lineage`, `runctl status`); without it lineage
+    shows the step the daemon expected, from checkpoints it saw committed."""
+    rec = _rec
+    if rec is None:
+        return
+    if step is None:
+        step, tier = -1, "none"
+    elif isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError("resumed: step must be an int >= 0 or None, got %r" % (step,))
+    if tier not in _record.RESTORE_TIERS or (tier == "none") != (step == -1):
+        raise ValueError("resumed: tier must be 'disk' or 'memory' with a step, 'none' without, got %r" % (tier,))
+    rec.set_restored(step, _record.RESTORE_TIERS[tier], 0)
 
 
 def install_signal_handlers(replace=False, force=False):

@@ -18,8 +18,8 @@ import threading
 import time
 
 MAGIC = 0x31474F5250464C48  # "HLFPROG1"
-VERSION = 2
-SIZE = 936
+VERSION = 3
+SIZE = 952
 RING_SIZE = 16
 RING_ENTRY_SIZE = 40
 ERROR_SIZE = 160
@@ -47,6 +47,9 @@ OFF_RING = 120
 OFF_CHECKPOINT_FAILURES = 760
 OFF_CHECKPOINT_FAILED_STEP = 768
 OFF_CHECKPOINT_ERROR = 776
+OFF_RESTORED_STEP = 936
+OFF_RESTORE_TIER = 944
+OFF_RESTORE_SKIPPED = 948
 # Within a ring entry: {u64 seq, u32 kind, u32 reserved, u64 bytes, i64 issued_ns, i64 completed_ns}.
 ENTRY_SEQ = 0
 ENTRY_KIND = 8
@@ -55,7 +58,8 @@ ENTRY_ISSUED_NS = 24
 ENTRY_COMPLETED_NS = 32
 
 assert OFF_RING + RING_SIZE * RING_ENTRY_SIZE == OFF_CHECKPOINT_FAILURES
-assert OFF_CHECKPOINT_ERROR + ERROR_SIZE == SIZE
+assert OFF_CHECKPOINT_ERROR + ERROR_SIZE == OFF_RESTORED_STEP
+assert OFF_RESTORE_SKIPPED + 4 == SIZE
 
 # Values are part of the layout (Phase, CollectiveKind in progress_record.h).
 PHASES = {
@@ -72,6 +76,7 @@ PHASES = {
 PHASE_COLLECTIVE = 4
 PHASE_DATA = 1
 COLLECTIVE_KINDS = {"allreduce": 1, "broadcast": 2, "barrier": 3, "allgather": 4, "reduce_scatter": 5}
+RESTORE_TIERS = {"none": 1, "disk": 2, "memory": 3}  # RestoreTier; 0 = not reported
 
 # Indices into the typed views: offset // width.
 _SEQ = OFF_SEQ // 8
@@ -89,6 +94,9 @@ _CHECKPOINT_STEP = OFF_CHECKPOINT_STEP // 8
 _RING_HEAD = OFF_RING_HEAD // 8
 _FAILURES = OFF_CHECKPOINT_FAILURES // 8
 _FAILED_STEP = OFF_CHECKPOINT_FAILED_STEP // 8
+_RESTORED_STEP = OFF_RESTORED_STEP // 8
+_RESTORE_TIER = OFF_RESTORE_TIER // 4
+_RESTORE_SKIPPED = OFF_RESTORE_SKIPPED // 4
 
 _now = time.monotonic_ns  # CLOCK_MONOTONIC on Linux, as MonotonicNowNs() in C++
 
@@ -143,6 +151,7 @@ class _Record:
             i32[OFF_RANK // 4] = rank if rank is not None else 0
             i64[_CHECKPOINT_STEP] = -1
             i64[_FAILED_STEP] = -1
+            i64[_RESTORED_STEP] = -1
             i64[_HEARTBEAT] = _now()
             u64[OFF_MAGIC // 8] = MAGIC
         i32[OFF_PID // 4] = os.getpid()
@@ -283,4 +292,12 @@ class _Record:
             self._u64[_FAILURES] += 1
             self._i64[_FAILED_STEP] = step
             self._mv[OFF_CHECKPOINT_ERROR:OFF_CHECKPOINT_ERROR + ERROR_SIZE] = data + bytes(ERROR_SIZE - len(data))
+            self._end(_now())
+
+    def set_restored(self, step, tier, skipped):
+        with self._lock:
+            self._begin()
+            self._i64[_RESTORED_STEP] = step
+            self._u32[_RESTORE_TIER] = tier
+            self._u32[_RESTORE_SKIPPED] = skipped
             self._end(_now())

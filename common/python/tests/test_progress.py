@@ -34,23 +34,25 @@ _HEADER_FIELDS = ("magic", "version", "size", "rank", "pid", "seq", "step", "pha
 def read_record(path):
     with open(path, "rb") as f:
         data = f.read()
-    assert len(data) >= 936, len(data)
+    assert len(data) >= 952, len(data)
     assert _HEADER.size == 120 and _ENTRY.size == 40
     r = dict(zip(_HEADER_FIELDS, _HEADER.unpack_from(data, 0)))
     r["ring"] = [dict(zip(("seq", "kind", "reserved", "bytes", "issued_ns", "completed_ns"),
                           _ENTRY.unpack_from(data, 120 + 40 * i))) for i in range(16)]
     r["checkpoint_failures"], r["checkpoint_failed_step"] = struct.unpack_from("<Qq", data, 760)
     r["checkpoint_error"] = data[776:936]
+    r["restored_step"], r["restore_tier"], r["restore_skipped"] = struct.unpack_from("<qII", data, 936)
     return r
 
 
 def create_like_the_daemon(path, rank):
     """What CreateProgressFile leaves: a zeroed, initialised record."""
-    data = bytearray(936)
-    struct.pack_into("<QIIi", data, 0, MAGIC, 2, 936, rank)
+    data = bytearray(952)
+    struct.pack_into("<QIIi", data, 0, MAGIC, 3, 952, rank)
     struct.pack_into("<q", data, 104, -1)  # checkpoint_step
     struct.pack_into("<q", data, 88, 12345)  # heartbeat_ns
     struct.pack_into("<q", data, 768, -1)  # checkpoint_failed_step
+    struct.pack_into("<q", data, 936, -1)  # restored_step
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     os.write(fd, bytes(data))
     os.close(fd)
@@ -107,12 +109,13 @@ class LayoutTest(RecordTestCase):
             r = self.open(rank=5)
         finally:
             del os.environ["HOLDFAST_RANK"]
-        self.assertEqual((r["magic"], r["version"], r["size"]), (MAGIC, 2, 936))
+        self.assertEqual((r["magic"], r["version"], r["size"]), (MAGIC, 3, 952))
         self.assertEqual(r["rank"], 5)
         self.assertEqual(r["pid"], os.getpid())
         self.assertEqual(r["phase"], PHASE["starting"])
         self.assertEqual(r["checkpoint_step"], -1)
         self.assertEqual(r["checkpoint_failed_step"], -1)
+        self.assertEqual((r["restored_step"], r["restore_tier"]), (-1, 0))
         self.assertEqual(r["seq"], 0)
 
     def test_rank_defaults_to_the_one_the_daemon_wrote(self):
@@ -124,8 +127,8 @@ class LayoutTest(RecordTestCase):
             f.write(b"not a record")
         self.assertTrue(holdfast.init(self.path, rank=2))
         r = read_record(self.path)
-        self.assertEqual(os.path.getsize(self.path), 936)
-        self.assertEqual((r["magic"], r["version"], r["size"], r["rank"]), (MAGIC, 2, 936, 2))
+        self.assertEqual(os.path.getsize(self.path), 952)
+        self.assertEqual((r["magic"], r["version"], r["size"], r["rank"]), (MAGIC, 3, 952, 2))
         self.assertEqual((r["checkpoint_step"], r["checkpoint_failed_step"]), (-1, -1))
         self.assertGreater(r["heartbeat_ns"], 0)
         holdfast.close()
@@ -135,7 +138,8 @@ class LayoutTest(RecordTestCase):
         self.assertEqual(os.stat(self.path).st_mode & 0o777, 0o600)
 
     def test_module_constants_match_the_document(self):
-        self.assertEqual(_record.SIZE, 936)
+        self.assertEqual(_record.SIZE, 952)
+        self.assertEqual(_record.OFF_RESTORED_STEP, 936)
         self.assertEqual(_record.OFF_RING, 120)
         self.assertEqual(_record.OFF_CHECKPOINT_FAILURES, 760)
         self.assertEqual(_record.OFF_CHECKPOINT_ERROR, 776)
@@ -215,6 +219,28 @@ class CheckpointTest(RecordTestCase):
         r = read_record(self.path)
         self.assertEqual(r["checkpoint_failures"], 2)
         self.assertEqual(r["checkpoint_error"], b"x" * 158 + b"\0" * 2)
+
+
+class ResumedTest(RecordTestCase):
+    def test_resumed_from_a_tier_and_a_fresh_start(self):
+        self.open()
+        holdfast.resumed(40)
+        r = read_record(self.path)
+        self.assertEqual((r["restored_step"], r["restore_tier"], r["restore_skipped"]), (40, 2, 0))
+        holdfast.resumed(41, "memory")
+        self.assertEqual(read_record(self.path)["restore_tier"], 3)
+        holdfast.resumed(None)
+        r = read_record(self.path)
+        self.assertEqual((r["restored_step"], r["restore_tier"]), (-1, 1))
+
+    def test_bad_arguments_are_refused_and_change_nothing(self):
+        self.open()
+        holdfast.resumed(7, "memory")
+        for step, tier in ((-3, "disk"), (True, "disk"), ("7", "disk"), (7, "tape"), (7, "none")):
+            with self.assertRaises(ValueError):
+                holdfast.resumed(step, tier)
+        r = read_record(self.path)
+        self.assertEqual((r["restored_step"], r["restore_tier"]), (7, 3))
 
 
 class CollectiveTest(RecordTestCase):

@@ -1,0 +1,177 @@
+#include "trainer/tensor_parallel.h"
+
+#include <cstdint>
+#include <limits>
+
+#include "trainer/model.h"
+
+namespace holdfast {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+int64_t Handle(Communicator* c) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(c)); }
+Communicator* FromHandle(const c10::IValue& v) {
+  return reinterpret_cast<Communicator*>(static_cast<intptr_t>(v.toInt()));
+}
+
+// In place over `tp`; a failed collective (a peer gone, a timeout) is a
+// c10::Error, which the trainer's step turns into its Status.
+void AllreduceInPlace(torch::Tensor& t, Communicator* tp, const char* what) {
+  TORCH_CHECK(t.is_contiguous() && t.scalar_type() == torch::kFloat32 && t.is_cpu(),
+              "tensor parallel ", what, ": needs a contiguous float32 CPU tensor");
+  Status s = tp->Allreduce(t.data_ptr<float>(), static_cast<size_t>(t.numel()), ReduceOp::kSum);
+  TORCH_CHECK(s.ok(), "tensor parallel ", what, " over the tp group: ", s.ToString());
+}
+
+class CopyToTp : public torch::autograd::Function<CopyToTp> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    torch::Tensor g = grads[0].contiguous().clone();
+    AllreduceInPlace(g, FromHandle(ctx->saved_data["comm"]), "backward (f)");
+    return {g, torch::Tensor()};
+  }
+};
+
+class ReduceFromTp : public torch::autograd::Function<ReduceFromTp> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t comm) {
+    torch::Tensor y = x.contiguous().clone();
+    AllreduceInPlace(y, FromHandle(c10::IValue(comm)), "forward (g)");
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) { return {grads[0], torch::Tensor()}; }
+};
+
+Status NotSplit(const std::string& name, const torch::Tensor& full, int size) {
+  std::string shape;
+  for (int64_t d : full.sizes()) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
+  return InvalidArgumentError("tensor parallel: " + name + " [" + shape + "] does not split over " +
+                              std::to_string(size) + " ranks");
+}
+
+// A child module holding parameters, so that the names are nanoGPT's ("attn.c_attn.weight").
+std::shared_ptr<torch::nn::Module> Holder(torch::nn::Module& parent, const std::string& name) {
+  return parent.register_module(name, std::make_shared<torch::nn::Module>());
+}
+
+}  // namespace
+
+torch::Tensor CopyToTensorParallel(const torch::Tensor& x, Communicator* tp) {
+  return tp->world_size() == 1 ? x : CopyToTp::apply(x, Handle(tp));
+}
+
+torch::Tensor ReduceFromTensorParallel(const torch::Tensor& x, Communicator* tp) {
+  return tp->world_size() == 1 ? x : ReduceFromTp::apply(x, Handle(tp));
+}
+
+Result<torch::Tensor> TensorParallelShardOf(const std::string& name, const torch::Tensor& full, int rank, int size) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return InvalidArgumentError("tensor parallel: rank " + std::to_string(rank) + " of " + std::to_string(size));
+  }
+  if (name == "ln_1.weight" || name == "ln_1.bias" || name == "ln_2.weight" || name == "ln_2.bias" ||
+      name == "attn.c_proj.bias" || name == "mlp.c_proj.bias") {
+    return full;  // replicated
+  }
+  torch::NoGradGuard no_grad;
+  auto split = [&](int64_t dim, int64_t groups) -> Result<torch::Tensor> {
+    // `groups` equal blocks along `dim` (q | k | v), each cut into `size` parts; this rank's part of each.
+    if (full.dim() <= dim || full.size(dim) % (groups * size) != 0) return NotSplit(name, full, size);
+    const int64_t block = full.size(dim) / groups, part = block / size;
+    std::vector<torch::Tensor> parts;
+    for (int64_t g = 0; g < groups; ++g) parts.push_back(full.narrow(dim, g * block + rank * part, part));
+    return torch::cat(parts, dim).contiguous();
+  };
+  if (name == "attn.c_attn.weight" || name == "attn.c_attn.bias") return split(0, 3);
+  if (name == "mlp.c_fc.weight" || name == "mlp.c_fc.bias") return split(0, 1);
+  if (name == "attn.c_proj.weight" || name == "mlp.c_proj.weight") return split(1, 1);
+  return InvalidArgumentError("tensor parallel: no rule for the block parameter '" + name + "'");
+}
+
+Result<std::shared_ptr<ParallelBlockImpl>> ParallelBlockImpl::Create(const ModelConfig& cfg, Communicator* tp) {
+  if (tp == nullptr) return InvalidArgumentError("tensor parallel: no tp communicator");
+  const int s = tp->world_size();
+  if (cfg.n_head % s != 0 || (4 * cfg.n_embd) % s != 0 || cfg.n_embd % cfg.n_head != 0) {
+    return InvalidArgumentError("tensor parallel over " + std::to_string(s) + " ranks needs model.n_head (" +
+                                std::to_string(cfg.n_head) + ") divisible by it, and n_embd (" +
+                                std::to_string(cfg.n_embd) + ") by n_head");
+  }
+  if (cfg.dropout > 0) {
+    return InvalidArgumentError("tensor parallel needs model.dropout = 0 for now (got " + std::to_string(cfg.dropout) +
+                                "): dropout that does not depend on the layout comes with sequence parallelism "
+                                "(docs/parallelism.md)");
+  }
+  return std::shared_ptr<ParallelBlockImpl>(new ParallelBlockImpl(cfg, tp));
+}
+
+ParallelBlockImpl::ParallelBlockImpl(const ModelConfig& cfg, Communicator* tp)
+    : cfg_(cfg), tp_(tp), local_heads_(cfg.n_head / tp->world_size()) {
+  const int64_t C = cfg.n_embd, S = tp->world_size(), c = C / S, hidden = 4 * C / S;
+  auto ln_1 = Holder(*this, "ln_1"), ln_2 = Holder(*this, "ln_2");
+  auto attn = Holder(*this, "attn"), mlp = Holder(*this, "mlp");
+  auto c_attn = Holder(*attn, "c_attn"), attn_proj = Holder(*attn, "c_proj");
+  auto c_fc = Holder(*mlp, "c_fc"), mlp_proj = Holder(*mlp, "c_proj");
+  ln_1_w_ = ln_1->register_parameter("weight", torch::ones({C}));
+  ln_2_w_ = ln_2->register_parameter("weight", torch::ones({C}));
+  attn_w_ = c_attn->register_parameter("weight", torch::zeros({3 * c, C}));
+  attn_proj_w_ = attn_proj->register_parameter("weight", torch::zeros({C, c}));
+  fc_w_ = c_fc->register_parameter("weight", torch::zeros({hidden, C}));
+  mlp_proj_w_ = mlp_proj->register_parameter("weight", torch::zeros({C, hidden}));
+  if (cfg.bias) {
+    ln_1_b_ = ln_1->register_parameter("bias", torch::zeros({C}));
+    ln_2_b_ = ln_2->register_parameter("bias", torch::zeros({C}));
+    attn_b_ = c_attn->register_parameter("bias", torch::zeros({3 * c}));
+    attn_proj_b_ = attn_proj->register_parameter("bias", torch::zeros({C}));
+    fc_b_ = c_fc->register_parameter("bias", torch::zeros({hidden}));
+    mlp_proj_b_ = mlp_proj->register_parameter("bias", torch::zeros({C}));
+  }
+  mask_ = register_buffer(
+      "mask", torch::full({cfg.block_size, cfg.block_size}, -std::numeric_limits<float>::infinity()).triu(1));
+}
+
+torch::Tensor ParallelBlockImpl::forward(torch::Tensor x) {
+  namespace F = torch::nn::functional;
+  const int64_t C = cfg_.n_embd;
+  auto h = CopyToTensorParallel(torch::layer_norm(x, {C}, ln_1_w_, ln_1_b_, 1e-5), tp_);
+  auto y = CausalAttention(F::linear(h, attn_w_, attn_b_), local_heads_, mask_);
+  y = ReduceFromTensorParallel(F::linear(y, attn_proj_w_), tp_);
+  x = x + (attn_proj_b_.defined() ? y + attn_proj_b_ : y);
+  h = CopyToTensorParallel(torch::layer_norm(x, {C}, ln_2_w_, ln_2_b_, 1e-5), tp_);
+  y = ReduceFromTensorParallel(F::linear(torch::gelu(F::linear(h, fc_w_, fc_b_)), mlp_proj_w_), tp_);
+  return x + (mlp_proj_b_.defined() ? y + mlp_proj_b_ : y);
+}
+
+Status ParallelBlockImpl::LoadFromFull(const torch::nn::Module& full) {
+  return CopyParts(full, *this, [this](const std::string& name, const torch::Tensor& t) {
+    return TensorParallelShardOf(name, t, tp_->rank(), tp_->world_size());
+  });
+}
+
+Result<torch::Tensor> GptTensorParallelShardOf(const std::string& name, const torch::Tensor& full, int rank,
+                                               int size) {
+  const size_t dot = name.find('.', 2);  // "h.<i>." then the block's own name
+  if (name.rfind("h.", 0) != 0 || dot == std::string::npos) return full;  // wte, wpe, ln_f: replicated
+  return TensorParallelShardOf(name.substr(dot + 1), full, rank, size);
+}
+
+Status CopyParts(const torch::nn::Module& full, torch::nn::Module& mine, const PartOf& part_of) {
+  torch::NoGradGuard no_grad;
+  auto theirs = full.named_parameters();
+  for (auto& p : mine.named_parameters()) {
+    const torch::Tensor* src = theirs.find(p.key());
+    if (src == nullptr) return InvalidArgumentError("the full model has no " + p.key() + " (another config?)");
+    HF_ASSIGN_OR_RETURN(torch::Tensor part, part_of(p.key(), *src));
+    if (!part.sizes().equals(p.value().sizes())) {
+      return InvalidArgumentError("the full model's " + p.key() + " does not fit this one's (another config?)");
+    }
+    p.value().copy_(part);
+  }
+  return Status::Ok();
+}
+
+}  // namespace holdfast

@@ -1,0 +1,85 @@
+// Tensor parallelism for the GPT block (issue 26; docs/parallelism.md):
+// Megatron-LM's split, written on this trainer's model (trainer/model.h).
+//
+// Attention is split by heads: tp rank t of S holds heads [t*H/S, (t+1)*H/S)
+// of q, k and v (their rows of c_attn, packed q | k | v as the full layer
+// packs them) and the matching input columns of c_proj. The MLP is split by
+// its hidden dimension: rows [t*4C/S, (t+1)*4C/S) of c_fc, the same columns
+// of c_proj. LayerNorms and the output projections' biases are replicated.
+// One allreduce per sub-block forward (g: after the row-parallel product)
+// and one backward (f: the gradient of the column-parallel input), so two of
+// each per block:
+//
+//   x = x + g(attn_t(f(ln_1(x))) W_proj_t^T) + b_proj
+//   x = x + g(gelu(f(ln_2(x)) W_fc_t^T + b_fc_t) W_mlp_proj_t^T) + b_mlp_proj
+//
+// The replicated parameters get the same gradient on every tp rank (f's
+// backward allreduce makes the LayerNorms' input gradient whole), so the
+// data-parallel reduction treats them like any other.
+//
+// Float32 only, without dropout, for now: a layout-independent dropout
+// (the RNG drawn over the full tensor) and bf16 come with sequence
+// parallelism. This header includes LibTorch.
+//
+// Thread-safety: one thread per module, as trainer/model.h; the communicator
+// is the tp group's and is used only from that thread.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "trainer/comm/communicator.h"
+#include "trainer/config.h"
+
+namespace holdfast {
+
+// Megatron's f: the identity forward, the gradient allreduced over `tp` backward.
+torch::Tensor CopyToTensorParallel(const torch::Tensor& x, Communicator* tp);
+// Megatron's g: allreduced over `tp` forward, the identity backward.
+torch::Tensor ReduceFromTensorParallel(const torch::Tensor& x, Communicator* tp);
+
+// Tp rank `rank` of `size`'s part of a full block parameter named as in
+// BlockImpl ("attn.c_attn.weight", "mlp.c_fc.bias", "ln_1.weight", ...): a
+// copy for split parameters, the tensor itself for replicated ones. Applied
+// to a full gradient it gives what the shard's gradient must be.
+// kInvalidArgument for an unknown name or a shape that does not split.
+Result<torch::Tensor> TensorParallelShardOf(const std::string& name, const torch::Tensor& full, int rank, int size);
+
+// The same for a parameter of a whole GptImpl: "h.<i>.<block name>" by the
+// block's rule, everything else (wte, wpe, ln_f) replicated.
+Result<torch::Tensor> GptTensorParallelShardOf(const std::string& name, const torch::Tensor& full, int rank, int size);
+
+// Copies into every parameter of `mine` its part (`part_of(name, full's
+// tensor)`) of the same-named parameter of `full`; kInvalidArgument naming
+// a parameter `full` lacks or whose part does not fit.
+using PartOf = std::function<Result<torch::Tensor>(const std::string&, const torch::Tensor&)>;
+Status CopyParts(const torch::nn::Module& full, torch::nn::Module& mine, const PartOf& part_of);
+
+class ParallelBlockImpl : public torch::nn::Module {
+ public:
+  // kInvalidArgument when cfg cannot be split over tp->world_size() ranks
+  // (n_head and 4 * n_embd must divide) or asks for what is not built yet
+  // (dropout). `tp` is not owned and must outlive the module.
+  static Result<std::shared_ptr<ParallelBlockImpl>> Create(const ModelConfig& cfg, Communicator* tp);
+
+  torch::Tensor forward(torch::Tensor x);
+  // Copies this rank's part of every parameter of `full` (a BlockImpl's
+  // named_parameters()) into this module's.
+  Status LoadFromFull(const torch::nn::Module& full);
+
+ private:
+  ParallelBlockImpl(const ModelConfig& cfg, Communicator* tp);
+  ModelConfig cfg_;
+  Communicator* tp_;
+  int64_t local_heads_;
+  torch::Tensor ln_1_w_, ln_1_b_, ln_2_w_, ln_2_b_;
+  torch::Tensor attn_w_, attn_b_, attn_proj_w_, attn_proj_b_;
+  torch::Tensor fc_w_, fc_b_, mlp_proj_w_, mlp_proj_b_;
+  torch::Tensor mask_;
+};
+
+}  // namespace holdfast
