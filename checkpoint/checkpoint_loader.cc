@@ -463,6 +463,10 @@ Result<LoadedCheckpoint> CheckpointLoader::RestoreNewest(const RestoreOptions& o
     Status verdict;
     HF_RETURN_IF_ERROR(Agree(step, here.status(), options, &verdict));
     if (verdict.ok()) return here;
+    // A sound checkpoint this run cannot take (the planner's kFailedPrecondition:
+    // another layout): the older ones would be refused alike, and passing over
+    // them all would start the run again from step 0.
+    if (verdict.code() == StatusCode::kFailedPrecondition) return verdict;
     ReportSkipped(step, verdict, skipped);
   }
   return NotFoundError("no checkpoint under " + root_ + " verifies (" + std::to_string(steps->size()) +

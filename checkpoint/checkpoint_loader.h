@@ -197,7 +197,10 @@ class CheckpointLoader {
   // Restore of the newest step that every rank accepts; the candidates are
   // rank 0's step folders, newest first. `skipped` as for LoadNewest (every
   // rank reports the same). kNotFound when none is accepted; another error
-  // when the ranks could not agree (a peer gone: no step is chosen).
+  // when the ranks could not agree (a peer gone: no step is chosen). A
+  // kFailedPrecondition from `plan` (this run cannot take a sound checkpoint:
+  // another layout) is returned at once, not passed over: the run must not
+  // start again from step 0 because its checkpoints are not for it.
   Result<LoadedCheckpoint> RestoreNewest(const RestoreOptions& options, const RestorePlanner& plan = nullptr,
                                          std::vector<SkippedCheckpoint>* skipped = nullptr) const;
   // The rank of a restoring world of `world_size` that reads and checksums

@@ -305,18 +305,45 @@ void BlameCompute(int64_t now_ns, const std::vector<RankView>& ranks, TriageRepo
   inc.summary = line + "; no rank is in a collective";
 }
 
+// The ranks that wait in a collective newer than `w` (another group's, which
+// they reached because their own group did not need the culprit): "; ranks
+// 2-3 waiting in reduce_scatter #239", the newest named.
+std::string LaterWaits(const std::vector<RankView>& ranks, uint64_t w, const std::vector<int>& culprits) {
+  std::vector<int> later;
+  uint64_t newest = 0;
+  std::string kind = "collective";
+  for (const RankView& r : ranks) {
+    if (!r.progress.valid || r.progress.phase != Phase::kCollective || r.progress.waiting_on <= w) continue;
+    if (std::find(culprits.begin(), culprits.end(), r.rank) != culprits.end()) continue;
+    later.push_back(r.rank);
+    if (r.progress.waiting_on > newest) {
+      newest = r.progress.waiting_on;
+      kind = CollectiveKindName(r.progress.collective_kind);
+    }
+  }
+  if (later.empty()) return "";
+  return "; " + std::string(later.size() == 1 ? "rank " : "ranks ") + RankList(later) + " waiting in " +
+         (later.size() == 1 ? "" : "collectives up to ") + kind + " #" + std::to_string(newest);
+}
+
 }  // namespace
 
 TriageReport TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, const HangDetector::Verdict& verdict) {
   TriageReport inc;
   inc.event = event_kind::kHang;
-  // Ranks blocked in a collective, and the newest collective anyone waits in.
+  // Ranks blocked in a collective, and the oldest collective anyone waits in:
+  // the one that holds the others up. With one group (data parallel) every
+  // waiting rank is in the same one; with tensor-parallel groups a rank waits
+  // for its group's allreduce while the other groups have moved on to the
+  // gradient reduction, and the culprit is who never entered the oldest.
+  // Every rank issues the same sequence of collectives (its groups' included),
+  // so #N is the same point of the step on every rank.
   uint64_t w = 0;
   std::vector<int> waiting;
   for (const RankView& r : ranks) {
     if (r.progress.valid && r.progress.phase == Phase::kCollective) {
       waiting.push_back(r.rank);
-      w = std::max(w, r.progress.waiting_on);
+      if (r.progress.waiting_on != 0 && (w == 0 || r.progress.waiting_on < w)) w = r.progress.waiting_on;
     }
   }
   std::string kind = "collective";
@@ -390,6 +417,7 @@ TriageReport TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, cons
     const std::string what = parts.empty() ? kind + " #" + std::to_string(w) : std::string("it");
     line += "; " + std::string(in_w.size() == 1 ? "rank " : "ranks ") + RankList(in_w) + " waiting in " + what +
             " for " + Fixed1(wait_s) + " s";
+    line += LaterWaits(ranks, w, inc.culprits);
     inc.summary = line;
   } else {
     BlameCompute(now_ns, ranks, &inc);

@@ -204,6 +204,32 @@ TEST(TriageTest, AStoppedVerdictNamesTheStoppedRankEvenBeforeTheOthersReachTheCo
       << inc.summary;
 }
 
+// Tensor parallel, tp 2 x dp 2: rank 1 spins in compute; its tp peer rank 0
+// waits in the group's allreduce #235, while the other group (ranks 2, 3),
+// which needs neither, went on to the gradient reduce-scatter #239. The
+// culprit is who never entered the oldest collective waited in, not every
+// rank behind the newest (which named rank 0 too).
+TEST(TriageTest, WithGroupsTheOldestCollectiveWaitedInNamesTheCulprit) {
+  const int64_t now = 100 * kSec;
+  std::vector<RankView> ranks = {
+      Rank(0, 13, Phase::kCollective, now - 6 * kSec, 235, 235),
+      Rank(1, 13, Phase::kForward, now - 6 * kSec, 234),
+      Rank(2, 13, Phase::kCollective, now - 5 * kSec, 239, 239),
+      Rank(3, 13, Phase::kCollective, now - 5 * kSec, 239, 239),
+  };
+  ranks[2].progress.collective_kind = ranks[3].progress.collective_kind = CollectiveKind::kReduceScatter;
+  HangDetector::Verdict v;
+  v.hung = true;
+  v.stalled_s = 6;
+  v.timeout_s = 5;
+  v.allowance = "step";
+  TriageReport inc = TriageHang(now, ranks, v);
+  EXPECT_EQ(inc.culprits, std::vector<int>{1});
+  EXPECT_EQ(inc.summary,
+            "rank 1 never entered allreduce #235 (in forward of step 14 for 6.0 s); rank 0 waiting in it for 6.0 s; "
+            "ranks 2-3 waiting in collectives up to reduce_scatter #239 (no step for 6.0 s; step allowance 5.0 s)");
+}
+
 TEST(TriageTest, NamesTheRankThatNeverEnteredTheCollective) {
   const int64_t now = 100 * kSec;
   std::vector<RankView> ranks = {

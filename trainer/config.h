@@ -79,6 +79,13 @@ struct DistConfig {
   // gradients are reduce-scattered and the updated parameters all-gathered,
   // bucket by bucket. 0: every rank holds all of it (gradients allreduced).
   int zero_stage = 1;
+  // Ranks per tensor-parallel group (Megatron's column/row split of every
+  // transformer block: attention by heads, the MLP by its hidden dimension;
+  // trainer/tensor_parallel.h). Data parallelism is what is left of the
+  // world: world / tensor_parallel groups, each averaging gradients (and
+  // ZeRO-1) over its own ranks. Not in the config hash: like the world size,
+  // a layout, recorded with each checkpoint (docs/parallelism.md).
+  int tensor_parallel = 1;
   // The address this rank's Gloo connections and a local launcher's store bind:
   // "" = the node's address from its supervisor (HOLDFAST_NODE_ADDR), else 127.0.0.1.
   std::string host;

@@ -44,6 +44,8 @@
 #include "trainer/faults.h"
 #include "trainer/local_launcher.h"
 #include "trainer/memory_snapshots.h"
+#include "trainer/mesh.h"
+#include "trainer/mesh_comm.h"
 #include "trainer/progress_sink.h"
 #include "trainer/spare.h"
 #include "trainer/train_state.h"
@@ -111,6 +113,34 @@ Result<std::unique_ptr<Communicator>> MakeCommunicator(const TrainerConfig& cfg,
   opts.cuda_device = placement.ordinal;
   if (cfg.dist.backend == "nccl") return MakeNcclCommunicator(opts);
   return MakeGlooCommunicator(opts);
+}
+
+// The trainer's communicators: the world as one data-parallel group, or with
+// dist.tensor_parallel the groups of the device mesh (trainer/mesh.h), each
+// formed through the run's store. kInvalidArgument (a usage error) when the
+// world does not split as asked, naming the shapes that would.
+Result<TrainerComms> MakeTrainerComms(const TrainerConfig& cfg, int rank, int world, std::shared_ptr<Store> store,
+                                      const DevicePlacement& placement) {
+  TrainerComms out;
+  out.rank = rank;
+  out.world_size = world;
+  if (cfg.dist.tensor_parallel == 1) {
+    HF_ASSIGN_OR_RETURN(out.data, MakeCommunicator(cfg, rank, world, std::move(store), placement));
+    return out;
+  }
+  HF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(world, MeshShape{cfg.dist.tensor_parallel, 1, 1}));
+  CommunicatorOptions opts;
+  opts.rank = rank;
+  opts.world_size = world;
+  opts.store = std::move(store);
+  opts.interface_host = InterfaceHost(cfg);
+  opts.timeout = std::chrono::seconds(cfg.dist.timeout_s);
+  opts.cuda_device = placement.ordinal;
+  HF_ASSIGN_OR_RETURN(MeshCommunicators groups, MakeMeshCommunicators(mesh, opts, cfg.dist.backend));
+  spdlog::info("rank {}: {} of mesh {}", rank, mesh.Describe(rank), mesh.Layout());
+  out.data = std::move(groups.data);
+  out.tensor = std::move(groups.tensor);
+  return out;
 }
 
 // The parameters and AdamW moments (this rank's slice of them: StateViews)
@@ -461,13 +491,13 @@ StageExit OpenRun(const Flags& flags, const TrainerConfig& cfg, RankRun* run) {
     run->store = *s;
     Startup().Mark("store");
   }
-  auto comm = MakeCommunicator(cfg, run->rank, run->world, run->store, *placement);
-  if (!comm.ok()) {
-    spdlog::error("{}", comm.status().ToString());
-    return kExitFailed;
+  auto comms = MakeTrainerComms(cfg, run->rank, run->world, run->store, *placement);
+  if (!comms.ok()) {
+    spdlog::error("{}", comms.status().ToString());
+    return comms.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailed;
   }
   Startup().Mark("communicator");
-  auto trainer = Trainer::Create(cfg, std::move(comm).value(), *placement);
+  auto trainer = Trainer::Create(cfg, std::move(comms).value(), *placement);
   if (!trainer.ok()) {
     spdlog::error("{}", trainer.status().ToString());
     const StatusCode code = trainer.status().code();
@@ -483,8 +513,10 @@ StageExit OpenRun(const Flags& flags, const TrainerConfig& cfg, RankRun* run) {
   run->progress = std::move(progress).value();
   run->trainer->SetProgressSink(*run->progress);
   LogModelAndOptimizer(cfg, *run);
-  if (!flags.dump_init.empty() && run->main_rank) {
-    Status s = run->trainer->DumpParams(flags.dump_init);
+  // With tensor parallelism every rank takes part (the shards are gathered); the main rank writes.
+  const bool tensor_parallel = run->trainer->tensor_parallel() > 1;
+  if (!flags.dump_init.empty() && (run->main_rank || tensor_parallel)) {
+    Status s = run->trainer->DumpParams(flags.dump_init, run->main_rank);
     if (!s.ok()) {
       spdlog::error("{}", s.ToString());
       return kExitFailed;
@@ -760,8 +792,16 @@ int FinishRun(const Flags& flags, RankRun* run) {
     if (!s.ok()) spdlog::error("final checkpoint failed: {}", s.ToString());
   }
   run->progress->SetPhase(Phase::kDone);
+  if (!flags.dump_final.empty() && trainer.tensor_parallel() > 1) {
+    // A collective over each tensor-parallel group: every rank takes part, the main rank writes.
+    Status s = trainer.DumpParams(flags.dump_final, run->main_rank);
+    if (!s.ok()) {
+      spdlog::error("{}", s.ToString());
+      return kExitFailed;
+    }
+  }
   if (run->main_rank) {
-    if (!flags.dump_final.empty()) {
+    if (!flags.dump_final.empty() && trainer.tensor_parallel() == 1) {
       Status s = trainer.DumpParams(flags.dump_final);
       if (!s.ok()) {
         spdlog::error("{}", s.ToString());

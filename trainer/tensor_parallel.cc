@@ -70,27 +70,76 @@ torch::Tensor ReduceFromTensorParallel(const torch::Tensor& x, Communicator* tp)
   return tp->world_size() == 1 ? x : ReduceFromTp::apply(x, Handle(tp));
 }
 
+namespace {
+
+// How a block parameter splits: `groups` equal blocks along `dim` (q | k | v
+// for c_attn), each cut into one part per rank; groups 0 = replicated.
+struct SplitRule {
+  int64_t dim = 0;
+  int64_t groups = 0;
+};
+
+Result<SplitRule> RuleOf(const std::string& name) {
+  if (name == "ln_1.weight" || name == "ln_1.bias" || name == "ln_2.weight" || name == "ln_2.bias" ||
+      name == "attn.c_proj.bias" || name == "mlp.c_proj.bias") {
+    return SplitRule{};
+  }
+  if (name == "attn.c_attn.weight" || name == "attn.c_attn.bias") return SplitRule{0, 3};
+  if (name == "mlp.c_fc.weight" || name == "mlp.c_fc.bias") return SplitRule{0, 1};
+  if (name == "attn.c_proj.weight" || name == "mlp.c_proj.weight") return SplitRule{1, 1};
+  return InvalidArgumentError("tensor parallel: no rule for the block parameter '" + name + "'");
+}
+
+// The block's own name of a GptImpl parameter ("h.<i>.attn.c_attn.weight" ->
+// "attn.c_attn.weight"), or "" for wte, wpe, ln_f (replicated).
+std::string BlockName(const std::string& name) {
+  const size_t dot = name.find('.', 2);
+  if (name.rfind("h.", 0) != 0 || dot == std::string::npos) return "";
+  return name.substr(dot + 1);
+}
+
+}  // namespace
+
 Result<torch::Tensor> TensorParallelShardOf(const std::string& name, const torch::Tensor& full, int rank, int size) {
   if (size < 1 || rank < 0 || rank >= size) {
     return InvalidArgumentError("tensor parallel: rank " + std::to_string(rank) + " of " + std::to_string(size));
   }
-  if (name == "ln_1.weight" || name == "ln_1.bias" || name == "ln_2.weight" || name == "ln_2.bias" ||
-      name == "attn.c_proj.bias" || name == "mlp.c_proj.bias") {
-    return full;  // replicated
-  }
+  HF_ASSIGN_OR_RETURN(SplitRule rule, RuleOf(name));
+  if (rule.groups == 0) return full;  // replicated
   torch::NoGradGuard no_grad;
-  auto split = [&](int64_t dim, int64_t groups) -> Result<torch::Tensor> {
-    // `groups` equal blocks along `dim` (q | k | v), each cut into `size` parts; this rank's part of each.
-    if (full.dim() <= dim || full.size(dim) % (groups * size) != 0) return NotSplit(name, full, size);
-    const int64_t block = full.size(dim) / groups, part = block / size;
-    std::vector<torch::Tensor> parts;
-    for (int64_t g = 0; g < groups; ++g) parts.push_back(full.narrow(dim, g * block + rank * part, part));
-    return torch::cat(parts, dim).contiguous();
-  };
-  if (name == "attn.c_attn.weight" || name == "attn.c_attn.bias") return split(0, 3);
-  if (name == "mlp.c_fc.weight" || name == "mlp.c_fc.bias") return split(0, 1);
-  if (name == "attn.c_proj.weight" || name == "mlp.c_proj.weight") return split(1, 1);
-  return InvalidArgumentError("tensor parallel: no rule for the block parameter '" + name + "'");
+  const int64_t dim = rule.dim, groups = rule.groups;
+  if (full.dim() <= dim || full.size(dim) % (groups * size) != 0) return NotSplit(name, full, size);
+  const int64_t block = full.size(dim) / groups, part = block / size;
+  std::vector<torch::Tensor> parts;
+  for (int64_t g = 0; g < groups; ++g) parts.push_back(full.narrow(dim, g * block + rank * part, part));
+  return torch::cat(parts, dim).contiguous();
+}
+
+bool GptTensorParallelSplits(const std::string& name) {
+  const std::string block = BlockName(name);
+  if (block.empty()) return false;
+  Result<SplitRule> rule = RuleOf(block);
+  return rule.ok() && rule->groups > 0;
+}
+
+Result<torch::Tensor> GptTensorParallelFullOf(const std::string& name, const std::vector<torch::Tensor>& parts) {
+  if (parts.empty()) return InvalidArgumentError("tensor parallel: no parts of " + name);
+  const std::string block = BlockName(name);
+  if (block.empty()) return parts[0];
+  HF_ASSIGN_OR_RETURN(SplitRule rule, RuleOf(block));
+  if (rule.groups == 0) return parts[0];
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> pieces;
+  for (int64_t g = 0; g < rule.groups; ++g) {
+    for (const torch::Tensor& p : parts) {
+      if (p.dim() <= rule.dim || p.size(rule.dim) % rule.groups != 0 || !p.sizes().equals(parts[0].sizes())) {
+        return InvalidArgumentError("tensor parallel: the parts of " + name + " do not fit together");
+      }
+      const int64_t part = p.size(rule.dim) / rule.groups;
+      pieces.push_back(p.narrow(rule.dim, g * part, part));
+    }
+  }
+  return torch::cat(pieces, rule.dim).contiguous();
 }
 
 Result<std::shared_ptr<ParallelBlockImpl>> ParallelBlockImpl::Create(const ModelConfig& cfg, Communicator* tp) {
@@ -154,9 +203,9 @@ Status ParallelBlockImpl::LoadFromFull(const torch::nn::Module& full) {
 
 Result<torch::Tensor> GptTensorParallelShardOf(const std::string& name, const torch::Tensor& full, int rank,
                                                int size) {
-  const size_t dot = name.find('.', 2);  // "h.<i>." then the block's own name
-  if (name.rfind("h.", 0) != 0 || dot == std::string::npos) return full;  // wte, wpe, ln_f: replicated
-  return TensorParallelShardOf(name.substr(dot + 1), full, rank, size);
+  const std::string block = BlockName(name);
+  if (block.empty()) return full;  // wte, wpe, ln_f: replicated
+  return TensorParallelShardOf(block, full, rank, size);
 }
 
 Status CopyParts(const torch::nn::Module& full, torch::nn::Module& mine, const PartOf& part_of) {

@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "trainer/comm/communicator.h"
@@ -52,6 +53,13 @@ Result<torch::Tensor> TensorParallelShardOf(const std::string& name, const torch
 // The same for a parameter of a whole GptImpl: "h.<i>.<block name>" by the
 // block's rule, everything else (wte, wpe, ln_f) replicated.
 Result<torch::Tensor> GptTensorParallelShardOf(const std::string& name, const torch::Tensor& full, int rank, int size);
+// Whether a GptImpl parameter is split over the group (a shard on each
+// rank) rather than replicated.
+bool GptTensorParallelSplits(const std::string& name);
+// The inverse: the whole parameter from every rank's part (parts[r] = rank
+// r's, GptTensorParallelShardOf's layout); a replicated one is parts[0].
+// kInvalidArgument when the parts do not fit together.
+Result<torch::Tensor> GptTensorParallelFullOf(const std::string& name, const std::vector<torch::Tensor>& parts);
 
 // Copies into every parameter of `mine` its part (`part_of(name, full's
 // tensor)`) of the same-named parameter of `full`; kInvalidArgument naming

@@ -198,6 +198,37 @@ TEST(TensorParallelShardTest, AttentionIsSplitByHeadsOfQKAndV) {
             StatusCode::kInvalidArgument);
 }
 
+// The parts of every parameter of a whole GPT, put back together, are that
+// parameter (what DumpParams writes for a tensor-parallel run), for 2 and 4
+// ranks; which parameters split is what the rules say.
+TEST(TensorParallelShardTest, ThePartsOfEveryGptParameterMakeTheWholeAgain) {
+  ModelConfig cfg = SmallConfig(true);
+  cfg.n_layer = 2;
+  torch::manual_seed(3);
+  Gpt full(cfg);
+  full->InitWeights();
+  int split = 0;
+  for (int size : {2, 4}) {
+    for (const auto& p : full->named_parameters()) {
+      std::vector<torch::Tensor> parts;
+      for (int r = 0; r < size; ++r) {
+        auto part = GptTensorParallelShardOf(p.key(), p.value(), r, size);
+        ASSERT_TRUE(part.ok()) << p.key() << ": " << part.status().ToString();
+        parts.push_back(*part);
+      }
+      auto whole = GptTensorParallelFullOf(p.key(), parts);
+      ASSERT_TRUE(whole.ok()) << p.key() << ": " << whole.status().ToString();
+      EXPECT_TRUE(torch::equal(*whole, p.value())) << p.key() << " over " << size;
+      const bool splits = GptTensorParallelSplits(p.key());
+      EXPECT_EQ(splits, !parts[0].sizes().equals(p.value().sizes())) << p.key();
+      split += splits && size == 2;
+    }
+  }
+  EXPECT_EQ(split, 2 * 6) << "c_attn, attn.c_proj, c_fc, mlp.c_proj weights and c_attn, c_fc biases per block";
+  auto bad = GptTensorParallelFullOf("h.0.attn.c_attn.weight", {torch::zeros({6, 2}), torch::zeros({3, 2})});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << "parts of different shapes";
+}
+
 TEST(TensorParallelShardTest, ALayoutThatDoesNotSplitIsRefusedBeforeAnyCollective) {
   auto local = MakeLocalCommunicator();
   ModelConfig cfg = SmallConfig(true);

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -30,11 +31,13 @@
 #include "trainer/comm/progress_communicator.h"
 #include "trainer/device_stager.h"
 #include "trainer/gpu.h"
+#include "trainer/mesh.h"
 #include "trainer/data/dataset.h"
 #include "trainer/model.h"
 #include "trainer/objective.h"
 #include "trainer/progress_sink.h"
 #include "trainer/rl/grpo_objective.h"
+#include "trainer/tensor_parallel.h"
 #include "trainer/weights.h"
 
 namespace holdfast {
@@ -146,6 +149,7 @@ struct Trainer::Impl {
     int64_t offset = 0;  // in floats, in the flat buffers
     int64_t numel = 0;
     bool decay = false;
+    bool split = false;  // a tensor-parallel shard (its peers in the tp group hold the other parts)
     int bucket = 0;
   };
   struct Bucket {
@@ -190,7 +194,13 @@ struct Trainer::Impl {
   torch::Tensor shared_dev;                 // GPU only: float32 [3], the step's loss and requests
   // Records every collective of the trainer in `progress` (the GRPO
   // objective's broadcasts go through comm->unrecorded(), as they always did).
-  std::unique_ptr<ProgressCommunicator> comm;
+  std::unique_ptr<ProgressCommunicator> comm;  // the data-parallel group (the world without tensor parallelism)
+  std::unique_ptr<ProgressCommunicator> tp_comm;  // the tensor-parallel group; null for dist.tensor_parallel 1
+  int global_rank = 0;   // this rank in the world (TrainerComms::rank)
+  int global_world = 1;
+  // Tensor parallel: the whole model's parameter names in its registration
+  // order (a split block registers its own in another), for DumpParams.
+  std::vector<std::string> full_order;
   ProgressSink* progress = &NoProgress();  // not owned, never null (SetProgressSink)
   std::function<void()> before_update;  // SetBeforeUpdateHook; runs right before Update (AdamW)
   std::unique_ptr<Dataset> data;
@@ -234,8 +244,12 @@ struct Trainer::Impl {
   torch::Tensor rng_state;  // backing store of the "rng.cpu" state view
   torch::Tensor rng_cuda_state;  // backing store of the "rng.cuda" state view (GPU only)
 
+  // rank() and world() are data-parallel: the data sampler, the gradient
+  // average, ZeRO-1 and the checkpoint slices are cut by them.
   int rank() const { return comm->rank(); }
   int world() const { return comm->world_size(); }
+  int tp_size() const { return tp_comm ? tp_comm->world_size() : 1; }
+  int tp_rank() const { return tp_comm ? tp_comm->rank() : 0; }
   // Rank r's slice of n flat elements: [n*r/W, n*(r+1)/W).
   int64_t SliceBegin(int64_t n, int r) const { return n * r / world(); }
   // Where element i of the flat buffers lives in exp_avg / exp_avg_sq, and
@@ -260,6 +274,7 @@ struct Trainer::Impl {
       s.offset = total;
       s.numel = p.numel();
       s.decay = p.dim() >= 2;
+      s.split = tp_comm != nullptr && GptTensorParallelSplits(name);
       total += s.numel;
       slots.push_back(std::move(s));
     }
@@ -369,8 +384,9 @@ struct Trainer::Impl {
   // and leaves the norm in grad_norm for the update kernel.
   Status ReduceStepTotals(double* loss_sum, const torch::Tensor& loss_dev, const StepRequests& requests,
                           StepMetrics* m) {
-    double totals[4] = {*loss_sum, requests.stop ? 1.0 : 0.0, requests.checkpoint ? 1.0 : 0.0, 0.0};
+    double totals[5] = {*loss_sum, requests.stop ? 1.0 : 0.0, requests.checkpoint ? 1.0 : 0.0, 0.0, 0.0};
     double* reduce = totals;
+    const size_t count = tp_comm ? 5 : 4;  // tensor parallel: shards' and replicated sums apart
     if (cuda) {
       torch::NoGradGuard no_grad;
       totals_dev.copy_(torch::from_blob(totals, {4}, torch::kFloat64));
@@ -379,11 +395,13 @@ struct Trainer::Impl {
       totals_dev.narrow(0, 3, 1).copy_(
           torch::linalg_vector_norm(own, 2, c10::nullopt, false, torch::kFloat64).square().view({1}));
       reduce = totals_dev.data_ptr<double>();
+    } else if (tp_comm) {
+      std::tie(totals[3], totals[4]) = SplitSumsOfSquares(own_begin, own_end);
     } else {
       totals[3] = SumOfSquares(flat_grads.data_ptr<float>() + own_begin, own_end - own_begin);
     }
     // On a GPU its completion is also where the gradient buckets are recorded done.
-    HF_RETURN_IF_ERROR(comm->AllreduceDoubles(reduce, 4, ReduceOp::kSum).WithContext("loss and norm allreduce"));
+    HF_RETURN_IF_ERROR(comm->AllreduceDoubles(reduce, count, ReduceOp::kSum).WithContext("loss and norm allreduce"));
     if (cuda) {
       torch::NoGradGuard no_grad;
       grad_norm.copy_(totals_dev.narrow(0, 3, 1).sqrt());
@@ -394,6 +412,34 @@ struct Trainer::Impl {
     m->stop = totals[1] > 0;
     m->checkpoint = totals[2] > 0;
     m->grad_norm = std::sqrt(totals[3]);
+    if (tp_comm) return ReduceOverTensorGroup(totals[3], totals[4], m);
+    return Status::Ok();
+  }
+
+  // Sums of squares of the gradient elements [lo, hi) of the flat buffers:
+  // {of tensor-parallel shards, of replicated parameters}, in float64.
+  std::pair<double, double> SplitSumsOfSquares(int64_t lo, int64_t hi) const {
+    double split = 0, replicated = 0;
+    const float* g = flat_grads.data_ptr<float>();
+    for (const Slot& s : slots) {
+      const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
+      if (a < b) (s.split ? split : replicated) += SumOfSquares(g + a, b - a);
+    }
+    return {split, replicated};
+  }
+
+  // Tensor parallel, after the data-parallel reductions: the shards' sum of
+  // squares over the tp group (each rank holds a part of them) plus the
+  // replicated parameters' (the same bits on every rank of the group, counted
+  // once) is the global norm²; the requests join it, so that every rank of
+  // the world (dp groups agreed, then tp groups) acts after the same step.
+  Status ReduceOverTensorGroup(double split_sq, double replicated_sq, StepMetrics* m) {
+    double v[3] = {split_sq, m->stop ? 1.0 : 0.0, m->checkpoint ? 1.0 : 0.0};
+    HF_RETURN_IF_ERROR(
+        tp_comm->AllreduceDoubles(v, 3, ReduceOp::kSum).WithContext("tensor-parallel gradient norm and requests"));
+    m->grad_norm = std::sqrt(v[0] + replicated_sq);
+    m->stop = v[1] > 0;
+    m->checkpoint = v[2] > 0;
     return Status::Ok();
   }
 
@@ -561,6 +607,10 @@ struct Trainer::Impl {
         grad_scale = cuda ? 1.0 : ClipCoefficient(m.grad_norm, cfg.optim.grad_clip);  // ReduceStepTotals
       } else if (cuda) {
         grad_norm.copy_(torch::linalg_vector_norm(flat_grads, 2, c10::nullopt, false, torch::kFloat64).view({1}));
+      } else if (tp_comm) {
+        const auto [split_sq, replicated_sq] = SplitSumsOfSquares(0, flat_grads.numel());
+        HF_RETURN_IF_ERROR(ReduceOverTensorGroup(split_sq, replicated_sq, &m));
+        grad_scale = ClipCoefficient(m.grad_norm, cfg.optim.grad_clip);
       } else {
         m.grad_norm = std::sqrt(SumOfSquares(flat_grads.data_ptr<float>(), flat_grads.numel()));
         grad_scale = ClipCoefficient(m.grad_norm, cfg.optim.grad_clip);
@@ -651,9 +701,55 @@ Trainer::~Trainer() = default;
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, std::unique_ptr<Communicator> comm,
                                                   const DevicePlacement& placement) {
+  if (comm == nullptr) return InvalidArgumentError("Trainer::Create: no communicator");
+  TrainerComms comms;
+  comms.rank = comm->rank();
+  comms.world_size = comm->world_size();
+  comms.data = std::move(comm);
+  return Create(config, std::move(comms), placement);
+}
+
+namespace {
+
+// The groups of TrainerComms make up the world as trainer/mesh.h lays it out.
+Status CheckTrainerComms(const TrainerConfig& config, const TrainerComms& c, const DevicePlacement& placement) {
+  const int tp = config.dist.tensor_parallel;
+  if (c.data == nullptr) return InvalidArgumentError("Trainer::Create: no data-parallel communicator");
+  if (tp == 1) {
+    if (c.data->world_size() != c.world_size || c.data->rank() != c.rank) {
+      return InvalidArgumentError("Trainer::Create: without tensor parallelism the data-parallel group is the world");
+    }
+    return Status::Ok();
+  }
+  if (c.tensor == nullptr || c.tensor->world_size() != tp) {
+    return InvalidArgumentError("dist.tensor_parallel = " + std::to_string(tp) + " but the tensor-parallel group has " +
+                                (c.tensor == nullptr ? std::string("no communicator")
+                                                     : std::to_string(c.tensor->world_size()) + " ranks"));
+  }
+  if (c.data->world_size() * tp != c.world_size || c.tensor->rank() + tp * c.data->rank() != c.rank) {
+    return InvalidArgumentError("rank " + std::to_string(c.rank) + " of " + std::to_string(c.world_size) +
+                                ": its groups (tp rank " + std::to_string(c.tensor->rank()) + ", dp rank " +
+                                std::to_string(c.data->rank()) + " of " + std::to_string(c.data->world_size()) +
+                                ") do not lay out the world as rank = tp + TP x dp");
+  }
+  if (placement.cuda) {
+    return InvalidArgumentError("dist.tensor_parallel = " + std::to_string(tp) +
+                                " runs on the CPU for now: set train.device = \"cpu\"");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, TrainerComms comms,
+                                                  const DevicePlacement& placement) {
+  HF_RETURN_IF_ERROR(CheckTrainerComms(config, comms, placement));
   auto impl = std::make_unique<Impl>();
   impl->cfg = config;
-  impl->comm = std::make_unique<ProgressCommunicator>(std::move(comm));
+  impl->comm = std::make_unique<ProgressCommunicator>(std::move(comms.data));
+  if (config.dist.tensor_parallel > 1) impl->tp_comm = std::make_unique<ProgressCommunicator>(std::move(comms.tensor));
+  impl->global_rank = comms.rank;
+  impl->global_world = comms.world_size;
   impl->placement = placement;
   impl->accum = config.train.grad_accum;
   if (placement.cuda) {
@@ -693,8 +789,6 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, st
     torch::manual_seed(config.train.seed);
     impl->model = Gpt(config.model, ComputeOptions{config.train.precision == "bf16"});
     impl->model->InitWeights();  // on the CPU generator: the same weights on every device
-    impl->model->to(impl->device);
-    impl->model->train();
     // train.init_from replaces the initial weights (a resume then overwrites
     // them with the checkpoint's, like any initial weights).
     auto named_params = [](Gpt& m) {
@@ -705,8 +799,17 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, st
     if (!config.train.init_from.empty()) {
       Result<std::string> loaded = LoadWeights(config.train.init_from, named_params(impl->model));
       if (!loaded.ok()) return loaded.status().WithContext("train.init_from");
-      if (impl->rank() == 0) spdlog::info("initial weights: {}", *loaded);
+      if (impl->global_rank == 0) spdlog::info("initial weights: {}", *loaded);
     }
+    if (impl->tp_comm != nullptr) {
+      // This rank's part of the whole model, initialised as one process would.
+      for (auto& item : impl->model->named_parameters()) impl->full_order.push_back(item.key());
+      Gpt split(config.model, ComputeOptions{config.train.precision == "bf16"}, impl->tp_comm.get());
+      HF_RETURN_IF_ERROR(split->LoadFromFull(*impl->model).WithContext("splitting the model over the tp group"));
+      impl->model = split;
+    }
+    impl->model->to(impl->device);
+    impl->model->train();
     ObjectiveEnv env;
     env.config = &impl->cfg;
     env.data = impl->data.get();
@@ -743,7 +846,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, st
     }
     impl->BuildFlatLayout();
     // Dropout draws from here on: a stream per rank (CPU and CUDA generators alike).
-    torch::manual_seed(config.train.seed * 1000003ULL + 1 + static_cast<uint64_t>(impl->rank()));
+    torch::manual_seed(config.train.seed * 1000003ULL + 1 + static_cast<uint64_t>(impl->global_rank));
     if (impl->cuda) {
       impl->grad_norm = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(impl->device));
       impl->shared_dev = torch::zeros({3}, torch::TensorOptions().dtype(torch::kFloat32).device(impl->device));
@@ -781,12 +884,15 @@ std::map<std::string, double> Trainer::LatestEvalMetrics() const {
 void Trainer::SetProgressSink(ProgressSink& progress) {
   impl_->progress = &progress;
   impl_->comm->SetProgressSink(progress);
+  if (impl_->tp_comm != nullptr) impl_->tp_comm->SetProgressSink(progress);
 }
 void Trainer::SetBeforeUpdateHook(std::function<void()> hook) { impl_->before_update = std::move(hook); }
 void Trainer::SetInterruptCheck(std::function<bool()> check) { impl_->objective->SetInterruptCheck(std::move(check)); }
 int64_t Trainer::step() const { return impl_->step; }
-int Trainer::rank() const { return impl_->rank(); }
-int Trainer::world_size() const { return impl_->world(); }
+int Trainer::rank() const { return impl_->global_rank; }
+int Trainer::world_size() const { return impl_->global_world; }
+int Trainer::tensor_parallel() const { return impl_->tp_size(); }
+int Trainer::tensor_rank() const { return impl_->tp_rank(); }
 const TrainerConfig& Trainer::config() const { return impl_->cfg; }
 DeterminismFingerprint Trainer::Fingerprint() const { return impl_->Fingerprint(); }
 int64_t Trainer::num_params() const { return impl_->flat_params.numel(); }
@@ -835,7 +941,10 @@ Status CopyInto(const StateView* v, const torch::Tensor& t, const char* name) {
 }
 }  // namespace
 
-std::string Trainer::Layout() const { return "dp=" + std::to_string(impl_->world()); }
+std::string Trainer::Layout() const {
+  Result<DeviceMesh> mesh = DeviceMesh::Create(impl_->global_world, MeshShape{impl_->tp_size(), 1, 1});
+  return mesh.ok() ? mesh->Layout() : "dp=" + std::to_string(impl_->world());  // Create checked the groups
+}
 std::string Trainer::ConfigHashHex() const { return Hex(ConfigHash(impl_->cfg)); }
 
 namespace {
@@ -963,6 +1072,48 @@ StateView SliceOf(const char* name, const torch::Tensor& t, int64_t begin, int64
   return {name, static_cast<const uint8_t*>(t.data_ptr()) + begin * t.element_size(),
           static_cast<size_t>((end - begin) * t.element_size())};
 }
+
+// The saved shards (index = saved world rank) that hold this tensor-parallel
+// rank's parameters: saved ranks tp_rank + TP x dp (trainer/mesh.h), in dp
+// order, so that they tile its flat buffers as a data-parallel checkpoint's
+// shards do. The checkpoint must have been saved with the same
+// dist.tensor_parallel (read from the first shard's meta; absent = 1):
+// kFailedPrecondition naming the one that would resume it otherwise, since
+// resharding between tensor-parallel layouts is not built yet.
+Result<std::vector<size_t>> ShardsOfTensorRank(const std::vector<SavedShard>& shards, int tp, int tp_rank) {
+  if (shards.empty()) return InvalidArgumentError("no saved state to restore from");
+  HF_ASSIGN_OR_RETURN(nlohmann::json meta, ParseMeta(shards[0]));
+  int saved_tp = 1;
+  if (meta.contains("tensor_parallel")) {
+    const nlohmann::json& t = meta["tensor_parallel"];
+    if (!t.is_object() || !t.contains("size") || !t["size"].is_number_integer() || t["size"].get<int64_t>() < 1 ||
+        t["size"].get<int64_t>() > 1024) {
+      return CorruptionError(shards[0].source + ": state 'meta' has no valid 'tensor_parallel' {size, rank}" +
+                             kWhatToDo);
+    }
+    saved_tp = t["size"].get<int>();
+  }
+  if (saved_tp != tp) {
+    return FailedPreconditionError("the checkpoint was saved with dist.tensor_parallel = " + std::to_string(saved_tp) +
+                                   ", this run has " + std::to_string(tp) +
+                                   ": resharding between tensor-parallel layouts is not built yet; resume with "
+                                   "dist.tensor_parallel = " + std::to_string(saved_tp) +
+                                   " (any number of data-parallel groups of it)");
+  }
+  if (shards.size() % static_cast<size_t>(tp) != 0) {
+    return CorruptionError("a checkpoint of dist.tensor_parallel = " + std::to_string(tp) + " has " +
+                           std::to_string(shards.size()) + " shards, not a multiple of it" + kWhatToDo);
+  }
+  std::vector<size_t> out;
+  for (size_t i = static_cast<size_t>(tp_rank); i < shards.size(); i += static_cast<size_t>(tp)) out.push_back(i);
+  return out;
+}
+
+std::vector<SavedShard> Pick(const std::vector<SavedShard>& shards, const std::vector<size_t>& which) {
+  std::vector<SavedShard> out;
+  for (size_t i : which) out.push_back(shards[i]);
+  return out;
+}
 }  // namespace
 
 Result<std::vector<StateView>> Trainer::StateViews() { return ViewsOfSlice(impl_->own_begin, impl_->own_end); }
@@ -994,6 +1145,11 @@ Result<std::vector<StateView>> Trainer::ViewsOfSlice(int64_t begin, int64_t end)
         {"backend", f.backend}, {"zero_stage", f.zero_stage}, {"device", f.device}}},
   };
   if (d.eval_step >= 0) meta["eval"] = {{"step", d.eval_step}, {"metrics", d.eval_metrics}};
+  if (d.tp_comm != nullptr) {
+    // "rank", "world_size" and "slice" are data-parallel: a slice of this
+    // tensor-parallel rank's flat buffers, which its dp peers tile.
+    meta["tensor_parallel"] = {{"size", d.tp_size()}, {"rank", d.tp_rank()}};
+  }
   d.meta_text = meta.dump(1);
   std::vector<StateView> views;
   views.push_back({"meta", reinterpret_cast<const uint8_t*>(d.meta_text.data()), d.meta_text.size()});
@@ -1046,7 +1202,18 @@ Result<TrainState> Trainer::CaptureState() {
   return state;
 }
 
-Result<std::vector<std::vector<std::string>>> Trainer::BuffersToRestore(const std::vector<SavedShard>& preview) const {
+Result<std::vector<std::vector<std::string>>> Trainer::BuffersToRestore(const std::vector<SavedShard>& all) const {
+  const Impl& d = *impl_;
+  // Only the shards of this rank's tensor-parallel coordinate are read.
+  HF_ASSIGN_OR_RETURN(std::vector<size_t> mine, ShardsOfTensorRank(all, d.tp_size(), d.tp_rank()));
+  const std::vector<SavedShard> preview = Pick(all, mine);
+  HF_ASSIGN_OR_RETURN(std::vector<std::vector<std::string>> want, BuffersOfShards(preview));
+  std::vector<std::vector<std::string>> out(all.size());
+  for (size_t i = 0; i < mine.size(); ++i) out[mine[i]] = std::move(want[i]);
+  return out;
+}
+
+Result<std::vector<std::vector<std::string>>> Trainer::BuffersOfShards(const std::vector<SavedShard>& preview) const {
   const Impl& d = *impl_;
   HF_ASSIGN_OR_RETURN(std::vector<std::optional<StateSlice>> slices, CheckedSlices(preview));
   // The shard whose rank-local state (meta, RNG) this rank takes (RestoreShards).
@@ -1084,11 +1251,15 @@ Status Trainer::RestoreState(const std::vector<StateView>& state, bool strict_de
 Status Trainer::RestoreShards(const std::vector<SavedShard>& shards, bool strict_determinism,
                               std::vector<std::string>* warnings) {
   if (shards.empty()) return InvalidArgumentError("no saved state to restore from");
+  // Tensor parallel: the shards of this rank's tp coordinate, as a
+  // data-parallel checkpoint of its flat buffers.
+  HF_ASSIGN_OR_RETURN(std::vector<size_t> which, ShardsOfTensorRank(shards, impl_->tp_size(), impl_->tp_rank()));
+  const std::vector<SavedShard> mine = Pick(shards, which);
   // On another world size (a reshard) a rank past the saved ranks takes the
   // step, cursor and fingerprint from rank 0's meta (they are the same on
   // every shard) and starts a fresh dropout stream (Restore).
-  const size_t own = impl_->own_shard(shards.size());
-  return Restore(shards[own], shards, strict_determinism, warnings);
+  const size_t own = impl_->own_shard(mine.size());
+  return Restore(mine[own], mine, strict_determinism, warnings);
 }
 
 Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& all, bool strict_determinism,
@@ -1238,20 +1409,51 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
   return Status::Ok();
 }
 
-Status Trainer::DumpParams(const std::string& dir) const {
+Status Trainer::DumpParams(const std::string& dir, bool write) const {
+  const Impl& d = *impl_;
+  // Tensor parallel: every rank's flat parameters, rank r's at [r*n, (r+1)*n).
+  torch::Tensor gathered;
+  const int64_t n = d.flat_params.numel();
+  if (d.tp_comm != nullptr) {
+    gathered = torch::empty({n * d.tp_size()}, torch::kFloat32);
+    gathered.narrow(0, n * d.tp_rank(), n).copy_(d.flat_params);
+    const std::vector<size_t> counts(static_cast<size_t>(d.tp_size()), static_cast<size_t>(n));
+    HF_RETURN_IF_ERROR(d.tp_comm->AllgatherAsync(gathered.data_ptr<float>(), counts)->Wait().WithContext(
+        "gathering the tensor-parallel shards of the parameters"));
+  }
+  if (!write) return Status::Ok();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return IoError("create " + dir + ": " + ec.message());
   nlohmann::json index = {{"format", kParamsFormat}, {"dtype", "float32"}, {"tensors", nlohmann::json::array()}};
   std::ofstream bin(dir + "/params.bin", std::ios::binary | std::ios::trunc);
   int64_t offset = 0;
-  const torch::Tensor host = impl_->flat_params.to(torch::kCPU);
-  // Registration order (the order a reader expects), not flat order.
-  for (auto it = impl_->slots.rbegin(); it != impl_->slots.rend(); ++it) {
-    const float* p = host.data_ptr<float>() + it->offset;
-    bin.write(reinterpret_cast<const char*>(p), it->numel * 4);
-    index["tensors"].push_back({{"name", it->name}, {"shape", it->shape}, {"offset", offset}, {"numel", it->numel}});
-    offset += it->numel * 4;
+  const torch::Tensor host = d.flat_params.to(torch::kCPU);
+  // Registration order (the order a reader expects), not flat order; the whole model's.
+  std::vector<const Impl::Slot*> order;
+  for (auto it = d.slots.rbegin(); it != d.slots.rend(); ++it) order.push_back(&*it);
+  if (!d.full_order.empty()) {
+    std::map<std::string, const Impl::Slot*> by_name;
+    for (const Impl::Slot* s : order) by_name[s->name] = s;
+    order.clear();
+    for (const std::string& name : d.full_order) {
+      if (by_name.count(name) == 0) return InternalError("DumpParams: the split model has no " + name);
+      order.push_back(by_name[name]);
+    }
+  }
+  for (const Impl::Slot* it : order) {
+    torch::Tensor whole = host.narrow(0, it->offset, it->numel);
+    std::vector<int64_t> shape = it->shape;
+    if (it->split) {
+      std::vector<torch::Tensor> parts;
+      for (int r = 0; r < d.tp_size(); ++r) parts.push_back(gathered.narrow(0, r * n + it->offset, it->numel).view(shape));
+      HF_ASSIGN_OR_RETURN(whole, GptTensorParallelFullOf(it->name, parts));
+      shape = whole.sizes().vec();
+    }
+    whole = whole.contiguous();
+    bin.write(reinterpret_cast<const char*>(whole.data_ptr<float>()), whole.numel() * 4);
+    index["tensors"].push_back({{"name", it->name}, {"shape", shape}, {"offset", offset}, {"numel", whole.numel()}});
+    offset += whole.numel() * 4;
   }
   bin.close();
   if (!bin) return IoError("write " + dir + "/params.bin failed");

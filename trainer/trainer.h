@@ -68,6 +68,18 @@ struct StepRequests {
   bool checkpoint = false;
 };
 
+// The communicators of a tensor-parallel rank (dist.tensor_parallel > 1):
+// its data-parallel group (gradients, ZeRO-1, the step's loss and requests,
+// evaluation) and its tensor-parallel group (the model's allreduces, the
+// split parameters' share of the gradient norm), with the rank's place in the
+// whole world (trainer/mesh.h: rank = tp + TP * dp).
+struct TrainerComms {
+  std::unique_ptr<Communicator> data;
+  std::unique_ptr<Communicator> tensor;
+  int rank = 0;
+  int world_size = 1;
+};
+
 class Trainer {
  public:
   // Builds the model (initialised from config.train.seed, on the CPU, so the
@@ -80,6 +92,17 @@ class Trainer {
   // device, AdamW runs as one CUDA kernel, and checkpoints are staged through
   // pinned memory (DeviceStager); cuBLAS and LibTorch are set deterministic.
   static Result<std::unique_ptr<Trainer>> Create(const TrainerConfig& config, std::unique_ptr<Communicator> comm,
+                                                 const DevicePlacement& placement = {});
+  // The same with tensor parallelism: every transformer block split over
+  // comms.tensor (its size is config.dist.tensor_parallel), the rest of the
+  // model replicated in the group. The initial weights are the unsplit
+  // model's (train.seed, train.init_from), each rank keeping its part, so a
+  // layout starts from the same weights as one process. The flat buffers,
+  // AdamW and ZeRO-1 hold this rank's parameters (its shards and the
+  // replicated ones) and work over comms.data; the data sampler cuts the
+  // global batch by data-parallel rank. kInvalidArgument when the groups do
+  // not make up the world or the config cannot be split.
+  static Result<std::unique_ptr<Trainer>> Create(const TrainerConfig& config, TrainerComms comms,
                                                  const DevicePlacement& placement = {});
   ~Trainer();
 
@@ -121,8 +144,12 @@ class Trainer {
   void SetInterruptCheck(std::function<bool()> check);
 
   int64_t step() const;
+  // This rank in the whole world, and the world (all groups).
   int rank() const;
   int world_size() const;
+  // dist.tensor_parallel, and this rank's place in its tensor-parallel group.
+  int tensor_parallel() const;
+  int tensor_rank() const;
   const TrainerConfig& config() const;
 
   // What the checkpoint writer stages, as views into the trainer's own memory
@@ -174,7 +201,7 @@ class Trainer {
   // config still fails loudly instead of being skipped.
   Result<std::vector<std::vector<std::string>>> BuffersToRestore(const std::vector<SavedShard>& preview) const;
 
-  // The world layout recorded with checkpoints ("dp=2").
+  // The world layout recorded with checkpoints ("dp=2", "tp=2,dp=2").
   std::string Layout() const;
   // Hex of ConfigHash(config()).
   std::string ConfigHashHex() const;
@@ -182,8 +209,11 @@ class Trainer {
   DeterminismFingerprint Fingerprint() const;
 
   // Parameters in the "holdfast-params-v1" layout: DIR/params.json + DIR/params.bin
-  // (named tensors, float32, little endian), readable from Python.
-  Status DumpParams(const std::string& dir) const;
+  // (named tensors, float32, little endian), readable from Python: the whole
+  // model, as one process holds it. With tensor parallelism the shards are
+  // gathered over the tensor-parallel group first, so every rank of the group
+  // must call it (a collective); `write` says whether this one writes.
+  Status DumpParams(const std::string& dir, bool write = true) const;
   // XXH3-64 of the flat parameter bytes: equal hashes = bit-identical parameters.
   uint64_t ParamsHash() const;
   int64_t num_params() const;
@@ -205,6 +235,8 @@ class Trainer {
   // Restores own's rank-local state and the flat buffers from all's slices.
   Status Restore(const SavedShard& own, const std::vector<SavedShard>& all, bool strict_determinism,
                  std::vector<std::string>* warnings);
+  // BuffersToRestore of the shards of this rank's tensor-parallel coordinate.
+  Result<std::vector<std::vector<std::string>>> BuffersOfShards(const std::vector<SavedShard>& preview) const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,0 +1,144 @@
+// A tensor-parallel run under holdfastd (issue 26, must-show 3 for tp x dp):
+// 4 real holdfast-train ranks as tp 2 x dp 2, the fault-free run of the same
+// layout without a supervisor as the reference. A killed rank restarts the
+// run from its checkpoint and it ends bit-identical; a rank stuck in compute
+// is the hang's culprit while its tensor-parallel peer waits for it.
+#include <signal.h>
+
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/daemon_client.h"
+#include "tests/support/subprocess.h"
+
+namespace holdfast {
+namespace {
+
+using testing::BuildPath;
+using testing::ChildProcess;
+using testing::ProcessResult;
+using testing::ReadFile;
+using testing::RunProcess;
+using testing::TempDir;
+using testing::WriteFile;
+
+constexpr int kRanks = 4;
+
+std::string TrainConfig(const std::string& corpus) {
+  std::ostringstream os;
+  os << "[model]\nn_layer = 2\nn_head = 4\nn_embd = 64\nblock_size = 64\ndropout = 0\n"
+     << "[data]\nformat = \"text\"\npath = \"" << corpus << "\"\n"
+     << "[train]\nsteps = 30\nmicro_batch = 2\nseed = 11\nthreads = 1\nlog_every = 10\n"
+     << "[optim]\nlr = 1e-3\nmin_lr = 1e-4\nwarmup_steps = 5\n"
+     << "[dist]\nbucket_mb = 0.05\ntensor_parallel = 2\n"
+     << "[checkpoint]\nevery_steps = 5\n";
+  return os.str();
+}
+
+class TensorParallelSupervisionTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    shared_ = new TempDir("tp_supervision_ref");
+    std::string text;
+    for (const char* name : {"GPL-3", "LGPL-2.1", "Apache-2.0"}) {
+      text += ReadFile(std::string("/usr/share/common-licenses/") + name);
+    }
+    WriteFile(*shared_ / "corpus.txt", text);
+    WriteFile(*shared_ / "train.toml", TrainConfig(*shared_ / "corpus.txt"));
+    ProcessResult r = RunProcess({BuildPath("trainer/holdfast-train"), "--config", *shared_ / "train.toml", "--nproc",
+                                  std::to_string(kRanks), "--set", "output.dir=" + (*shared_ / "out"), "--dump-final",
+                                  *shared_ / "ref"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    reference_ = ReadFile(*shared_ / "ref/params.bin");
+  }
+  static void TearDownTestSuite() { delete shared_; }
+
+  TensorParallelSupervisionTest() : dir_("tp_supervision") {}
+
+  void WriteJob(const std::string& fault) {
+    std::ostringstream os;
+    os << "[job]\nname = \"tp-fault-test\"\ncommand = [\"" << BuildPath("trainer/holdfast-train") << "\", \"--config\", \""
+       << *shared_ / "train.toml" << "\", \"--set\", \"output.dir=" << dir_ / "out" << "\", \"--set\", \"checkpoint.dir="
+       << dir_ / "ck" << "\", \"--dump-final\", \"" << dir_ / "final" << "\"";
+    if (!fault.empty()) os << ", \"--inject-fault\", \"" << fault << "\"";
+    os << "]\nnproc = " << kRanks << "\ncheckpoint_dir = \"" << dir_ / "ck" << "\"\n"
+       << "[supervise]\npoll_ms = 50\nhang_min_s = 5\nstartup_timeout_s = 120\nrestart_budget = 2\nterm_grace_s = 2\n"
+       << "backoff_initial_s = 0.1\nstack_timeout_s = 120\nprogress_dir = \"" << dir_ / "shm" << "\"\n"
+       << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\n";
+    WriteFile(dir_ / "job.toml", os.str());
+  }
+
+  std::vector<std::string> Daemon() const {
+    return {BuildPath("daemon/holdfastd"), "--run-dir", dir_ / "run", "--config", dir_ / "job.toml"};
+  }
+
+  void ExpectFinishedBitExact(ChildProcess& daemon) {
+    EXPECT_EQ(daemon.Wait(), 0) << ReadFile(dir_ / "daemon.log");
+    const std::string final_params = ReadFile(dir_ / "final/params.bin");
+    ASSERT_FALSE(final_params.empty()) << ReadFile(dir_ / "daemon.log");
+    EXPECT_TRUE(final_params == reference_) << "final parameters differ from the fault-free tp 2 x dp 2 run";
+  }
+
+  // The newest run's last incident.
+  std::optional<EventRecord> LastIncident() const {
+    auto db = testing::OpenLineageReadOnly(dir_ / "run");
+    if (db == nullptr) return std::nullopt;
+    auto run = db->LatestRun();
+    EXPECT_TRUE(run.ok()) << run.status().ToString();
+    if (!run.ok()) return std::nullopt;
+    EXPECT_EQ(run->state, RunState::kSucceeded);
+    auto inc = db->LastIncident(run->run_id);
+    EXPECT_TRUE(inc.ok() && inc->has_value());
+    if (!inc.ok() || !inc->has_value()) return std::nullopt;
+    return **inc;
+  }
+
+  static inline TempDir* shared_ = nullptr;
+  static inline std::string reference_;
+  TempDir dir_;
+};
+
+TEST_F(TensorParallelSupervisionTest, SigkillOfARankRestartsTheLayoutFromItsCheckpointBitExact) {
+  WriteJob("");
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  auto st = testing::WaitForStatus(daemon, dir_ / "run", "every rank past step 12", 300, [](const RunStatus& s) {
+    if (s.nodes.empty() || s.nodes[0].ranks.size() != kRanks) return false;
+    for (const auto& r : s.nodes[0].ranks) {
+      if (r.step < 12 || r.state != "running") return false;
+    }
+    return true;
+  });
+  ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
+  const auto victim = st->nodes[0].ranks[3];  // tp 1 of dp group 1
+  ASSERT_EQ(victim.rank, 3);
+  ASSERT_EQ(kill(static_cast<pid_t>(victim.pid), SIGKILL), 0);
+  ExpectFinishedBitExact(daemon);
+  auto inc = LastIncident();
+  ASSERT_TRUE(inc.has_value());
+  EXPECT_EQ(inc->kind, "crash");
+  EXPECT_EQ(inc->rank, 3);
+  EXPECT_NE(inc->summary.find("rank 3 killed by signal 9 (SIGKILL)"), std::string::npos) << inc->summary;
+  EXPECT_NE(inc->action.find("restart generation 1 from step"), std::string::npos) << inc->action;
+}
+
+// Rank 1 (tp 1 of dp 0) spins in compute at step 14: its tensor-parallel
+// peer, rank 0, waits in the group's allreduce for it, the other group in the
+// gradient reduction; the rank that never entered the collective is named.
+TEST_F(TensorParallelSupervisionTest, ARankStuckInComputeIsTheHangsCulprit) {
+  WriteJob("hang@1:14");
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  ExpectFinishedBitExact(daemon);
+  auto inc = LastIncident();
+  ASSERT_TRUE(inc.has_value());
+  EXPECT_EQ(inc->kind, "hang");
+  EXPECT_EQ(inc->rank, 1) << inc->summary;
+  EXPECT_NE(inc->summary.find("rank 1 never entered allreduce #"), std::string::npos) << inc->summary;
+  EXPECT_NE(inc->summary.find("rank 0 waiting in it"), std::string::npos) << "its tp peer\n" << inc->summary;
+  auto ev = nlohmann::json::parse(inc->evidence_json);
+  EXPECT_EQ(ev["ranks"].size(), static_cast<size_t>(kRanks));
+}
+
+}  // namespace
+}  // namespace holdfast
