@@ -136,7 +136,8 @@ Result<TrainerComms> MakeTrainerComms(const TrainerConfig& cfg, int rank, int wo
   opts.interface_host = InterfaceHost(cfg);
   opts.timeout = std::chrono::seconds(cfg.dist.timeout_s);
   opts.cuda_device = placement.ordinal;
-  HF_ASSIGN_OR_RETURN(MeshCommunicators groups, MakeMeshCommunicators(mesh, opts, cfg.dist.backend));
+  HF_ASSIGN_OR_RETURN(MeshCommunicators groups, MakeMeshCommunicators(mesh, opts, cfg.dist.backend,
+                                                                         {MeshGroup::kTensor, MeshGroup::kData}));
   spdlog::info("rank {}: {} of mesh {}", rank, mesh.Describe(rank), mesh.Layout());
   out.data = std::move(groups.data);
   out.tensor = std::move(groups.tensor);

@@ -5,18 +5,20 @@
 namespace holdfast {
 
 Communicator& MeshCommunicators::Of(MeshGroup group) {
+  std::unique_ptr<Communicator>* slot = &data;
   switch (group) {
-    case MeshGroup::kTensor: return *tensor;
-    case MeshGroup::kData: return *data;
-    case MeshGroup::kPipeline: return *pipeline;
-    case MeshGroup::kExpert: return *expert;
-    case MeshGroup::kExpertData: return *expert_data;
+    case MeshGroup::kTensor: slot = &tensor; break;
+    case MeshGroup::kData: slot = &data; break;
+    case MeshGroup::kPipeline: slot = &pipeline; break;
+    case MeshGroup::kExpert: slot = &expert; break;
+    case MeshGroup::kExpertData: slot = &expert_data; break;
   }
-  return *data;
+  HF_CHECK_MSG(*slot != nullptr, std::string("the mesh's ") + MeshGroupName(group) + " group was not formed");
+  return **slot;
 }
 
 Result<MeshCommunicators> MakeMeshCommunicators(const DeviceMesh& mesh, const CommunicatorOptions& base,
-                                                const std::string& backend) {
+                                                const std::string& backend, const std::vector<MeshGroup>& groups) {
   if (base.world_size != mesh.world() || base.rank < 0 || base.rank >= mesh.world()) {
     return InvalidArgumentError("rank " + std::to_string(base.rank) + " of a world of " +
                                 std::to_string(base.world_size) + " does not fit the mesh " + mesh.Layout() +
@@ -31,6 +33,7 @@ Result<MeshCommunicators> MakeMeshCommunicators(const DeviceMesh& mesh, const Co
       {MeshGroup::kPipeline, &out.pipeline}, {MeshGroup::kExpert, &out.expert},
       {MeshGroup::kExpertData, &out.expert_data}};
   for (const auto& [group, slot] : order) {
+    if (std::find(groups.begin(), groups.end(), group) == groups.end()) continue;
     const std::vector<int> members = mesh.GroupOf(group, base.rank);
     if (members.size() == 1) {
       *slot = MakeLocalCommunicator();

@@ -6,13 +6,16 @@
 //
 // Every rank creates its groups in the same order (tp, dp, pp, ep, edp): a
 // creation waits for the group's other ranks, who are creating the same
-// group, so no rank waits on a peer busy with another.
+// group, so no rank waits on a peer busy with another. Only the groups asked
+// for are formed (each Gloo group costs a listening socket, a connection per
+// peer and a worker thread); the others stay null.
 //
 // Thread-safety: as Communicator; MakeMeshCommunicators from one thread.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "trainer/comm/communicator.h"
@@ -26,14 +29,18 @@ struct MeshCommunicators {
   std::unique_ptr<Communicator> pipeline;
   std::unique_ptr<Communicator> expert;
   std::unique_ptr<Communicator> expert_data;
-  Communicator& Of(MeshGroup group);
+  Communicator& Of(MeshGroup group);  // the group must have been formed
 };
 
 // `base`: this rank's options in the whole world (rank, world_size, store,
 // interface_host, timeout, cuda_device); `backend`: "gloo" or "nccl".
-// kInvalidArgument when base's world or rank do not fit the mesh; the
-// communicator's error (naming the group) when a group does not form.
+// `groups`: the kinds to form, every rank passing the same. kInvalidArgument
+// when base's world or rank do not fit the mesh; the communicator's error
+// (naming the group) when a group does not form.
 Result<MeshCommunicators> MakeMeshCommunicators(const DeviceMesh& mesh, const CommunicatorOptions& base,
-                                                const std::string& backend);
+                                                const std::string& backend,
+                                                const std::vector<MeshGroup>& groups = {
+                                                    MeshGroup::kTensor, MeshGroup::kData, MeshGroup::kPipeline,
+                                                    MeshGroup::kExpert, MeshGroup::kExpertData});
 
 }  // namespace holdfast
