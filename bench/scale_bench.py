@@ -349,6 +349,7 @@ def measure(args, nodes, per_node):
             _, line = c.wait_log(r"HANG: ", mark, 300, "the hang")
             res["hang_detect_s"] = log_time(line) - t_hang
             res["hang_names_rank"] = f"rank {victim} " in line
+            c.wait_for(lambda: c.last_incident()[0] == "hang", 120, "the hang in lineage")
             tt, rc, out = c.runctl("triage", "latest")
             res["triage_ms"], res["triage_bytes"], res["triage_lines"] = 1000 * tt, len(out), out.count("\n")
             res["triage_names_rank"] = f"culprit   rank {victim} " in out

@@ -87,6 +87,11 @@ struct RankView {
   // leader (followers report every poll); 0 for the leader's own ranks. A
   // node cut off from the network keeps its last report here, ageing.
   double report_age_s = 0;
+  // On the cluster protocol only (daemon/ring_delta.h): 0 when progress.ring
+  // is the rank's whole ring; else the ring holds only the entries with
+  // seq >= ring_since, the older ones being as this rank's previous report
+  // on the same connection carried them (complete, so they cannot change).
+  uint64_t ring_since = 0;
 };
 
 // The newest completed step a valid record reports, and at least `at_least`

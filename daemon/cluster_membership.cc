@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "daemon/ring_delta.h"
+
 namespace holdfast {
 
 namespace {
@@ -82,7 +84,9 @@ void ClusterMembership::Heard(int node, int64_t now_ns) {
 }
 
 void ClusterMembership::SetViews(int node, std::vector<RankView> views) {
-  if (joined(node)) followers_[node] = std::move(views);
+  if (!joined(node)) return;
+  MergeRings(followers_[node], &views);  // rings sent as deltas (daemon/ring_delta.h)
+  followers_[node] = std::move(views);
 }
 
 void ClusterMembership::ClearViews() {

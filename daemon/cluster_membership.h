@@ -63,7 +63,8 @@ class ClusterMembership {
   // An accepted hello: the node has joined and was heard at now_ns.
   void Join(int node, int64_t now_ns);
   void Heard(int node, int64_t now_ns);
-  // A follower's latest report of its ranks (in this machine's clock).
+  // A follower's latest report of its ranks (in this machine's clock); rings
+  // sent as deltas are completed from the report before.
   void SetViews(int node, std::vector<RankView> views);
   // A new generation starts: the old one's reports are void.
   void ClearViews();

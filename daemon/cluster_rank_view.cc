@@ -80,6 +80,8 @@ ojson ViewToJson(const RankView& v, int64_t now) {
   j["restore_skipped"] = p.restore_skipped;
   // ring_head says how many collectives ever entered the ring: the ring holds the newest min(ring_head, 16).
   j["ring_head"] = std::max<uint64_t>(p.ring_head, p.ring.size());
+  // ring_since (daemon/ring_delta.h): only the entries from it on; absent, the whole ring.
+  if (v.ring_since > 0 && p.valid) j["ring_since"] = v.ring_since;
   j["ring"] = std::move(ring);
   return j;
 }
@@ -162,11 +164,24 @@ Result<RankView> ParseView(const json& j, const std::string& where, int64_t now)
   HF_RETURN_IF_ERROR(f.Unsigned("ring_head", &p.ring_head));
   HF_ASSIGN_OR_RETURN(const json* ring, f.Array("ring", kProgressRingSize));
   const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
-  if (ring->size() != n) {
+  if (j.contains("ring_since")) {  // a delta: the entries from ring_since on, at most the whole ring
+    HF_RETURN_IF_ERROR(f.Unsigned("ring_since", &v.ring_since));
+    if (v.ring_since == 0) return f.Error("\"ring_since\" must be at least 1 (absent: the whole ring)");
+    if (ring->size() > n) {
+      return f.Error("\"ring\" has " + std::to_string(ring->size()) + " entries; ring_head " +
+                     std::to_string(p.ring_head) + " allows at most " + std::to_string(n));
+    }
+  } else if (ring->size() != n) {
     return f.Error("\"ring\" has " + std::to_string(ring->size()) + " entries; ring_head " +
                    std::to_string(p.ring_head) + " means " + std::to_string(n));
   }
   HF_RETURN_IF_ERROR(ParseRing(*ring, where, now, &p));
+  for (const CollectiveRecord& e : p.ring) {
+    if (e.seq < v.ring_since) {
+      return f.Error("\"ring\" holds collective #" + std::to_string(e.seq) + ", older than ring_since " +
+                     std::to_string(v.ring_since));
+    }
+  }
   return v;
 }
 

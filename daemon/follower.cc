@@ -21,6 +21,7 @@
 #include "daemon/snapshot_dir.h"
 #include "daemon/line_connection.h"
 #include "daemon/rank_group.h"
+#include "daemon/ring_delta.h"
 #include "health/report.h"
 
 namespace holdfast {
@@ -59,6 +60,13 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   // Opens this node's memory snapshot folder and its replica service for run `run_id`, once.
   void ReadyMemorySnapshots(const std::string& run_id);
   void OnLeaderGone(const std::string& why);
+  // This node's ranks for a report to the leader, their rings as deltas
+  // (daemon/ring_delta.h) once the connection has carried a report.
+  std::vector<RankView> Report() {
+    std::vector<RankView> views = ranks_.Views(node(), host());
+    if (conn_) ring_trimmer_.Trim(&views);
+    return views;
+  }
   void Send(const ClusterMessage& msg) {
     if (conn_) conn_->Send(EncodeClusterMessage(msg, clock_->MonotonicNs()));
   }
@@ -88,6 +96,7 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   std::string prelaunch_report_;
   std::string run_id_;
   bool swept_progress_ = false;  // this node's ranks' leftover progress records, at the first start
+  RingTrimmer ring_trimmer_;     // what the leader holds of each rank's ring, on this connection
   int generation_ = -1;
   int finish_code_ = -1;  // from the leader's "finish"
   bool done_ = false;
@@ -201,6 +210,7 @@ void Follower::Impl::Connect() {
     }
     ::fcntl(sock->native_handle(), F_SETFD, FD_CLOEXEC);
     self->conn_ = std::make_shared<LineConnection>(std::move(*sock));
+    self->ring_trimmer_.Reset();  // a new connection: whole rings first
     if (self->opts_.job.supervise.node_timeout_s > 0) {
       // A leader cut off the network must not keep this node's ranks waiting on it forever.
       Status s = self->conn_->SetPeerTimeout(self->opts_.job.supervise.node_timeout_s);
@@ -313,7 +323,7 @@ void Follower::Impl::OnMessage(const ClusterMessage& msg) {
         x.rank = p.global_rank;
         x.wstatus = 127 << 8;
         x.exec_error = s.message();
-        x.ranks = ranks_.Views(node(), host());
+        x.ranks = Report();
         Send(x);
       }
     }
@@ -374,7 +384,7 @@ void Follower::Impl::ArmPoll() {
     self->Reap();
     self->ranks_.TopUpSpares();
     if (self->conn_ && self->generation_ >= 0) {
-      self->Send(ProgressMsg{self->generation_, self->ranks_.Views(self->node(), self->host())});
+      self->Send(ProgressMsg{self->generation_, self->Report()});
     }
     self->ArmPoll();
   });
@@ -388,7 +398,7 @@ void Follower::Impl::Reap() {
     x.rank = r.rank;
     x.wstatus = r.wstatus;
     x.log_tail = std::move(r.log_tail);
-    x.ranks = ranks_.Views(node(), host());
+    x.ranks = Report();
     Send(x);
   }
 }
