@@ -8,6 +8,8 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <tuple>
+#include <vector>
 
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
@@ -60,6 +62,21 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   // Opens this node's memory snapshot folder and its replica service for run `run_id`, once.
   void ReadyMemorySnapshots(const std::string& run_id);
   void OnLeaderGone(const std::string& why);
+  // The periodic report: every supervise.report_ms, or at once when a rank
+  // died, stopped or was replaced since the last one (what the leader acts
+  // on without waiting for a stall).
+  void MaybeReport() {
+    std::vector<RankView> views = ranks_.Views(node(), host());
+    std::vector<std::tuple<int, pid_t, bool, ProcState>> states;
+    states.reserve(views.size());
+    for (const RankView& v : views) states.emplace_back(v.rank, v.pid, v.alive, v.proc_state);
+    const int64_t now = clock_->MonotonicNs();
+    if (states == reported_states_ && now - reported_ns_ < int64_t{opts_.job.supervise.report_ms} * 1'000'000) return;
+    reported_states_ = std::move(states);
+    reported_ns_ = now;
+    ring_trimmer_.Trim(&views);
+    Send(ProgressMsg{generation_, std::move(views)});
+  }
   // This node's ranks for a report to the leader, their rings as deltas
   // (daemon/ring_delta.h) once the connection has carried a report.
   std::vector<RankView> Report() {
@@ -97,6 +114,8 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   std::string run_id_;
   bool swept_progress_ = false;  // this node's ranks' leftover progress records, at the first start
   RingTrimmer ring_trimmer_;     // what the leader holds of each rank's ring, on this connection
+  std::vector<std::tuple<int, pid_t, bool, ProcState>> reported_states_;  // rank, pid, alive, state: last report
+  int64_t reported_ns_ = 0;                                               // when it was sent
   int generation_ = -1;
   int finish_code_ = -1;  // from the leader's "finish"
   bool done_ = false;
@@ -210,7 +229,9 @@ void Follower::Impl::Connect() {
     }
     ::fcntl(sock->native_handle(), F_SETFD, FD_CLOEXEC);
     self->conn_ = std::make_shared<LineConnection>(std::move(*sock));
-    self->ring_trimmer_.Reset();  // a new connection: whole rings first
+    self->ring_trimmer_.Reset();  // a new connection: whole rings first, and a report at the first poll
+    self->reported_states_.clear();
+    self->reported_ns_ = 0;
     if (self->opts_.job.supervise.node_timeout_s > 0) {
       // A leader cut off the network must not keep this node's ranks waiting on it forever.
       Status s = self->conn_->SetPeerTimeout(self->opts_.job.supervise.node_timeout_s);
@@ -383,9 +404,7 @@ void Follower::Impl::ArmPoll() {
     if (self->done_) return;
     self->Reap();
     self->ranks_.TopUpSpares();
-    if (self->conn_ && self->generation_ >= 0) {
-      self->Send(ProgressMsg{self->generation_, self->Report()});
-    }
+    if (self->conn_ && self->generation_ >= 0) self->MaybeReport();
     self->ArmPoll();
   });
 }

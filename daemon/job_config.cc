@@ -160,6 +160,7 @@ Result<JobConfig> JobConfigFromTable(const toml::table& root, const std::string&
     SuperviseConfig& s = cfg.supervise;
     TomlTableReader r(path, "supervise", *t);
     HF_RETURN_IF_ERROR(r.Int("poll_ms", &s.poll_ms, 10, 60000));
+    HF_RETURN_IF_ERROR(r.Int("report_ms", &s.report_ms, 10, 60000));
     HF_RETURN_IF_ERROR(r.Double("startup_timeout_s", &s.startup_timeout_s, 1, 86400));
     s.startup_timeout_given = t->contains("startup_timeout_s");
     HF_RETURN_IF_ERROR(r.Double("hang_factor", &s.hang_factor, 1.5, 1000));

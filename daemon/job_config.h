@@ -3,7 +3,7 @@
 //   [job]        name, command (argv array), nproc (ranks per node), workdir, env table,
 //                checkpoint_dir (where the job's checkpoints go, for lineage),
 //                min_nodes, max_nodes (an elastic run: recovery_policy.h)
-//   [supervise]  poll_ms, startup_timeout_s, hang_factor, hang_min_s, stopped_hang_s,
+//   [supervise]  poll_ms, report_ms, startup_timeout_s, hang_factor, hang_min_s, stopped_hang_s,
 //                checkpoint_allowance_s, eval_allowance_s, restart_budget,
 //                backoff_initial_s, backoff_max_s, term_grace_s, exit_grace_s, progress_dir,
 //                straggler_factor, straggler_min_duration_s, stack_timeout_s, stack_tool,
@@ -39,6 +39,13 @@ inline constexpr double kStartupPerRankS = 0.25;
 
 struct SuperviseConfig {
   int poll_ms = 200;
+  // A follower's periodic report of its ranks' progress to the leader, at
+  // most this often (never more often than it polls); a rank that exits,
+  // stops (T) or is replaced is reported at its next poll regardless. The
+  // leader times a stall from the rank's own heartbeat, not from the report,
+  // so this costs hang detection nothing (docs/benchmarks.md, "Supervision
+  // at scale": the leader's work grows with ranks x reports per second).
+  int report_ms = 1000;
   // The first step of a generation may take this long (start-up, rendezvous,
   // NCCL init, restore). Unset in the job file: derived from the run's size by
   // ResolveSizedDefaults — kStartupBaseS + kStartupPerRankS x world size.

@@ -108,7 +108,11 @@ HangDetector::Verdict HangDetector::Observe(int64_t now_ns, const std::vector<Ra
           if (step_seconds_.size() > kHistory) step_seconds_.pop_front();
         }
         last_step_[r.rank] = p.step;
-        last_progress_ns_[r.rank] = now_ns;
+        // When the rank stepped: its heartbeat in the view that shows the step
+        // (written at or after the step's end, in this machine's clock), not
+        // when the view arrived. A follower reports every supervise.report_ms:
+        // timing from arrival would make its ranks' stalls look that much longer.
+        last_progress_ns_[r.rank] = p.heartbeat_ns > 0 && p.heartbeat_ns < now_ns ? p.heartbeat_ns : now_ns;
         stepped_[r.rank] = true;
       }
       const Phase ph = p.phase;
