@@ -577,7 +577,11 @@ def main():
         with open(SVG, "w") as f:
             f.write(svg(rows))
         log(f"wrote the {SECTION!r} section of {DOCS} and {SVG}")
-    bad = failed or [r for r in rows if r["leftovers"]]
+    wrong = [r for r in rows if not all(r.get(k, True) for k in (
+        "crash_cause_ok", "hang_cause_ok", "lost_cause_ok", "hang_names_rank", "triage_names_rank"))]
+    for r in wrong:
+        log(f"WRONG at {r['nodes']}x{r['per_node']}: a cause in lineage, the HANG line or triage did not name the fault")
+    bad = failed or wrong or [r for r in rows if r["leftovers"]]
     return 1 if bad else 0
 
 
