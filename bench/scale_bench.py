@@ -410,7 +410,7 @@ def table(rows):
             ("crash: detected / stopped / next gen s", None, None), ("hang declared s", "hang_detect_s", "{:.2f}"),
             ("triage ms / lines", None, None), ("lost node: noticed / next gen s", None, None),
             ("causes in lineage", None, None), ("lineage rows/s", "lineage_rows_s", "{:.2f}"),
-            ("lineage MiB/h", "lineage_mib_h", "{:.2f}"), ("load", "load_steady", "{:.1f}")]
+            ("lineage writes MiB/h", "lineage_mib_h", "{:.2f}"), ("load", "load_steady", "{:.1f}")]
     out = ["| " + " | ".join(c[0] for c in cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         cells = []
@@ -518,7 +518,9 @@ def report(args, rows):
              "`restarting in` (every rank of every node stopped), `generation N started` (every node launched the "
              "next generation). Hang: from the request (the rank stops at its next step) to `HANG`; the step "
              f"allowance is hang_min_s = {args.hang_s} s. Lost node: SIGKILL of the last follower's process group "
-             "to `NODE LOST`, then the elastic run's next generation without it.", ""]
+             "to `NODE LOST`, then the elastic run's next generation without it. Lineage: rows added per second "
+             "in steady state (none: a healthy run records its events, not its steps) and the bytes lineage.db and "
+             "its WAL grew by, per hour (the generation's newest step, updated every few seconds; the WAL is folded back at each checkpoint).", ""]
     for key, name in (("leader_cpu_pct", "leader CPU"), ("leader_rss_mib", "leader RSS"), ("status_ms", "runctl status"),
                       ("cluster_bytes_s", "cluster bytes/s"), ("crash_next_gen_s", "crash -> next generation")):
         b = fit(rows, key)
