@@ -63,13 +63,17 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   void ReadyMemorySnapshots(const std::string& run_id);
   void OnLeaderGone(const std::string& why);
   // The periodic report: every supervise.report_ms, or at once when a rank
-  // died, stopped or was replaced since the last one (what the leader acts
-  // on without waiting for a stall).
+  // died, stopped or was replaced, committed or failed a checkpoint, reported
+  // its restore or finished since the last one (what the leader acts on).
   void MaybeReport() {
     std::vector<RankView> views = ranks_.Views(node(), host());
-    std::vector<std::tuple<int, pid_t, bool, ProcState>> states;
+    std::vector<ReportedState> states;
     states.reserve(views.size());
-    for (const RankView& v : views) states.emplace_back(v.rank, v.pid, v.alive, v.proc_state);
+    for (const RankView& v : views) {
+      const RankProgress& p = v.progress;
+      states.emplace_back(v.rank, v.pid, v.alive, v.proc_state, p.checkpoint_step, p.checkpoint_failures,
+                          p.restored_step, static_cast<uint32_t>(p.restore_tier), p.phase == Phase::kDone);
+    }
     const int64_t now = clock_->MonotonicNs();
     if (states == reported_states_ && now - reported_ns_ < int64_t{opts_.job.supervise.report_ms} * 1'000'000) return;
     reported_states_ = std::move(states);
@@ -114,7 +118,10 @@ class Follower::Impl : public std::enable_shared_from_this<Follower::Impl> {
   std::string run_id_;
   bool swept_progress_ = false;  // this node's ranks' leftover progress records, at the first start
   RingTrimmer ring_trimmer_;     // what the leader holds of each rank's ring, on this connection
-  std::vector<std::tuple<int, pid_t, bool, ProcState>> reported_states_;  // rank, pid, alive, state: last report
+  // Of each rank in the last report: rank, pid, alive, process state, checkpoint step, checkpoint
+  // failures, restored step, restore tier, done.
+  using ReportedState = std::tuple<int, pid_t, bool, ProcState, int64_t, uint64_t, int64_t, uint32_t, bool>;
+  std::vector<ReportedState> reported_states_;
   int64_t reported_ns_ = 0;                                               // when it was sent
   int generation_ = -1;
   int finish_code_ = -1;  // from the leader's "finish"
