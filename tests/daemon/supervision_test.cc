@@ -288,7 +288,11 @@ TEST_F(SupervisionTest, AnElasticRunLosesANodeAndGoesOnWithTheOthers) {
       << dir_ / "elastic.toml" << "\", \"--set\", \"output.dir=" << dir_ / "out" << "\", \"--set\", \"checkpoint.dir="
       << dir_ / "ck" << "\", \"--metrics\", \"" << dir_ / "metrics.jsonl" << "\"]\n"
       << "nproc = 1\nmin_nodes = 2\ncheckpoint_dir = \"" << dir_ / "ck" << "\"\n"
-      << "[supervise]\npoll_ms = 50\nhang_min_s = 5\nstartup_timeout_s = 90\nrestart_budget = 2\nterm_grace_s = 2\n"
+      // report_ms = poll_ms: the wait below reads the followers' steps from the
+      // leader's status, and steps take some 30 ms, so a report a second old
+      // would let the run pass the checkpoint of step 15 before the kill.
+      << "[supervise]\npoll_ms = 50\nreport_ms = 50\nhang_min_s = 5\nstartup_timeout_s = 90\nrestart_budget = 2\n"
+      << "term_grace_s = 2\n"
       << "backoff_initial_s = 0.1\nprogress_dir = \"" << dir_ / "shm" << "\"\n"
       << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\n";
   WriteFile(dir_ / "job.toml", job.str());
