@@ -74,7 +74,7 @@ class SupervisedRunTest : public ::testing::Test {
        << "backoff_initial_s = 0.1\nprogress_dir = \"" << dir_ / "shm" << "\"\n"
        << supervise_extra
        // Modest disk thresholds: CI machines can be short of space.
-       << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\n";
+       << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\ncheckpoint_write_fail_mbps = 0\n";
     WriteFile(dir_ / "job.toml", os.str());
     return dir_ / "job.toml";
   }

@@ -294,7 +294,7 @@ TEST_F(SupervisionTest, AnElasticRunLosesANodeAndGoesOnWithTheOthers) {
       << "[supervise]\npoll_ms = 50\nreport_ms = 50\nhang_min_s = 5\nstartup_timeout_s = 90\nrestart_budget = 2\n"
       << "term_grace_s = 2\n"
       << "backoff_initial_s = 0.1\nprogress_dir = \"" << dir_ / "shm" << "\"\n"
-      << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\n";
+      << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\ncheckpoint_write_fail_mbps = 0\n";
   WriteFile(dir_ / "job.toml", job.str());
   auto daemon = [&](int node) {
     std::vector<std::string> cmd = Daemon();

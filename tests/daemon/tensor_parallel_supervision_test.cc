@@ -66,7 +66,7 @@ class TensorParallelSupervisionTest : public ::testing::Test {
     os << "]\nnproc = " << kRanks << "\ncheckpoint_dir = \"" << dir_ / "ck" << "\"\n"
        << "[supervise]\npoll_ms = 50\nhang_min_s = 5\nstartup_timeout_s = 120\nrestart_budget = 2\nterm_grace_s = 2\n"
        << "backoff_initial_s = 0.1\nstack_timeout_s = 120\nprogress_dir = \"" << dir_ / "shm" << "\"\n"
-       << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\n";
+       << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\ncheckpoint_write_fail_mbps = 0\n";
     WriteFile(dir_ / "job.toml", os.str());
   }
 

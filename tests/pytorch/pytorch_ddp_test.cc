@@ -60,7 +60,7 @@ class DdpJob {
        << "[job.env]\nPYTHONPATH = \"" << kSource << "/common/python\"\nOMP_NUM_THREADS = \"1\"\n"
        << "[supervise]\npoll_ms = 50\nhang_min_s = 3\nstartup_timeout_s = 120\nrestart_budget = 2\n"
        << "term_grace_s = 2\nbackoff_initial_s = 0.1\nprogress_dir = \"" << dir_ / "shm" << "\"\n"
-       << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\n";
+       << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\ncheckpoint_write_fail_mbps = 0\n";
     WriteFile(dir_ / "job.toml", os.str());
   }
 

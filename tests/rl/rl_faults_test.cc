@@ -133,7 +133,7 @@ class RlFaultsTest : public ::testing::Test {
        << dir_ / "out/checkpoints" << "\"\n"
        << "[supervise]\npoll_ms = 50\nhang_min_s = " << hang_min_s << "\nstartup_timeout_s = 120\nrestart_budget = 2\n"
        << "term_grace_s = 2\nbackoff_initial_s = 0.1\nprogress_dir = \"" << dir_ / "shm" << "\"\n"
-       << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\n"
+       << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\ncheckpoint_write_fail_mbps = 0\n"
        << "[[roles]]\nname = \"rollout\"\ncommand = [\"" << BuildPath("trainer/holdfast-rollout") << "\", \"--config\", \""
        << cfg << "\"]\ncount = 2\nrestart = \"alone\"\n"
        << "[[roles]]\nname = \"reward\"\ncommand = [\"" << BuildPath("trainer/rl/holdfast-reward")

@@ -134,7 +134,7 @@ void SlurmSuite::WriteJob(Train train, const std::string& fault, const std::stri
      << "[supervise]\npoll_ms = 100\nstartup_timeout_s = 60\nterm_grace_s = 3\n"
      << supervise_extra
      // Modest disk thresholds: CI machines can be short of space.
-     << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\n";
+     << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\ncheckpoint_write_fail_mbps = 0\n";
   WriteFile(D("job.toml"), os.str());
 }
 
