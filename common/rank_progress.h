@@ -8,7 +8,9 @@
 // (daemon/cluster_rank_view.cc), which carries a RankProgress field by field.
 // Times are CLOCK_MONOTONIC readings of the reader's machine: a local record
 // is written on the reader's clock; the wire sends ages and the receiver
-// turns them back into its own readings. The ring is a vector, oldest first.
+// turns them back into its own readings. The ring is a vector of fixed
+// capacity, oldest first: a RankProgress copies without allocating (the leader
+// copies every rank's view a few times a second; issue 28).
 //
 // A record that is not initialised, is of another version, or holds a phase
 // or collective kind this build does not know is not `valid`: nothing in it
@@ -22,6 +24,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <boost/container/static_vector.hpp>
 
 #include "common/proc_state.h"
 #include "common/progress_record.h"
@@ -37,6 +41,9 @@ struct CollectiveRecord {
   int64_t completed_ns = 0;  // 0 while not known complete
   bool completed() const { return completed_ns != 0; }
 };
+
+// At most a record's ring: pushing past kProgressRingSize throws std::bad_alloc.
+using CollectiveRing = boost::container::static_vector<CollectiveRecord, kProgressRingSize>;
 
 struct RankProgress {
   bool valid = false;  // an initialised record of this version, every value known to this build
@@ -63,7 +70,7 @@ struct RankProgress {
   RestoreTier restore_tier = RestoreTier::kUnreported;
   uint32_t restore_skipped = 0;  // newer candidates of a faster tier passed over
   uint64_t ring_head = 0;                // collectives ever put in the ring (>= ring.size())
-  std::vector<CollectiveRecord> ring;  // the newest kProgressRingSize at most, oldest first
+  CollectiveRing ring;                   // the newest kProgressRingSize at most, oldest first
 
   // A writer attached to a valid record: there is progress to judge by.
   bool attached() const { return valid && writer_pid != 0; }

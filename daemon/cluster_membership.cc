@@ -131,15 +131,21 @@ Result<int> ClusterMembership::Reshape(const std::vector<std::string>& leaving,
 }
 
 std::vector<RankView> ClusterMembership::Merge(std::vector<RankView> local, int64_t now_ns) const {
-  for (const auto& [n, f] : followers_) {
-    const auto heard = heard_ns_.find(n);
+  size_t n = local.size();
+  for (const auto& [node, f] : followers_) n += f.size();
+  local.reserve(n);
+  for (const auto& [node, f] : followers_) {
+    const auto heard = heard_ns_.find(node);
     const double age = heard == heard_ns_.end() ? 0 : static_cast<double>(now_ns - heard->second) / 1e9;
-    for (RankView v : f) {
-      v.report_age_s = age;
-      local.push_back(std::move(v));
+    for (const RankView& v : f) {
+      local.push_back(v);
+      local.back().report_age_s = age;
     }
   }
-  std::sort(local.begin(), local.end(), [](const RankView& a, const RankView& b) { return a.rank < b.rank; });
+  // Nodes hold consecutive ranks in node order (scheduler/launch_plan.h) unless
+  // an elastic reshape moved them: usually sorted already.
+  auto by_rank = [](const RankView& a, const RankView& b) { return a.rank < b.rank; };
+  if (!std::is_sorted(local.begin(), local.end(), by_rank)) std::sort(local.begin(), local.end(), by_rank);
   return local;
 }
 

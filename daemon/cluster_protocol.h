@@ -41,7 +41,11 @@
 
 namespace holdfast {
 
-inline constexpr int kClusterProtocolVersion = 3;
+inline constexpr int kClusterProtocolVersion = 4;
+
+// A rank view travels as an array (v4): these are its items' names, in order
+// (docs/cluster-protocol.md, "Rank view"); errors name an item by them.
+const std::vector<std::string_view>& ClusterRankViewItems();
 
 // The labels of the two proofs of the handshake (RunKey::Proof over the
 // leader's nonce, then the follower's).

@@ -57,9 +57,17 @@ bool IntIn(const json& v, int64_t lo, int64_t hi, int64_t* out);
 
 // Typed, range-checked access to the keys of one JSON object; errors name
 // the place ("progress: ranks[2]") and the key. `j` must outlive the Fields.
+//
+// The same reader takes a compact encoding too: an array read by position,
+// where `items[i]` names item i (a rank view, cluster_rank_view.cc). Keys are
+// then looked up in `items` (from the item after the last one read, so reads
+// in the encoding's order cost one comparison) and errors say
+// `"step" (item 9)`. `j` must be an array of exactly items.size() values.
 class Fields {
  public:
   Fields(const json& j, std::string where) : j_(j), where_(std::move(where)) {}
+  Fields(const json& j, std::string where, const std::vector<std::string_view>& items)
+      : j_(j), where_(std::move(where)), items_(&items) {}
 
   template <typename T>
   Status Int(const char* key, int64_t lo, int64_t hi, T* out) {
@@ -87,9 +95,13 @@ class Fields {
  private:
   Result<const json*> Find(const char* key, const char* want) const;
   Status Wrong(const char* key, const std::string& want, const json& got) const;
+  // "\"key\"", or "\"key\" (item N)" in a compact encoding.
+  std::string Named(const char* key) const;
 
   const json& j_;
   std::string where_;
+  const std::vector<std::string_view>* items_ = nullptr;  // positional: the items' names
+  mutable size_t next_ = 0;                               // positional: where the next lookup starts
 };
 
 // ---- RankView <-> JSON (cluster_rank_view.cc) ----

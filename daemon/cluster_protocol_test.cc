@@ -27,7 +27,7 @@ using namespace cluster_test;  // NOLINT: the suite's support
 TEST(ClusterProtocolTest, HelloRoundTrip) {
   const HelloMsg sent = std::get<HelloMsg>(OneOfEach()[0]);
   const std::string line = EncodeClusterMessage(sent, kSenderNow);
-  EXPECT_EQ(line.rfind(R"({"v":3,"type":"hello",)", 0), 0u) << line;
+  EXPECT_EQ(line.rfind(R"({"v":4,"type":"hello",)", 0), 0u) << line;
   HelloMsg got = RoundTrip(sent);
   EXPECT_EQ(got.version, kClusterProtocolVersion);
   EXPECT_EQ(got.node, 3);
@@ -49,17 +49,17 @@ TEST(ClusterProtocolTest, HandshakeMessagesRoundTripAndRefuseBadHex) {
   const WelcomeMsg w = RoundTrip(std::get<WelcomeMsg>(OneOfEach()[11]));
   EXPECT_EQ(w.proof, std::string(32, '\xa5'));
   EXPECT_EQ(EncodeClusterMessage(ChallengeMsg{std::string(32, '\x00')}, kSenderNow),
-            R"({"v":3,"type":"challenge","nonce":")" + std::string(64, '0') + "\"}\n");
-  ExpectBad(R"({"v":3,"type":"challenge","nonce":"zz"})", {"challenge", "\"nonce\" must be 64 hex digits"});
-  ExpectBad(R"({"v":3,"type":"welcome","proof":"00"})", {"welcome", "\"proof\" must be 64 hex digits"});
+            R"({"v":4,"type":"challenge","nonce":")" + std::string(64, '0') + "\"}\n");
+  ExpectBad(R"({"v":4,"type":"challenge","nonce":"zz"})", {"challenge", "\"nonce\" must be 64 hex digits"});
+  ExpectBad(R"({"v":4,"type":"welcome","proof":"00"})", {"welcome", "\"proof\" must be 64 hex digits"});
   EXPECT_EQ(w.run_id, "r-20261202-c227");
   // A welcome of an older leader has no run id; one that is a path is refused, as in a start.
   const std::string proof = "\"proof\":\"" + std::string(64, 'a') + "\"";
-  Result<ClusterMessage> old_leader = ParseClusterMessage(R"({"v":3,"type":"welcome",)" + proof + "}", kSenderNow);
+  Result<ClusterMessage> old_leader = ParseClusterMessage(R"({"v":4,"type":"welcome",)" + proof + "}", kSenderNow);
   ASSERT_TRUE(old_leader.ok()) << old_leader.status().ToString();
   EXPECT_EQ(std::get<WelcomeMsg>(*old_leader).run_id, "");
   for (const char* bad : {"../../etc", ".hidden", "", "r 1", "a/b"}) {
-    ExpectBad(R"({"v":3,"type":"welcome",)" + proof + R"(,"run_id":")" + bad + "\"}", {"welcome", "is not a run id"});
+    ExpectBad(R"({"v":4,"type":"welcome",)" + proof + R"(,"run_id":")" + bad + "\"}", {"welcome", "is not a run id"});
     json start = Encoded(OneOfEach()[5]);
     start["run_id"] = bad;
     ExpectBad(start.dump(), {"start", "is not a run id"});
@@ -90,14 +90,24 @@ TEST(ClusterProtocolTest, WhetherAWriterIsAttachedCrossesNodes) {
   ProgressMsg got = RoundTrip(sent);
   EXPECT_FALSE(got.ranks[0].progress.attached());
   EXPECT_TRUE(got.ranks[1].progress.attached());
-  // A daemon from before the field sent no "writer": read as attached, as it judged.
-  std::string line = EncodeClusterMessage(sent, kSenderNow);
-  for (std::string key = "\"writer\":false,"; line.find(key) != std::string::npos;) line.erase(line.find(key), key.size());
-  for (std::string key = "\"writer\":true,"; line.find(key) != std::string::npos;) line.erase(line.find(key), key.size());
-  ASSERT_EQ(line.find("writer"), std::string::npos) << line;
-  auto old = ParseClusterMessage(line, kReceiverNow);
-  ASSERT_TRUE(old.ok()) << old.status().ToString();
-  EXPECT_TRUE(std::get<ProgressMsg>(*old).ranks[0].progress.attached());
+}
+
+TEST(ClusterProtocolTest, ARankViewIsAnArrayOfNamedItems) {
+  const json progress = Encoded(OneOfEach()[1]);
+  const std::vector<std::string_view>& items = ClusterRankViewItems();
+  ASSERT_TRUE(progress["ranks"][0].is_array());
+  ASSERT_EQ(progress["ranks"][0].size(), items.size());
+  EXPECT_EQ(progress["ranks"][0][Item("rank")], std::get<ProgressMsg>(OneOfEach()[1]).ranks[0].rank);
+  EXPECT_EQ(progress["ranks"][0][Item("host")], std::get<ProgressMsg>(OneOfEach()[1]).ranks[0].host);
+  EXPECT_TRUE(progress["ranks"][0][Item("ring")].is_array());
+  // A view of another length (another build's) is refused with the items this build reads.
+  json shorter = progress;
+  shorter["ranks"][1].erase(Item("heartbeat_age"));
+  ExpectBad(shorter.dump(), {"progress: ranks[1] must be an array of the 29 items [rank, node, host,",
+                             "heartbeat_age", "ring_since, ring] (cluster protocol v4)"});
+  json keyed = progress;
+  keyed["ranks"][0] = json{{"rank", 0}};
+  ExpectBad(keyed.dump(), {"progress: ranks[0] must be an array of the 29 items", "got {\"rank\":0}"});
 }
 
 TEST(ClusterProtocolTest, RankExitRoundTrip) {
@@ -189,16 +199,19 @@ TEST(ClusterProtocolTest, EveryTruncationIsRejectedCleanly) {
 TEST(ClusterProtocolTest, VersionMismatchSaysBothVersions) {
   // A v1 peer (the untyped JSON before this protocol) sends no "v".
   ExpectBad(R"({"type":"hello","node":1,"nproc":8,"pid":7,"health":""})",
-            {"\"hello\"", "has no \"v\"", "v1", "v3", "run the same holdfast build on every node"});
+            {"\"hello\"", "has no \"v\"", "v1", "v4", "run the same holdfast build on every node"});
   HelloMsg future = std::get<HelloMsg>(OneOfEach()[0]);
-  future.version = 4;
+  future.version = 5;
   ExpectBad(EncodeClusterMessage(future, kSenderNow),
-            {"peer speaks holdfast cluster protocol v4", "this holdfastd speaks v3", "same holdfast build"});
+            {"peer speaks holdfast cluster protocol v5", "this holdfastd speaks v4", "same holdfast build"});
   // A v2 follower (before the run key's challenge-response) is told to match the build.
   ExpectBad(R"({"v":2,"type":"hello","node":1,"host":"h","nproc":8,"pid":7,"health_report":""})",
-            {"peer speaks holdfast cluster protocol v2", "this holdfastd speaks v3"});
+            {"peer speaks holdfast cluster protocol v2", "this holdfastd speaks v4"});
+  // A v3 follower (rank views as keyed objects) too.
+  ExpectBad(R"({"v":3,"type":"progress","generation":1,"ranks":[{"rank":0}]})",
+            {"peer speaks holdfast cluster protocol v3", "this holdfastd speaks v4"});
   ExpectBad(R"({"v":"3","type":"stop","generation":1,"why":"","grace_s":1})", {"\"v\" must be", "\"3\""});
-  ExpectBad(R"({"v":3.0,"type":"stop","generation":1,"why":"","grace_s":1})", {"\"v\" must be"});
+  ExpectBad(R"({"v":4.0,"type":"stop","generation":1,"why":"","grace_s":1})", {"\"v\" must be"});
 }
 
 TEST(ClusterProtocolTest, RejectReadsTheSameInEveryVersion) {
@@ -212,9 +225,9 @@ TEST(ClusterProtocolTest, RejectReadsTheSameInEveryVersion) {
 }
 
 TEST(ClusterProtocolTest, UnknownTypeListsTheTypes) {
-  ExpectBad(R"({"v":3,"type":"reboot"})", {"unknown cluster message type \"reboot\"", "hello, progress", "welcome"});
-  ExpectBad(R"({"v":3})", {"needs \"type\" as a string"});
-  ExpectBad(R"({"v":3,"type":7})", {"needs \"type\" as a string"});
+  ExpectBad(R"({"v":4,"type":"reboot"})", {"unknown cluster message type \"reboot\"", "hello, progress", "welcome"});
+  ExpectBad(R"({"v":4})", {"needs \"type\" as a string"});
+  ExpectBad(R"({"v":4,"type":7})", {"needs \"type\" as a string"});
 }
 
 TEST(ClusterProtocolTest, FramingErrors) {
@@ -222,9 +235,9 @@ TEST(ClusterProtocolTest, FramingErrors) {
   ExpectBad("\n", {"empty line"});
   ExpectBad("not json", {"not JSON"});
   ExpectBad("[1,2]", {"must be a JSON object", "array"});
-  ExpectBad("{\"v\":3,\"type\":\"kill\",\"generation\":1,\"ranks\":[]}\n{}", {"one line"});
-  ExpectBad("{\"v\":3,\"type\":\"stop\",\"generation\":1,\"why\":\"\",\"grace_s\":1}trailing", {"not JSON"});
-  std::string deep = R"({"v":3,"type":"kill","generation":1,"ranks":[],"x":)";
+  ExpectBad("{\"v\":4,\"type\":\"kill\",\"generation\":1,\"ranks\":[]}\n{}", {"one line"});
+  ExpectBad("{\"v\":4,\"type\":\"stop\",\"generation\":1,\"why\":\"\",\"grace_s\":1}trailing", {"not JSON"});
+  std::string deep = R"({"v":4,"type":"kill","generation":1,"ranks":[],"x":)";
   for (int i = 0; i < 40; ++i) deep += "[";
   for (int i = 0; i < 40; ++i) deep += "]";
   deep += "}";
@@ -233,7 +246,7 @@ TEST(ClusterProtocolTest, FramingErrors) {
 
 TEST(ClusterProtocolTest, OversizeLineRejected) {
   // Valid JSON, one byte over the limit with its newline.
-  std::string line = R"({"v":3,"type":"reject","why":")";
+  std::string line = R"({"v":4,"type":"reject","why":")";
   line += std::string(kMaxClusterMessageBytes - line.size() - 2, 'x');
   line += "\"}";
   ASSERT_EQ(line.size(), kMaxClusterMessageBytes);
@@ -252,9 +265,6 @@ TEST(ClusterProtocolTest, MissingFieldsAreNamed) {
       ExpectBad(broken.dump(), {needle});
     }
   }
-  json progress = Encoded(OneOfEach()[1]);
-  progress["ranks"][1].erase("heartbeat_age");
-  ExpectBad(progress.dump(), {"progress: ranks[1]: missing \"heartbeat_age\""});
   json start = Encoded(OneOfEach()[5]);
   start["ranks"][0].erase("device");
   ExpectBad(start.dump(), {"start: ranks[0]: missing \"device\""});
@@ -275,18 +285,18 @@ TEST(ClusterProtocolTest, WrongTypesAreNamed) {
   progress["ranks"] = json::object();
   ExpectBad(progress.dump(), {"progress: \"ranks\" must be an array"});
   progress = Encoded(OneOfEach()[1]);
-  progress["ranks"][0]["alive"] = 1;
-  ExpectBad(progress.dump(), {"progress: ranks[0]: \"alive\" must be true or false"});
+  progress["ranks"][0][Item("alive")] = 1;
+  ExpectBad(progress.dump(), {"progress: ranks[0]: \"alive\" (item 4) must be true or false"});
   progress = Encoded(OneOfEach()[1]);
-  progress["ranks"][2]["ring"][3] = json::array({1, 1, 1, 1});
+  progress["ranks"][2][Item("ring")][3] = json::array({1, 1, 1, 1});
   ExpectBad(progress.dump(), {"progress: ranks[2]: ring[3] must be [seq, kind, bytes"});
   progress = Encoded(OneOfEach()[1]);
-  progress["ranks"][0]["issued"] = -1;
-  ExpectBad(progress.dump(), {"\"issued\" must be an integer in [0, 18446744073709551615]"});
+  progress["ranks"][0][Item("issued")] = -1;
+  ExpectBad(progress.dump(), {"\"issued\" (item 12) must be an integer in [0, 18446744073709551615]"});
   progress = Encoded(OneOfEach()[1]);
-  progress["ranks"][0]["state"] = "RS";
-  ExpectBad(progress.dump(), {"\"state\" is 2 bytes; the limit is 1"});
-  progress["ranks"][0]["state"] = " ";
+  progress["ranks"][0][Item("state")] = "RS";
+  ExpectBad(progress.dump(), {"\"state\" (item 5) is 2 bytes; the limit is 1"});
+  progress["ranks"][0][Item("state")] = " ";
   ExpectBad(progress.dump(), {"\"state\" must be one printable ASCII character"});
 
   json exit = Encoded(OneOfEach()[2]);
@@ -312,14 +322,14 @@ TEST(ClusterProtocolTest, OutOfRangeValuesAreNamed) {
       {0, json::json_pointer("/nproc"), 0, "\"nproc\" must be an integer in [1, 256]"},
       {0, json::json_pointer("/pid"), 0, "\"pid\" must be an integer in [1, 2147483647]"},
       {1, json::json_pointer("/generation"), -2, "\"generation\" must be an integer in [-1, 2147483647]"},
-      {1, json::json_pointer("/ranks/0/rank"), -1, "progress: ranks[0]: \"rank\" must be an integer in [0, 1048575]"},
-      {1, json::json_pointer("/ranks/0/phase"), 9, "\"phase\" must be an integer in [0, 8], got 9"},
-      {1, json::json_pointer("/ranks/0/kind"), 6, "\"kind\" must be an integer in [0, 5]"},
-      {1, json::json_pointer("/ranks/0/heartbeat_age"), -2, "\"heartbeat_age\" must be an integer >= -1"},
-      {1, json::json_pointer("/ranks/0/pid"), 1LL << 40, "\"pid\" must be an integer in [0, 2147483647]"},
-      {1, json::json_pointer("/ranks/0/step"), 18446744073709551615ULL, "\"step\" must be an integer"},
-      {1, json::json_pointer("/ranks/1/ring_head"), 6, "\"ring\" has 5 entries; ring_head 6 means 6"},
-      {1, json::json_pointer("/ranks/1/ring/0/1"), 7, "ring[0] must be [seq >= 0, kind in [0, 5]"},
+      {1, ViewPointer(0, "rank"), -1, "progress: ranks[0]: \"rank\" (item 0) must be an integer in [0, 1048575]"},
+      {1, ViewPointer(0, "phase"), 9, "\"phase\" (item 10) must be an integer in [0, 8], got 9"},
+      {1, ViewPointer(0, "kind"), 6, "\"kind\" (item 11) must be an integer in [0, 5]"},
+      {1, ViewPointer(0, "heartbeat_age"), -2, "\"heartbeat_age\" (item 17) must be an integer >= -1"},
+      {1, ViewPointer(0, "pid"), 1LL << 40, "\"pid\" (item 3) must be an integer in [0, 2147483647]"},
+      {1, ViewPointer(0, "step"), 18446744073709551615ULL, "\"step\" (item 9) must be an integer"},
+      {1, ViewPointer(1, "ring_head"), 6, "\"ring\" has 5 entries; ring_head 6 means 6"},
+      {1, json::json_pointer(ViewPointer(1, "ring").to_string() + "/0/1"), 7, "ring[0] must be [seq >= 0, kind in [0, 5]"},
       {2, json::json_pointer("/wstatus"), 65536, "\"wstatus\" must be an integer in [0, 65535]"},
       {5, json::json_pointer("/world_size"), 0, "\"world_size\" must be an integer in [1, 1048576]"},
       {5, json::json_pointer("/master_port"), 65536, "\"master_port\" must be an integer in [0, 65535]"},
@@ -358,9 +368,9 @@ TEST(ClusterProtocolTest, ListAndStringBoundsAreEnforced) {
   stop["why"] = std::string(kMaxClusterTextBytes + 1, 'w');
   ExpectBad(stop.dump(), {"stop: \"why\" is 4097 bytes; the limit is 4096"});
   progress = Encoded(OneOfEach()[1]);
-  progress["ranks"][0]["checkpoint_error"] = std::string(kProgressErrorSize, 'e');
-  ExpectBad(progress.dump(), {"\"checkpoint_error\" is 160 bytes; the limit is 159"});
-  progress["ranks"][0]["checkpoint_error"] = std::string("a\0b", 3);
+  progress["ranks"][0][Item("checkpoint_error")] = std::string(kProgressErrorSize, 'e');
+  ExpectBad(progress.dump(), {"\"checkpoint_error\" (item 22) is 160 bytes; the limit is 159"});
+  progress["ranks"][0][Item("checkpoint_error")] = std::string("a\0b", 3);
   ExpectBad(progress.dump(), {"\"checkpoint_error\" must not contain NUL"});
 }
 
@@ -442,7 +452,7 @@ TEST(ClusterProtocolTest, RecordOddities) {
 
   // An age older than the receiver's clock still reads as "set", as early as can be.
   json j = Encoded(ProgressMsg{0, {MakeView(0, 1)}});
-  j["ranks"][0]["heartbeat_age"] = kReceiverNow + kSecond;
+  j["ranks"][0][Item("heartbeat_age")] = kReceiverNow + kSecond;
   Result<ClusterMessage> r = ParseClusterMessage(j.dump(), kReceiverNow);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(std::get<ProgressMsg>(*r).ranks[0].progress.heartbeat_ns, 1);

@@ -169,5 +169,20 @@ inline void ExpectBad(std::string_view line, std::initializer_list<std::string> 
 // A valid encoded message as JSON, to break one field of.
 inline json Encoded(const ClusterMessage& m) { return json::parse(EncodeClusterMessage(m, kSenderNow)); }
 
+// The position of a rank view's item `name` (views travel as arrays).
+inline size_t Item(std::string_view name) {
+  const std::vector<std::string_view>& items = ClusterRankViewItems();
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i] == name) return i;
+  }
+  ADD_FAILURE() << "no rank view item " << name;
+  return 0;
+}
+
+// The JSON pointer to item `name` of view `view` of a message's "ranks".
+inline json::json_pointer ViewPointer(size_t view, std::string_view name) {
+  return json::json_pointer("/ranks/" + std::to_string(view) + "/" + std::to_string(Item(name)));
+}
+
 }  // namespace cluster_test
 }  // namespace holdfast

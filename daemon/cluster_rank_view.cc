@@ -39,6 +39,25 @@ int64_t Back(int64_t age, int64_t now) {
 
 // ---- encoding ----
 
+// A view travels as an array of these items, in this order (protocol v4: the
+// keyed object of v3 cost the leader a map, its keys' strings and their
+// lexing per view, about half of its CPU at 2048 ranks; docs/cluster-protocol.md).
+const std::vector<std::string_view> kViewItems = {
+    "rank",           "node",         "host",          "pid",
+    "alive",          "state",        "valid",         "writer",
+    "torn",           "step",         "phase",         "kind",
+    "issued",         "done",         "waiting_on",    "phase_age",
+    "step_age",       "heartbeat_age", "last_step_ns", "checkpoint_step",
+    "checkpoint_failures", "checkpoint_failed_step", "checkpoint_error", "restored_step",
+    "restore_tier",   "restore_skipped", "ring_head",  "ring_since",
+    "ring"};
+
+std::string ViewItemsText() {
+  std::string s;
+  for (std::string_view name : kViewItems) s += (s.empty() ? "" : ", ") + std::string(name);
+  return "[" + s + "]";
+}
+
 ojson ViewToJson(const RankView& v, int64_t now) {
   CheckRange(v.rank, 0, kMaxClusterWorldSize - 1, "RankView::rank");
   CheckRange(v.node, 0, kMaxClusterNodes - 1, "RankView::node");
@@ -51,38 +70,39 @@ ojson ViewToJson(const RankView& v, int64_t now) {
     ring.push_back(ojson::array({e.seq, static_cast<uint32_t>(e.kind), e.bytes, Age(e.issued_ns, now),
                                  Age(e.completed_ns, now)}));
   }
-  ojson j;
-  j["rank"] = v.rank;
-  j["node"] = v.node;
-  j["host"] = Text(v.host, kMaxClusterHostBytes);
-  j["pid"] = static_cast<int64_t>(v.pid);
-  j["alive"] = v.alive;
-  j["state"] = std::string(1, ProcStateLetter(v.proc_state));
-  j["valid"] = p.valid;
-  j["writer"] = p.writer_pid != 0;  // the rank attached a progress writer (RankProgress::attached)
-  j["torn"] = v.progress.torn;
-  j["step"] = p.step;
-  j["phase"] = static_cast<uint32_t>(p.phase);
-  j["kind"] = static_cast<uint32_t>(p.collective_kind);
-  j["issued"] = p.collectives_issued;
-  j["done"] = p.collectives_done;
-  j["waiting_on"] = p.waiting_on;
-  j["phase_age"] = Age(p.phase_started_ns, now);
-  j["step_age"] = Age(p.step_started_ns, now);
-  j["heartbeat_age"] = Age(p.heartbeat_ns, now);
-  j["last_step_ns"] = p.last_step_ns;
-  j["checkpoint_step"] = p.checkpoint_step;
-  j["checkpoint_failures"] = p.checkpoint_failures;
-  j["checkpoint_failed_step"] = p.checkpoint_failed_step;
-  j["checkpoint_error"] = Text(p.checkpoint_error, kMaxCheckpointErrorBytes);
-  j["restored_step"] = p.restored_step;
-  j["restore_tier"] = static_cast<uint32_t>(p.restore_tier);
-  j["restore_skipped"] = p.restore_skipped;
+  ojson j = ojson::array();
+  j.push_back(v.rank);
+  j.push_back(v.node);
+  j.push_back(Text(v.host, kMaxClusterHostBytes));
+  j.push_back(static_cast<int64_t>(v.pid));
+  j.push_back(v.alive);
+  j.push_back(std::string(1, ProcStateLetter(v.proc_state)));
+  j.push_back(p.valid);
+  j.push_back(p.writer_pid != 0);  // the rank attached a progress writer (RankProgress::attached)
+  j.push_back(v.progress.torn);
+  j.push_back(p.step);
+  j.push_back(static_cast<uint32_t>(p.phase));
+  j.push_back(static_cast<uint32_t>(p.collective_kind));
+  j.push_back(p.collectives_issued);
+  j.push_back(p.collectives_done);
+  j.push_back(p.waiting_on);
+  j.push_back(Age(p.phase_started_ns, now));
+  j.push_back(Age(p.step_started_ns, now));
+  j.push_back(Age(p.heartbeat_ns, now));
+  j.push_back(p.last_step_ns);
+  j.push_back(p.checkpoint_step);
+  j.push_back(p.checkpoint_failures);
+  j.push_back(p.checkpoint_failed_step);
+  j.push_back(Text(p.checkpoint_error, kMaxCheckpointErrorBytes));
+  j.push_back(p.restored_step);
+  j.push_back(static_cast<uint32_t>(p.restore_tier));
+  j.push_back(p.restore_skipped);
   // ring_head says how many collectives ever entered the ring: the ring holds the newest min(ring_head, 16).
-  j["ring_head"] = std::max<uint64_t>(p.ring_head, p.ring.size());
-  // ring_since (daemon/ring_delta.h): only the entries from it on; absent, the whole ring.
-  if (v.ring_since > 0 && p.valid) j["ring_since"] = v.ring_since;
-  j["ring"] = std::move(ring);
+  j.push_back(std::max<uint64_t>(p.ring_head, p.ring.size()));
+  // ring_since (daemon/ring_delta.h): only the entries from it on; 0, the whole ring.
+  j.push_back(p.valid ? v.ring_since : 0);
+  j.push_back(std::move(ring));
+  HF_CHECK(j.size() == kViewItems.size());
   return j;
 }
 
@@ -91,16 +111,16 @@ ojson ViewToJson(const RankView& v, int64_t now) {
 Status ParseRing(const json& ring, const std::string& where, int64_t now, RankProgress* p) {
   for (size_t i = 0; i < ring.size(); ++i) {
     const json& e = ring[i];
-    const std::string at = where + ": ring[" + std::to_string(i) + "]";
+    auto at = [&] { return where + ": ring[" + std::to_string(i) + "]"; };
     if (!e.is_array() || e.size() != 5) {
-      return InvalidArgumentError(at + " must be [seq, kind, bytes, issued_age, completed_age], got " + Shown(e));
+      return InvalidArgumentError(at() + " must be [seq, kind, bytes, issued_age, completed_age], got " + Shown(e));
     }
     int64_t kind = 0;
     int64_t issued = 0;
     int64_t completed = 0;
     if (!e[0].is_number_unsigned() || !IntIn(e[1], 0, kMaxCollectiveKind, &kind) || !e[2].is_number_unsigned() ||
         !IntIn(e[3], -1, kInt64Max, &issued) || !IntIn(e[4], -1, kInt64Max, &completed)) {
-      return InvalidArgumentError(at + " must be [seq >= 0, kind in [0, " + std::to_string(kMaxCollectiveKind) +
+      return InvalidArgumentError(at() + " must be [seq >= 0, kind in [0, " + std::to_string(kMaxCollectiveKind) +
                                   "], bytes >= 0, issued_age >= -1, completed_age >= -1], got " + Shown(e));
     }
     p->ring.push_back(CollectiveRecord{e[0].get<uint64_t>(), static_cast<CollectiveKind>(kind), e[2].get<uint64_t>(),
@@ -110,8 +130,12 @@ Status ParseRing(const json& ring, const std::string& where, int64_t now, RankPr
 }
 
 Result<RankView> ParseView(const json& j, const std::string& where, int64_t now) {
-  if (!j.is_object()) return InvalidArgumentError(where + " must be an object, got " + Shown(j));
-  Fields f(j, where);
+  if (!j.is_array() || j.size() != kViewItems.size()) {
+    return InvalidArgumentError(where + " must be an array of the " + std::to_string(kViewItems.size()) +
+                                " items " + ViewItemsText() + " (cluster protocol v" +
+                                std::to_string(kClusterProtocolVersion) + "), got " + Shown(j));
+  }
+  Fields f(j, where, kViewItems);
   RankView v;
   RankProgress& p = v.progress;
   HF_RETURN_IF_ERROR(f.Int("rank", 0, kMaxClusterWorldSize - 1, &v.rank));
@@ -127,8 +151,8 @@ Result<RankView> ParseView(const json& j, const std::string& where, int64_t now)
   v.proc_state = ProcStateFromLetter(state[0]);  // a letter this build does not know: kUnknown
   HF_RETURN_IF_ERROR(f.Bool("valid", &p.valid));
   HF_RETURN_IF_ERROR(f.Bool("torn", &p.torn));
-  bool writer = true;  // absent (a daemon from before the field): a writer, as it then assumed
-  if (j.contains("writer")) HF_RETURN_IF_ERROR(f.Bool("writer", &writer));
+  bool writer = true;
+  HF_RETURN_IF_ERROR(f.Bool("writer", &writer));
   // The writer's own pid does not travel: the rank's pid stands for it (a new process in the slot is a new pid).
   p.writer_pid = writer ? std::max<int32_t>(1, static_cast<int32_t>(v.pid)) : 0;
   HF_RETURN_IF_ERROR(f.Int("step", kInt64Min, kInt64Max, &p.step));
@@ -154,19 +178,16 @@ Result<RankView> ParseView(const json& j, const std::string& where, int64_t now)
   HF_RETURN_IF_ERROR(f.Int("checkpoint_failed_step", kInt64Min, kInt64Max, &p.checkpoint_failed_step));
   HF_RETURN_IF_ERROR(f.Text("checkpoint_error", kMaxCheckpointErrorBytes, &p.checkpoint_error));
   if (p.checkpoint_error.find('\0') != std::string::npos) return f.Error("\"checkpoint_error\" must not contain NUL");
-  if (j.contains("restore_tier")) {  // absent: a daemon from before the field (unreported)
-    uint32_t tier = 0;
-    HF_RETURN_IF_ERROR(f.Int("restored_step", kInt64Min, kInt64Max, &p.restored_step));
-    HF_RETURN_IF_ERROR(f.Int("restore_tier", 0, kMaxRestoreTier, &tier));
-    HF_RETURN_IF_ERROR(f.Int("restore_skipped", 0, std::numeric_limits<uint32_t>::max(), &p.restore_skipped));
-    p.restore_tier = static_cast<RestoreTier>(tier);
-  }
+  uint32_t tier = 0;
+  HF_RETURN_IF_ERROR(f.Int("restored_step", kInt64Min, kInt64Max, &p.restored_step));
+  HF_RETURN_IF_ERROR(f.Int("restore_tier", 0, kMaxRestoreTier, &tier));
+  HF_RETURN_IF_ERROR(f.Int("restore_skipped", 0, std::numeric_limits<uint32_t>::max(), &p.restore_skipped));
+  p.restore_tier = static_cast<RestoreTier>(tier);
   HF_RETURN_IF_ERROR(f.Unsigned("ring_head", &p.ring_head));
+  HF_RETURN_IF_ERROR(f.Unsigned("ring_since", &v.ring_since));
   HF_ASSIGN_OR_RETURN(const json* ring, f.Array("ring", kProgressRingSize));
   const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
-  if (j.contains("ring_since")) {  // a delta: the entries from ring_since on, at most the whole ring
-    HF_RETURN_IF_ERROR(f.Unsigned("ring_since", &v.ring_since));
-    if (v.ring_since == 0) return f.Error("\"ring_since\" must be at least 1 (absent: the whole ring)");
+  if (v.ring_since > 0) {  // a delta: the entries from ring_since on, at most the whole ring
     if (ring->size() > n) {
       return f.Error("\"ring\" has " + std::to_string(ring->size()) + " entries; ring_head " +
                      std::to_string(p.ring_head) + " allows at most " + std::to_string(n));
@@ -206,4 +227,7 @@ Result<std::vector<RankView>> ParseViews(Fields& f, const std::string& where, in
 }
 
 }  // namespace cluster_internal
+
+const std::vector<std::string_view>& ClusterRankViewItems() { return cluster_internal::kViewItems; }
+
 }  // namespace holdfast

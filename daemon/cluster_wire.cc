@@ -84,7 +84,7 @@ Status Fields::Text(const char* key, size_t max_bytes, std::string* out) {
   if (!v->is_string()) return Wrong(key, "a string", *v);
   const std::string& s = v->get_ref<const std::string&>();
   if (s.size() > max_bytes) {
-    return InvalidArgumentError(where_ + ": \"" + key + "\" is " + std::to_string(s.size()) +
+    return InvalidArgumentError(where_ + ": " + Named(key) + " is " + std::to_string(s.size()) +
                                 " bytes; the limit is " + std::to_string(max_bytes));
   }
   *out = s;
@@ -95,7 +95,7 @@ Result<const json*> Fields::Array(const char* key, size_t max_entries) {
   HF_ASSIGN_OR_RETURN(const json* v, Find(key, "an array"));
   if (!v->is_array()) return Wrong(key, "an array", *v);
   if (v->size() > max_entries) {
-    return InvalidArgumentError(where_ + ": \"" + key + "\" has " + std::to_string(v->size()) +
+    return InvalidArgumentError(where_ + ": " + Named(key) + " has " + std::to_string(v->size()) +
                                 " entries; the limit is " + std::to_string(max_entries));
   }
   return v;
@@ -104,13 +104,33 @@ Result<const json*> Fields::Array(const char* key, size_t max_entries) {
 Status Fields::Error(const std::string& what) const { return InvalidArgumentError(where_ + ": " + what); }
 
 Result<const json*> Fields::Find(const char* key, const char* want) const {
+  if (items_ != nullptr) {
+    const size_t n = items_->size();
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = (next_ + k) % n;
+      if ((*items_)[i] == key) {
+        next_ = i + 1;
+        return &j_[i];
+      }
+    }
+    HF_CHECK_MSG(false, std::string("Fields: no item \"") + key + "\" in this encoding");  // the reader's bug
+  }
   auto it = j_.find(key);
   if (it == j_.end()) return InvalidArgumentError(where_ + ": missing \"" + key + "\" (" + want + ")");
   return &*it;
 }
 
 Status Fields::Wrong(const char* key, const std::string& want, const json& got) const {
-  return InvalidArgumentError(where_ + ": \"" + key + "\" must be " + want + ", got " + Shown(got));
+  return InvalidArgumentError(where_ + ": " + Named(key) + " must be " + want + ", got " + Shown(got));
+}
+
+std::string Fields::Named(const char* key) const {
+  std::string s = std::string("\"") + key + "\"";
+  if (items_ == nullptr) return s;
+  for (size_t i = 0; i < items_->size(); ++i) {
+    if ((*items_)[i] == key) return s + " (item " + std::to_string(i) + ")";
+  }
+  return s;
 }
 
 }  // namespace cluster_internal

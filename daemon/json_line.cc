@@ -1,7 +1,7 @@
 #include "daemon/json_line.h"
 
+#include <algorithm>
 #include <optional>
-#include <set>
 #include <vector>
 
 namespace holdfast {
@@ -16,6 +16,76 @@ std::string CleanJsonError(const char* what) {
   }
   return s;
 }
+
+namespace {
+
+// nlohmann's DOM builder (the parser json::parse uses), with the nesting
+// bounded and a key repeated in one object found. Returning false stops the
+// parse; errors throw json::parse_error, as json::parse does.
+class CheckedDomParser {
+ public:
+  CheckedDomParser(json& out, int max_depth) : dom_(out, /*allow_exceptions=*/true), max_depth_(max_depth) {}
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const json::string_t& s) { return dom_.number_float(v, s); }
+  bool string(json::string_t& v) { return dom_.string(v); }
+  bool binary(json::binary_t& v) { return dom_.binary(v); }
+  bool start_object(std::size_t n) {
+    if (!Enter()) return false;
+    keys_.emplace_back();
+    return dom_.start_object(n);
+  }
+  bool key(json::string_t& k) {
+    if (!keys_.empty()) {
+      std::vector<std::string>& seen = keys_.back();
+      if (std::find(seen.begin(), seen.end(), k) != seen.end()) {
+        duplicate_ = k;
+        return false;
+      }
+      seen.push_back(k);
+    }
+    return dom_.key(k);
+  }
+  bool end_object() {
+    --depth_;
+    if (!keys_.empty()) keys_.pop_back();
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) { return Enter() && dom_.start_array(n); }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string& token, const Exception& e) {
+    return dom_.parse_error(position, token, e);
+  }
+
+  bool too_deep() const { return too_deep_; }
+  const std::optional<std::string>& duplicate() const { return duplicate_; }
+
+ private:
+  bool Enter() {
+    if (depth_ >= max_depth_) {
+      too_deep_ = true;
+      return false;
+    }
+    ++depth_;
+    return true;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  int max_depth_;
+  int depth_ = 0;
+  bool too_deep_ = false;
+  std::optional<std::string> duplicate_;
+  std::vector<std::vector<std::string>> keys_;  // one per open object
+};
+
+}  // namespace
 
 Result<json> ParseJsonObjectLine(std::string_view line, size_t max_bytes, int max_depth, const std::string& what) {
   if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
@@ -32,57 +102,22 @@ Result<json> ParseJsonObjectLine(std::string_view line, size_t max_bytes, int ma
   // A key twice in one object: nlohmann keeps the last value, so
   // {"op":"status","op":"stop"} would act as a stop that a reader of the line
   // (or a proxy that keeps the first) takes for a status. Refused instead.
-  // Fast path: count each open object's keys and compare with the size of the
-  // object it became (a duplicate collapses into one entry); only a line that
-  // has one is parsed again to name the key (issue 28: a set of key strings per
-  // object was a fifth of the leader's CPU at 2048 ranks).
-  bool too_deep = false;
-  bool has_duplicate = false;
-  std::vector<size_t> counts;  // keys seen, one per open object
-  json::parser_callback_t check = [&](int depth, json::parse_event_t event, json& parsed) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth >= max_depth) {
-      too_deep = true;
-      return false;  // discard the subtree; the flag rejects the message below
-    }
-    if (event == json::parse_event_t::object_start) {
-      counts.push_back(0);
-    } else if (event == json::parse_event_t::key) {
-      if (!counts.empty()) ++counts.back();
-    } else if (event == json::parse_event_t::object_end) {
-      if (!counts.empty()) {
-        if (parsed.is_object() && parsed.size() != counts.back()) has_duplicate = true;
-        counts.pop_back();
-      }
-    }
-    return true;
-  };
+  // Parsed by nlohmann's own DOM builder through a SAX filter that counts the
+  // depth and compares each object's keys (issue 28: the callback parser cost
+  // a third of the leader's CPU at 2048 ranks; the keyed objects left are
+  // small — a rank view is an array — so a linear scan per key is cheap).
   json j;
+  CheckedDomParser sax(j, max_depth);
   try {
-    j = json::parse(line.begin(), line.end(), check);
+    json::sax_parse(line.begin(), line.end(), &sax);
   } catch (const json::exception& e) {
     return InvalidArgumentError(what + " is not JSON: " + CleanJsonError(e.what()));
   }
-  if (too_deep) {
+  if (sax.too_deep()) {
     return InvalidArgumentError(what + " nests deeper than " + std::to_string(max_depth) + " levels");
   }
-  if (has_duplicate) {
-    std::vector<std::set<std::string>> keys;  // one per open object
-    std::optional<std::string> duplicate;
-    json::parser_callback_t name = [&](int, json::parse_event_t event, json& parsed) {
-      if (event == json::parse_event_t::object_start) {
-        keys.emplace_back();
-      } else if (event == json::parse_event_t::object_end) {
-        if (!keys.empty()) keys.pop_back();
-      } else if (event == json::parse_event_t::key && !keys.empty() && parsed.is_string()) {
-        if (!keys.back().insert(parsed.get<std::string>()).second && !duplicate) duplicate = parsed.get<std::string>();
-      }
-      return true;
-    };
-    const json again = json::parse(line.begin(), line.end(), name);  // parsed once already: cannot throw
-    static_cast<void>(again);
-    return InvalidArgumentError(what + " has the key \"" + duplicate.value_or("?") +
-                                "\" twice in one object; send each key once");
+  if (sax.duplicate()) {
+    return InvalidArgumentError(what + " has the key \"" + *sax.duplicate() + "\" twice in one object; send each key once");
   }
   if (!j.is_object()) {
     return InvalidArgumentError(what + " must be a JSON object, got " + std::string(j.type_name()));

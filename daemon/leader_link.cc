@@ -102,7 +102,7 @@ std::string LeaderLink::OnLine(Peer* peer, const std::shared_ptr<LineConnection>
   } else if (!IsFollowerMessage(*msg)) {
     refuse = std::string("unexpected message '") + ClusterMessageTypeName(*msg) + "' from a follower";
   } else {
-    handlers_.on_message(peer->node, *msg);
+    handlers_.on_message(peer->node, std::move(*msg));
     return "";
   }
   if (peer->node > 0) {

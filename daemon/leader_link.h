@@ -38,7 +38,7 @@ class LeaderLink : public std::enable_shared_from_this<LeaderLink> {
     // A follower says hello: "" accepts it as node hello.node; otherwise why not.
     std::function<std::string(const HelloMsg& hello)> on_hello;
     // Any later message of an accepted node.
-    std::function<void(int node, const ClusterMessage& msg)> on_message;
+    std::function<void(int node, ClusterMessage msg)> on_message;  // the message is the handler's to keep
     // An accepted node's connection ended (or it sent what it must not).
     std::function<void(int node, const std::string& why)> on_lost;
   };

@@ -230,7 +230,7 @@ std::vector<RankView> RankGroup::Views(int node, const std::string& host) const 
     v.alive = r->alive();
     v.proc_state = r->State();
     v.progress = r->Progress();
-    views.push_back(v);
+    views.push_back(std::move(v));
   }
   return views;
 }

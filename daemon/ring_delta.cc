@@ -13,7 +13,7 @@ void RingTrimmer::Trim(std::vector<RankView>* views) {
       sent_.erase(v.rank);
       continue;
     }
-    std::vector<CollectiveRecord>& ring = v.progress.ring;
+    CollectiveRing& ring = v.progress.ring;
     uint64_t first_open = ring.empty() ? 0 : ring.back().seq + 1;
     for (const CollectiveRecord& e : ring) {
       if (!e.completed()) {
@@ -38,18 +38,28 @@ void MergeRings(const std::vector<RankView>& held, std::vector<RankView>* incomi
     if (v.ring_since == 0) continue;
     const uint64_t since = v.ring_since;
     v.ring_since = 0;
-    auto base = std::find_if(held.begin(), held.end(),
-                             [&v](const RankView& h) { return h.rank == v.rank && h.pid == v.pid; });
+    // The held views are usually in the same order: look at the same place first.
+    const size_t i = static_cast<size_t>(&v - incoming->data());
+    auto same = [&v](const RankView& h) { return h.rank == v.rank && h.pid == v.pid; };
+    auto base = i < held.size() && same(held[i]) ? held.begin() + static_cast<std::ptrdiff_t>(i)
+                                                 : std::find_if(held.begin(), held.end(), same);
     if (base == held.end()) continue;
-    std::vector<CollectiveRecord> ring;
+    // The held entries older than the delta, then the delta: the newest 16.
+    size_t older = 0;
+    for (const CollectiveRecord& e : base->progress.ring) older += e.seq < since ? 1 : 0;
+    const size_t keep = std::min(older, static_cast<size_t>(kProgressRingSize) - v.progress.ring.size());
+    CollectiveRing ring;
+    size_t skip = older - keep;
     for (const CollectiveRecord& e : base->progress.ring) {
-      if (e.seq < since) ring.push_back(e);
+      if (e.seq >= since) continue;
+      if (skip > 0) {
+        --skip;
+        continue;
+      }
+      ring.push_back(e);
     }
     ring.insert(ring.end(), v.progress.ring.begin(), v.progress.ring.end());
-    if (ring.size() > static_cast<size_t>(kProgressRingSize)) {
-      ring.erase(ring.begin(), ring.end() - kProgressRingSize);
-    }
-    v.progress.ring = std::move(ring);
+    v.progress.ring = ring;
   }
 }
 

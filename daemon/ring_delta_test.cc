@@ -48,7 +48,7 @@ struct Link {
 };
 
 // The ring as the leader can compare it with the follower's: seq, kind, bytes, done.
-std::vector<std::string> Shape(const std::vector<CollectiveRecord>& ring) {
+std::vector<std::string> Shape(const CollectiveRing& ring) {
   std::vector<std::string> out;
   for (const CollectiveRecord& e : ring) {
     out.push_back(std::to_string(e.seq) + "/" + std::to_string(static_cast<int>(e.kind)) + "/" +
@@ -101,24 +101,25 @@ TEST(RingDeltaTest, ANewProcessOrConnectionSendsTheWholeRing) {
 
 TEST(RingDeltaTest, AMalformedDeltaIsRefused) {
   RankView v = Advance(0, 500, 20, 1);
-  std::string line = EncodeClusterMessage(ProgressMsg{3, {v}}, kSenderNow);
-  auto with = [&](const std::string& field) {
-    std::string l = line;
-    const size_t at = l.find("\"ring\":");
-    return l.insert(at, field);
+  const nlohmann::json line = nlohmann::json::parse(EncodeClusterMessage(ProgressMsg{3, {v}}, kSenderNow));
+  auto with = [&](uint64_t since) {
+    nlohmann::json l = line;
+    l["ranks"][0][cluster_test::Item("ring_since")] = since;
+    return l.dump();
   };
-  // ring_since 0 means nothing; entries older than ring_since were not to be sent.
-  Result<ClusterMessage> zero = ParseClusterMessage(with("\"ring_since\":0,"), kReceiverNow);
-  ASSERT_FALSE(zero.ok());
-  EXPECT_NE(zero.status().message().find("ring_since"), std::string::npos) << zero.status().ToString();
-  Result<ClusterMessage> older = ParseClusterMessage(with("\"ring_since\":10,"), kReceiverNow);
+  // Entries older than ring_since were not to be sent.
+  Result<ClusterMessage> older = ParseClusterMessage(with(10), kReceiverNow);
   ASSERT_FALSE(older.ok());
   EXPECT_NE(older.status().message().find("older than ring_since 10"), std::string::npos)
       << older.status().ToString();
   // The entries the delta holds (from #5 on: all 16 here) are still capped by ring_head.
-  Result<ClusterMessage> fine = ParseClusterMessage(with("\"ring_since\":5,"), kReceiverNow);
+  Result<ClusterMessage> fine = ParseClusterMessage(with(5), kReceiverNow);
   ASSERT_TRUE(fine.ok()) << fine.status().ToString();
   EXPECT_EQ(std::get<ProgressMsg>(*fine).ranks[0].ring_since, 5u);
+  // 0: the whole ring, which then must hold min(ring_head, 16) entries.
+  Result<ClusterMessage> whole = ParseClusterMessage(with(0), kReceiverNow);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(std::get<ProgressMsg>(*whole).ranks[0].ring_since, 0u);
 }
 
 }  // namespace

@@ -13,20 +13,23 @@ constexpr double kNsPerMs = 1e6;
 // when the others barely compute (their time is all waiting).
 constexpr double kMinComputeMs = 0.01;
 
-// Nearest-rank percentile of `v` (sorted in place); 0 when empty.
-double Percentile(std::vector<double> v, double q) {
+// Nearest-rank percentile of `v`, which must be sorted; 0 when empty.
+double Percentile(const std::vector<double>& v, double q) {
   if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
   size_t idx = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
   idx = std::clamp<size_t>(idx, 1, v.size()) - 1;
   return v[idx];
 }
 
-double Median(std::vector<double> v) {
+// The median of `v`, which it reorders; 0 when empty.
+double Median(std::vector<double>& v) {
   if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
   const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n / 2), v.end());
+  const double upper = v[n / 2];
+  if (n % 2 == 1) return upper;
+  const double lower = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n / 2));
+  return (lower + upper) / 2;
 }
 
 // Splits [from, to) at `at`: the part before goes to *before, the rest to *after.
@@ -83,7 +86,7 @@ StragglerVerdict StragglerDetector::Observe(int64_t now_ns, const std::vector<Ra
   return verdict;
 }
 
-void StragglerDetector::AccountWaits(const std::vector<CollectiveRecord>& ring, int64_t split_at, Track* t,
+void StragglerDetector::AccountWaits(const CollectiveRing& ring, int64_t split_at, Track* t,
                                      int64_t* wait_before, int64_t* wait_after) {
   // Blocked time: for each completion not yet accounted, the time since the
   // rank's previous event (it could not issue or complete anything while
@@ -118,11 +121,17 @@ void StragglerDetector::AccountWaits(const std::vector<CollectiveRecord>& ring, 
 void StragglerDetector::ObserveRank(int64_t now_ns, const RankView& view, Track* t) {
   if (!view.alive || !view.progress.valid || view.progress.torn) return;
   if (view.progress.step < 0) return;  // not a count of completed steps
+  if (Unchanged(view.progress, *t)) {
+    UpdatePace(now_ns, view.rank, t);
+    return;
+  }
+  t->last = view.progress;
+  t->last_now_ns = now_ns;
   const RankProgress p = WithReadingsUpToNow(view.progress, now_ns);
   if (t->seen && (p.writer_pid != t->pid || p.step < t->step)) *t = Track{};  // another process in this slot
 
   // The ring by sequence number (the job's to write: it may hold anything).
-  std::vector<CollectiveRecord> ring;
+  CollectiveRing ring;
   for (const CollectiveRecord& e : p.ring) {
     if (e.seq != 0) ring.push_back(e);
   }
@@ -141,6 +150,7 @@ void StragglerDetector::ObserveRank(int64_t now_ns, const RankView& view, Track*
       t->wait_started_ns = p.phase_started_ns;
     }
     t->pace.reset();
+    t->last_now_ns = -1;  // the first look accounts nothing: the next one must run in full
     return;
   }
 
@@ -197,6 +207,8 @@ void StragglerDetector::ObserveRank(int64_t now_ns, const RankView& view, Track*
       s.wait_ms = wait / kNsPerMs / steps;
       s.last_step_ms = p.last_step_ns > 0 ? static_cast<double>(p.last_step_ns) / kNsPerMs : 0;
       t->samples.push_back(s);
+      t->window_steps += s.steps;
+      t->pace_stale = true;
     }
     // The first step end seen only starts the samples: the step before it
     // began before we looked (and the first step of a process includes its
@@ -216,38 +228,74 @@ void StragglerDetector::UpdatePace(int64_t now_ns, int rank, Track* t) const {
   const int64_t window_ns = static_cast<int64_t>(config_.window_s * 1e9);
   while (t->samples.size() > static_cast<size_t>(std::max(config_.min_samples, 1)) &&
          t->samples.front().end_ns <= now_ns - window_ns) {
+    t->window_steps -= t->samples.front().steps;
     t->samples.pop_front();
+    t->pace_stale = true;
   }
 
   if (t->samples.size() < static_cast<size_t>(std::max(config_.min_samples, 1))) {
     t->pace.reset();
     return;
   }
+  const int64_t steps = t->window_steps;
+  // The rate over the samples, decaying once the rank has gone longer than an
+  // average step without completing one: the only part that moves with now.
+  const double span_ns = static_cast<double>(t->samples.back().end_ns - t->samples.front().start_ns);
+  const double to_now_ns =
+      static_cast<double>(now_ns - t->samples.front().start_ns) - span_ns / static_cast<double>(steps);
+  const double over_ns = std::max(span_ns, to_now_ns);
+  const double steps_per_s = over_ns > 0 ? static_cast<double>(steps) * 1e9 / over_ns : 0;
+  if (t->pace && !t->pace_stale) {
+    t->pace->steps_per_s = steps_per_s;
+    return;
+  }
   RankPace pace;
   pace.rank = rank;
   pace.samples = static_cast<int>(t->samples.size());
-  int64_t steps = 0;
-  std::vector<double> step_ms, period_ms, compute_ms, wait_ms;
+  // The detector's scratch vectors: no allocation per rank and poll.
+  std::vector<double>& step_ms = scratch_[0];
+  std::vector<double>& period_ms = scratch_[1];
+  std::vector<double>& compute_ms = scratch_[2];
+  std::vector<double>& wait_ms = scratch_[3];
+  for (std::vector<double>& v : scratch_) v.clear();
   for (const Sample& s : t->samples) {
-    steps += s.steps;
     if (s.last_step_ms > 0) step_ms.push_back(s.last_step_ms);
     period_ms.push_back(s.period_ms);
     compute_ms.push_back(s.period_ms - s.wait_ms);
     wait_ms.push_back(s.wait_ms);
   }
-  // The rate over the samples, decaying once the rank has gone longer than an
-  // average step without completing one.
-  const double span_ns = static_cast<double>(t->samples.back().end_ns - t->samples.front().start_ns);
-  const double to_now_ns =
-      static_cast<double>(now_ns - t->samples.front().start_ns) - span_ns / static_cast<double>(steps);
-  const double over_ns = std::max(span_ns, to_now_ns);
-  pace.steps_per_s = over_ns > 0 ? static_cast<double>(steps) * 1e9 / over_ns : 0;
+  for (std::vector<double>& v : scratch_) std::sort(v.begin(), v.end());
+  pace.steps_per_s = steps_per_s;
   const std::vector<double>& step_times = step_ms.empty() ? period_ms : step_ms;
   pace.step_ms_p50 = Percentile(step_times, 0.5);
   pace.step_ms_p99 = Percentile(step_times, 0.99);
   pace.compute_ms_p50 = Percentile(compute_ms, 0.5);
   pace.wait_ms_p50 = Percentile(wait_ms, 0.5);
   t->pace = pace;
+  t->pace_stale = false;
+}
+
+bool StragglerDetector::Unchanged(const RankProgress& p, const Track& t) {
+  if (!t.seen || t.last_now_ns < 0) return false;
+  const RankProgress& q = t.last;
+  if (p.writer_pid != q.writer_pid || p.step != q.step || p.phase != q.phase || p.waiting_on != q.waiting_on ||
+      p.collectives_issued != q.collectives_issued || p.phase_started_ns != q.phase_started_ns ||
+      p.step_started_ns != q.step_started_ns || p.heartbeat_ns != q.heartbeat_ns ||
+      p.last_step_ns != q.last_step_ns || p.valid != q.valid || p.ring.size() != q.ring.size()) {
+    return false;
+  }
+  // A reading past the last now was clamped to it then; now it would read further.
+  const int64_t until = t.last_now_ns;
+  if (p.phase_started_ns > until || p.step_started_ns > until || p.heartbeat_ns > until || p.last_step_ns > until) {
+    return false;
+  }
+  for (size_t i = 0; i < p.ring.size(); ++i) {
+    const CollectiveRecord& a = p.ring[i];
+    const CollectiveRecord& b = q.ring[i];
+    if (a.seq != b.seq || a.issued_ns != b.issued_ns || a.completed_ns != b.completed_ns) return false;
+    if (a.issued_ns > until || a.completed_ns > until) return false;
+  }
+  return true;
 }
 
 std::optional<RankPace> StragglerDetector::Pace(int rank) const {
@@ -256,7 +304,8 @@ std::optional<RankPace> StragglerDetector::Pace(int rank) const {
 }
 
 double StragglerDetector::RatioOf(int rank, double* own_ms, double* others_ms) const {
-  std::vector<double> others;
+  std::vector<double>& others = scratch_[0];
+  others.clear();
   double own = -1;
   for (const Track& t : tracks_) {
     if (!t.pace) continue;

@@ -134,13 +134,25 @@ class StragglerDetector {
     uint64_t wait_seq = 0;          // the collective last seen being waited on ...
     int64_t wait_started_ns = 0;    // ... since this time (phase_started_ns)
     std::deque<Sample> samples;     // oldest first
+    int64_t window_steps = 0;       // the samples' steps, summed
     std::optional<RankPace> pace;
+    bool pace_stale = true;         // samples changed since `pace` was computed
+    // The record of the last observation that changed anything, and the
+    // observation's now: the same record again, with no reading past that now,
+    // changes nothing but the window and the rate (issue 28: most polls of
+    // 2048 ranks see a report that has not changed).
+    RankProgress last;
+    int64_t last_now_ns = -1;
   };
+  // Whether observing `p` again, at any now at or after t.last_now_ns, would
+  // change nothing in `t` but its window.
+  static bool Unchanged(const RankProgress& p, const Track& t);
+  mutable std::vector<double> scratch_[4];  // UpdatePace's samples, reused
 
   void ObserveRank(int64_t now_ns, const RankView& view, Track* track);
   // Blocked time since the last look, from the ring's completions, split at
   // `split_at` (a step's end) into the sample before and the one after.
-  static void AccountWaits(const std::vector<CollectiveRecord>& ring, int64_t split_at, Track* track,
+  static void AccountWaits(const CollectiveRing& ring, int64_t split_at, Track* track,
                            int64_t* wait_before, int64_t* wait_after);
   // Slides the track's window and recomputes its pace (none below min_samples).
   void UpdatePace(int64_t now_ns, int rank, Track* track) const;

@@ -83,8 +83,8 @@ Status Supervisor::Impl::StartCluster() {
     auto self = weak.lock();
     return self ? self->OnHello(hello) : std::string("the leader is going away");
   };
-  h.on_message = [weak](int node, const ClusterMessage& msg) {
-    if (auto self = weak.lock()) self->OnFollowerMessage(node, msg);
+  h.on_message = [weak](int node, ClusterMessage msg) {
+    if (auto self = weak.lock()) self->OnFollowerMessage(node, std::move(msg));
   };
   h.on_lost = [weak](int node, const std::string& why) {
     if (auto self = weak.lock()) self->OnFollowerLost(node, why);
@@ -136,7 +136,7 @@ std::string Supervisor::Impl::OnHello(const HelloMsg& hello) {
   return "";
 }
 
-void Supervisor::Impl::OnFollowerMessage(int node, const ClusterMessage& msg) {
+void Supervisor::Impl::OnFollowerMessage(int node, ClusterMessage msg) {
   if (finished_) return;
   members_.Heard(node, clock_->MonotonicNs());
   const std::string& h = members_.HostOf(node);
@@ -146,11 +146,11 @@ void Supervisor::Impl::OnFollowerMessage(int node, const ClusterMessage& msg) {
       RecordHealth(*results, h);
       controller_->OnHealth(health_.Decide(*results), h, "periodic");
     }
-  } else if (const auto* p = std::get_if<ProgressMsg>(&msg)) {
-    if (p->generation == controller_->generation()) members_.SetViews(node, p->ranks);
-  } else if (const auto* x = std::get_if<RankExitMsg>(&msg)) {
+  } else if (auto* p = std::get_if<ProgressMsg>(&msg)) {
+    if (p->generation == controller_->generation()) members_.SetViews(node, std::move(p->ranks));
+  } else if (auto* x = std::get_if<RankExitMsg>(&msg)) {
     if (x->generation != controller_->generation()) return;  // from a generation that is over
-    members_.SetViews(node, x->ranks);
+    members_.SetViews(node, std::move(x->ranks));
     controller_->OnRankExit(RankExit{x->rank, x->wstatus, x->exec_error, x->log_tail}, Views());
   }
 }

@@ -114,7 +114,7 @@ class Supervisor::Impl : public RunActions, public ControlTarget, public std::en
   void WithdrawControlEndpoint();
   void OnJoinTimeout();
   std::string OnHello(const HelloMsg& hello);  // "" accepts
-  void OnFollowerMessage(int node, const ClusterMessage& msg);
+  void OnFollowerMessage(int node, ClusterMessage msg);
   void OnFollowerLost(int node, const std::string& why);
   void Broadcast(const ClusterMessage& msg);
   // ---- metrics and health (supervisor_cluster.cc) ----
