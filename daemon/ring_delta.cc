@@ -25,8 +25,11 @@ void RingTrimmer::Trim(std::vector<RankView>* views) {
     if (it != sent_.end() && it->second.pid == v.pid && it->second.first_open > 0) {
       const uint64_t since = it->second.first_open;
       v.ring_since = since;
-      ring.erase(ring.begin(), std::find_if(ring.begin(), ring.end(),
-                                            [since](const CollectiveRecord& e) { return e.seq >= since; }));
+      // Every entry older than `since`, not only a prefix: a record read while
+      // its writer wrapped the ring (torn) may hold an old entry after newer
+      // ones, and the leader refuses a delta that holds one (seen at 2048 ranks).
+      ring.erase(std::remove_if(ring.begin(), ring.end(), [since](const CollectiveRecord& e) { return e.seq < since; }),
+                 ring.end());
     }
     // An empty ring so far: nothing to skip next time either.
     sent_[v.rank] = Sent{v.pid, first_open};

@@ -99,6 +99,25 @@ TEST(RingDeltaTest, ANewProcessOrConnectionSendsTheWholeRing) {
   EXPECT_EQ(Shape(link.held[0].progress.ring), Shape(Advance(0, 777, 30, 1).progress.ring));
 }
 
+TEST(RingDeltaTest, ARingOutOfOrderStillMakesADeltaTheLeaderTakes) {
+  // A record read while its writer wrapped the ring (torn) can hold an old
+  // entry after newer ones; the delta must leave out every entry before
+  // ring_since, not only a prefix (the leader refuses the report otherwise and
+  // loses the node: seen at 2048 ranks on 64 nodes).
+  Link link;
+  link.Report({Advance(0, 900, 20, 1)});
+  RankView torn = Advance(0, 900, 22, 1);
+  torn.progress.torn = true;
+  torn.progress.ring.back() = torn.progress.ring.front();  // #7 where #22 belongs
+  torn.progress.ring.back().seq = 5;
+  link.Report({torn});
+  ASSERT_EQ(link.held.size(), 1u);
+  for (const CollectiveRecord& e : link.held[0].progress.ring) EXPECT_NE(e.seq, 5u);
+  // The next clean report makes the leader's ring whole again.
+  link.Report({Advance(0, 900, 23, 1)});
+  EXPECT_EQ(Shape(link.held[0].progress.ring), Shape(Advance(0, 900, 23, 1).progress.ring));
+}
+
 TEST(RingDeltaTest, AMalformedDeltaIsRefused) {
   RankView v = Advance(0, 500, 20, 1);
   const nlohmann::json line = nlohmann::json::parse(EncodeClusterMessage(ProgressMsg{3, {v}}, kSenderNow));
