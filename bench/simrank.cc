@@ -36,9 +36,11 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -124,6 +126,16 @@ int ReadExitCode(const std::string& path) {
 
 void SleepMs(double ms) { std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(ms * 1000))); }
 
+// The step's simulated compute: ends early on SIGTERM, as a trainer abandons
+// the step it is in to save the last completed one (std::this_thread::sleep_for
+// would sleep on through the signal: the stop would wait up to a step).
+void ComputeMs(double ms) {
+  const int64_t ns = static_cast<int64_t>(ms * 1e6);
+  struct timespec left {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  while (!g_stop && ::nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+}
+
 }  // namespace
 }  // namespace holdfast
 
@@ -202,9 +214,10 @@ int main(int argc, char** argv) {
     }
     const bool slow = !control.empty() && Exists(control + "/slow" + mine);
     progress.SetPhase(Phase::kForward);
-    SleepMs((step_ms * 0.33 + jitter(rng)) * (slow ? 3 : 1));
+    ComputeMs((step_ms * 0.33 + jitter(rng)) * (slow ? 3 : 1));
     progress.SetPhase(Phase::kBackward);
-    SleepMs(step_ms * 0.67 * (slow ? 3 : 1));
+    ComputeMs(step_ms * 0.67 * (slow ? 3 : 1));
+    if (g_stop) break;
     const uint64_t seq = progress.IssueCollective(CollectiveKind::kAllreduce, bytes);
     progress.WaitCollective(seq, CollectiveKind::kAllreduce);
     if (!Arrive(barrier, s, world)) break;

@@ -417,14 +417,20 @@ void Follower::Impl::ArmPoll() {
 }
 
 void Follower::Impl::Reap() {
-  for (ReapedRank& r : ranks_.Reap()) {
-    if (!ranks_.AnyAlive()) kill_timer_->Cancel();
+  std::vector<ReapedRank> reaped = ranks_.Reap();
+  if (reaped.empty()) return;
+  if (!ranks_.AnyAlive()) kill_timer_->Cancel();
+  // The first exit carries the node's views after every exit of this poll, the
+  // others none: a stop of 32 ranks sends 32 views, not 32 x 32.
+  std::vector<RankView> views = Report();
+  for (ReapedRank& r : reaped) {
     RankExitMsg x;
     x.generation = generation_;
     x.rank = r.rank;
     x.wstatus = r.wstatus;
     x.log_tail = std::move(r.log_tail);
-    x.ranks = Report();
+    x.ranks = std::move(views);
+    views.clear();
     Send(x);
   }
 }

@@ -146,6 +146,11 @@ class RunController {
   // Every poll: hang detection, checkpoints, step bookkeeping, stragglers.
   void OnTick(const std::vector<RankView>& views);
   void OnRankExit(const RankExit& exit, const std::vector<RankView>& views);
+  // Several exits seen at once (one poll's, one burst of followers' reports),
+  // judged in order against the same views: the checkpoints they show are
+  // observed once, not once per exit (a stop of 2048 ranks would otherwise
+  // scan every view 2048 times; issue 28).
+  void OnRankExits(const std::vector<RankExit>& exits, const std::vector<RankView>& views);
   // The health policy's decision about `host` ("pre-launch" or "periodic").
   void OnHealth(const health::Decision& decision, const std::string& host, const std::string& when);
   // A node's daemon is gone (or never joined); its ranks died with it.
@@ -251,6 +256,8 @@ class RunController {
   std::optional<CleanExit> first_clean_exit_;
   // Ranks terminated after they had done their peers' work: they end as the peers did.
   std::vector<int> ended_after_peers_;
+  // One exit of OnRankExits, after the views' checkpoints were observed.
+  void JudgeExit(const RankExit& e, const std::vector<RankView>& views);
   void NoteCleanExit(const RankExit& e, const std::vector<RankView>& views);
   // Whether `v` (alive, not exited) reports the work of first_clean_exit_ done.
   bool DidPeersWork(const RankView& v) const;

@@ -352,10 +352,10 @@ void Supervisor::Impl::Reap() {
   for (const auto& [pid, wstatus] : others) {
     if (roles_) roles_->OnExit(pid, wstatus);
   }
-  for (ReapedRank& r : reaped) {
-    if (finished_) return;
-    controller_->OnRankExit(RankExit{r.rank, r.wstatus, "", std::move(r.log_tail)}, Views());
-  }
+  if (reaped.empty() || finished_) return;
+  std::vector<RankExit> exits;
+  for (ReapedRank& r : reaped) exits.push_back(RankExit{r.rank, r.wstatus, "", std::move(r.log_tail)});
+  controller_->OnRankExits(exits, Views());
 }
 
 void Supervisor::Impl::OnSignal(int sig) {

@@ -150,9 +150,30 @@ void Supervisor::Impl::OnFollowerMessage(int node, ClusterMessage msg) {
     if (p->generation == controller_->generation()) members_.SetViews(node, std::move(p->ranks));
   } else if (auto* x = std::get_if<RankExitMsg>(&msg)) {
     if (x->generation != controller_->generation()) return;  // from a generation that is over
-    members_.SetViews(node, std::move(x->ranks));
-    controller_->OnRankExit(RankExit{x->rank, x->wstatus, x->exec_error, x->log_tail}, Views());
+    // The first exit of a follower's poll carries its views after all of that
+    // poll's exits; the others carry none (docs/cluster-protocol.md).
+    if (!x->ranks.empty()) members_.SetViews(node, std::move(x->ranks));
+    // Exits that arrive together (a stop of every node's ranks) are judged
+    // together, against one merge of the views, once the messages already
+    // read are handled: a merge per exit is ranks x ranks at a stop.
+    pending_exits_.emplace_back(x->generation,
+                                RankExit{x->rank, x->wstatus, std::move(x->exec_error), std::move(x->log_tail)});
+    if (exits_posted_) return;
+    exits_posted_ = true;
+    io_.post([weak = std::weak_ptr<Impl>(shared_from_this())] {
+      if (auto self = weak.lock()) self->FlushFollowerExits();
+    });
   }
+}
+
+void Supervisor::Impl::FlushFollowerExits() {
+  exits_posted_ = false;
+  std::vector<RankExit> exits;
+  for (auto& [generation, e] : pending_exits_) {
+    if (generation == controller_->generation()) exits.push_back(std::move(e));  // others: a generation that is over
+  }
+  pending_exits_.clear();
+  if (!finished_ && !exits.empty()) controller_->OnRankExits(exits, Views());
 }
 
 void Supervisor::Impl::OnFollowerLost(int node, const std::string& why) {

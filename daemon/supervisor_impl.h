@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/asio.hpp>
@@ -115,6 +116,8 @@ class Supervisor::Impl : public RunActions, public ControlTarget, public std::en
   void OnJoinTimeout();
   std::string OnHello(const HelloMsg& hello);  // "" accepts
   void OnFollowerMessage(int node, ClusterMessage msg);
+  // Judges the followers' exits read since the last flush (of the generation running now).
+  void FlushFollowerExits();
   void OnFollowerLost(int node, const std::string& why);
   void Broadcast(const ClusterMessage& msg);
   // ---- metrics and health (supervisor_cluster.cc) ----
@@ -123,6 +126,9 @@ class Supervisor::Impl : public RunActions, public ControlTarget, public std::en
   void RecordHealth(const std::vector<health::CheckResult>& results, const std::string& host);
 
   boost::asio::io_context& io_;
+  // Followers' rank exits read and not yet judged, with their generations.
+  std::vector<std::pair<int, RankExit>> pending_exits_;
+  bool exits_posted_ = false;
   SupervisorOptions opts_;
   const JobConfig& job_;
   const Allocation& alloc_;
