@@ -1,8 +1,11 @@
 #include "common/proc_state.h"
 
-#include <fstream>
-#include <iterator>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <string>
+#include <string_view>
 
 namespace holdfast {
 
@@ -48,9 +51,20 @@ const char* ProcStateWords(ProcState s) {
 
 ProcState ReadProcState(pid_t pid) {
   if (pid <= 0) return ProcState::kUnknown;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  if (!in) return ProcState::kGone;
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // open/read, not an ifstream: the leader reads its ranks' states every poll.
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ProcState::kGone;
+  // "pid (comm) S ...": comm is at most 15 bytes, so the state is in the first
+  // 64; the fields after it hold no ')'.
+  char buf[256];
+  ssize_t got;
+  do {
+    got = ::read(fd, buf, sizeof(buf));
+  } while (got < 0 && errno == EINTR);
+  ::close(fd);
+  if (got <= 0) return ProcState::kGone;
+  const std::string_view text(buf, static_cast<size_t>(got));
   // The command name may hold ')' and spaces: the state follows the last ')'.
   const size_t close = text.rfind(')');
   if (close == std::string::npos || close + 2 >= text.size()) return ProcState::kUnknown;

@@ -150,9 +150,9 @@ Result<RankView> ParseView(const json& j, const std::string& where, int64_t now)
   }
   v.proc_state = ProcStateFromLetter(state[0]);  // a letter this build does not know: kUnknown
   HF_RETURN_IF_ERROR(f.Bool("valid", &p.valid));
-  HF_RETURN_IF_ERROR(f.Bool("torn", &p.torn));
   bool writer = true;
   HF_RETURN_IF_ERROR(f.Bool("writer", &writer));
+  HF_RETURN_IF_ERROR(f.Bool("torn", &p.torn));
   // The writer's own pid does not travel: the rank's pid stands for it (a new process in the slot is a new pid).
   p.writer_pid = writer ? std::max<int32_t>(1, static_cast<int32_t>(v.pid)) : 0;
   HF_RETURN_IF_ERROR(f.Int("step", kInt64Min, kInt64Max, &p.step));

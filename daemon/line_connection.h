@@ -138,8 +138,9 @@ class LineConnection : public std::enable_shared_from_this<LineConnection> {
             return;
           }
           // The line is copied out so that on_line may Send or Close freely.
-          std::string line(boost::asio::buffers_begin(self->buf_.data()),
-                           boost::asio::buffers_begin(self->buf_.data()) + static_cast<std::ptrdiff_t>(n) - 1);
+          // (buffer_copy, not buffers_begin's byte iterator: a tenth of the leader's CPU at 2048 ranks.)
+          std::string line(n - 1, '\0');
+          boost::asio::buffer_copy(boost::asio::buffer(line), self->buf_.data(), n - 1);
           self->buf_.consume(n);
           // Held in a local while it runs: a Close inside it releases the
           // callbacks (they often hold this connection), which must not
