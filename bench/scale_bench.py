@@ -256,16 +256,23 @@ class Cluster:
                 pass
 
     def leftovers(self):
-        left = []
-        for p in self.procs:
-            try:
-                os.killpg(p.pid, 0)
-                left.append(f"process group {p.pid}")
-            except ProcessLookupError:
-                pass
-        left += glob.glob(os.path.join(self.shm, "*"))
-        left += glob.glob("/dev/shm/holdfast-sim-*")
-        return left
+        # A process SIGKILLed with its group is gone only once it is reaped:
+        # orphaned ranks are init's to reap, which can take a moment under
+        # load. What is still there after 10 s was left behind.
+        deadline = time.time() + 10
+        while True:
+            left = []
+            for p in self.procs:
+                try:
+                    os.killpg(p.pid, 0)
+                    left.append(f"process group {p.pid}")
+                except ProcessLookupError:
+                    pass
+            left += glob.glob(os.path.join(self.shm, "*"))
+            left += glob.glob("/dev/shm/holdfast-sim-*")
+            if not left or time.time() > deadline:
+                return left
+            time.sleep(0.1)
 
 
 def median_of(f, n=5):
