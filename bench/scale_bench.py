@@ -524,8 +524,8 @@ def report(args, rows):
              "the daemons cost on nodes of their own.", "",
              table(rows), "",
              "Crash figures are seconds from the harness's SIGKILL to the leader's log line: `CRASH` (noticed), "
-             "`restarting in` (every rank of every node stopped), `generation N started` (every node launched the "
-             "next generation). Hang: from the request (the rank stops at its next step) to `HANG`; the step "
+             "`restarting in` (every rank of every node stopped), `generation N started` (every node sent its start and "
+             "the leader's own ranks launched; the followers launch theirs meanwhile). Hang: from the request (the rank stops at its next step) to `HANG`; the step "
              f"allowance is hang_min_s = {args.hang_s} s. Lost node: SIGKILL of the last follower's process group "
              "to `NODE LOST`, then the elastic run's next generation without it. Lineage: rows added per second "
              "in steady state (none: a healthy run records its events, not its steps) and the bytes lineage.db and "
