@@ -160,21 +160,6 @@ void RunController::ObserveStragglers(int64_t now, const std::vector<RankView>& 
                     EventContext{opts_.host_of_rank(v.rank), v.rank, {}, "", ""});
 }
 
-void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& views) { OnRankExits({e}, views); }
-
-void RunController::OnRankExits(const std::vector<RankExit>& exits, const std::vector<RankView>& views) {
-  if (exits.empty()) return;
-  if (state_ == State::kRunning || state_ == State::kStopping) {
-    // A save that failed (or committed) just before the exits is recorded before what follows them.
-    recorder_->ObserveCheckpoints(views, opts_.world_size);
-    max_step_seen_ = NewestStep(views, max_step_seen_);
-  }
-  for (const RankExit& e : exits) {
-    if (state_ == State::kFinished) return;
-    JudgeExit(e, views);
-  }
-}
-
 void RunController::JudgeExit(const RankExit& e, const std::vector<RankView>& views) {
   const bool ended_after_peers =
       std::find(ended_after_peers_.begin(), ended_after_peers_.end(), e.rank) != ended_after_peers_.end();

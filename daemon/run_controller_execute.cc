@@ -163,4 +163,21 @@ void RunController::FinishRun(RunState state, const std::string& cause, int code
   actions_->Finish(code);
 }
 
+// ---- exits (judged one by one in run_controller.cc: JudgeExit) ----
+
+void RunController::OnRankExit(const RankExit& e, const std::vector<RankView>& views) { OnRankExits({e}, views); }
+
+void RunController::OnRankExits(const std::vector<RankExit>& exits, const std::vector<RankView>& views) {
+  if (exits.empty()) return;
+  if (state_ == State::kRunning || state_ == State::kStopping) {
+    // A save that failed (or committed) just before the exits is recorded before what follows them.
+    recorder_->ObserveCheckpoints(views, opts_.world_size);
+    max_step_seen_ = NewestStep(views, max_step_seen_);
+  }
+  for (const RankExit& e : exits) {
+    if (state_ == State::kFinished) return;
+    JudgeExit(e, views);
+  }
+}
+
 }  // namespace holdfast
