@@ -8,15 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <functional>
-#include <thread>
 
-#include "common/tcp_store.h"
+#include "trainer/gloo_ranks_test_util.h"
 #include "trainer/model.h"
 
 namespace holdfast {
 namespace {
-
-using std::chrono::milliseconds;
 
 // max |a - b| over max |b|.
 double RelativeDiff(const torch::Tensor& a, const torch::Tensor& b) {
@@ -55,28 +52,8 @@ Reference RunFull(Block& full, const ModelConfig& cfg) {
 #if HOLDFAST_HAVE_GLOO
 
 // Runs body(rank, tp) on `size` threads, each rank with a Gloo group of
-// `size` over loopback, bootstrapped through one TCP store.
-void RunTpRanks(int size, const std::function<void(int, Communicator&)>& body) {
-  const RunKey key = *RunKey::Generate();
-  auto server = StartTcpStoreServer("127.0.0.1", 0, key);
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < size; ++r) {
-    ranks.emplace_back([&, r] {
-      auto client = ConnectTcpStore("127.0.0.1", (*server)->port(), key, milliseconds(5000));
-      ASSERT_TRUE(client.ok()) << client.status().ToString();
-      CommunicatorOptions o;
-      o.rank = r;
-      o.world_size = size;
-      o.store = *client;
-      o.timeout = milliseconds(30000);
-      auto tp = MakeGlooCommunicator(o);
-      ASSERT_TRUE(tp.ok()) << tp.status().ToString();
-      body(r, **tp);
-    });
-  }
-  for (auto& t : ranks) t.join();
-}
+// `size` over loopback.
+void RunTpRanks(int size, const std::function<void(int, Communicator&)>& body) { RunGlooRanks(size, body); }
 
 class TensorParallelTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
