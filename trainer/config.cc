@@ -110,6 +110,7 @@ const std::vector<KeyDef>& Schema() {
       HF_BOOL(dist, overlap, false),
       HF_INT(dist, zero_stage, 0, 1, false),
       HF_INT(dist, tensor_parallel, 1, 1024, false),  // a layout, as the world size (checked on resume)
+      HF_INT(dist, pipeline_parallel, 1, 1024, false),
       HF_STRING(dist, host, nullptr, false),
       HF_INT(dist, timeout_s, 1, 86400 * 7, false),
       HF_STRING(checkpoint, dir, nullptr, false),
@@ -360,30 +361,45 @@ Result<TrainerConfig> LoadTrainerConfig(const std::string& path, const std::vect
 
 namespace {
 
-// What tensor parallelism needs of the model today (docs/parallelism.md,
-// "What is not there yet"): heads and the MLP's hidden dimension split evenly,
-// no dropout (a layout-independent dropout stream comes with sequence
-// parallelism), the lm objective in float32 on the CPU.
-Status ValidateTensorParallel(const TrainerConfig& c, const std::string& where) {
-  const int tp = c.dist.tensor_parallel;
-  if (tp == 1) return Status::Ok();
-  const std::string head = where + ": dist.tensor_parallel = " + std::to_string(tp);
+// What tensor and pipeline parallelism need of the model today
+// (docs/parallelism.md, "Not built yet"): heads and the MLP's hidden
+// dimension split evenly, at least a block per stage, no dropout (a
+// layout-independent dropout stream comes with sequence parallelism), the lm
+// objective in float32 on the CPU; a pipeline has no evaluation yet.
+Status ValidateModelParallel(const TrainerConfig& c, const std::string& where) {
+  const int tp = c.dist.tensor_parallel, pp = c.dist.pipeline_parallel;
+  if (tp == 1 && pp == 1) return Status::Ok();
+  std::string head = where + ": ";
+  if (tp > 1) head += "dist.tensor_parallel = " + std::to_string(tp);
+  if (tp > 1 && pp > 1) head += ", ";
+  if (pp > 1) head += "dist.pipeline_parallel = " + std::to_string(pp);
+  const std::string unset = tp > 1 && pp > 1 ? "set both to 1" : pp > 1 ? "set dist.pipeline_parallel = 1"
+                                                                        : "set dist.tensor_parallel = 1";
   if (c.model.n_head % tp != 0 || (4 * c.model.n_embd) % tp != 0) {
     return InvalidArgumentError(head + " splits attention by heads and the MLP by its hidden size: model.n_head (" +
                                 std::to_string(c.model.n_head) + ") and 4 x model.n_embd must be multiples of it; "
                                 "set dist.tensor_parallel to a divisor of n_head");
+  }
+  if (c.model.n_layer < pp) {
+    return InvalidArgumentError(head + " cuts the model's blocks into stages: model.n_layer (" +
+                                std::to_string(c.model.n_layer) + ") must be at least dist.pipeline_parallel; "
+                                "use at most " + std::to_string(c.model.n_layer) + " stages");
   }
   if (c.model.dropout > 0) {
     return InvalidArgumentError(head + " needs model.dropout = 0 for now (got " + std::to_string(c.model.dropout) +
                                 "): dropout that does not depend on the layout comes with sequence parallelism");
   }
   if (c.train.objective != "lm") {
-    return InvalidArgumentError(head + ": only train.objective = \"lm\" is tensor parallel so far (got \"" +
-                                c.train.objective + "\"); set dist.tensor_parallel = 1");
+    return InvalidArgumentError(head + ": only train.objective = \"lm\" runs model parallel so far (got \"" +
+                                c.train.objective + "\"); " + unset);
   }
   if (c.train.precision != "fp32" || c.train.device == "cuda" || c.dist.backend == "nccl") {
     return InvalidArgumentError(head + " runs on the CPU in float32 for now (Gloo): set train.device = \"cpu\", "
                                 "train.precision = \"fp32\", dist.backend = \"gloo\"");
+  }
+  if (pp > 1 && c.eval.every_steps > 0) {
+    return InvalidArgumentError(head + ": evaluation over a pipeline is not built yet; set eval.every_steps = 0 "
+                                "(or dist.pipeline_parallel = 1)");
   }
   return Status::Ok();
 }
@@ -427,7 +443,7 @@ Status ValidateTrainerConfig(const TrainerConfig& c) {
                                 "set train.device = \"cuda\" (or \"auto\") to train on GPUs, or dist.backend = "
                                 "\"gloo\" to train on CPUs");
   }
-  HF_RETURN_IF_ERROR(ValidateTensorParallel(c, where));
+  HF_RETURN_IF_ERROR(ValidateModelParallel(c, where));
   const bool preference = c.data.format == "preference";
   if (c.train.objective == "dpo" && !preference) {
     return InvalidArgumentError(where + ": train.objective = \"dpo\" trains on preference pairs: set data.format = "

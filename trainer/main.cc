@@ -116,19 +116,21 @@ Result<std::unique_ptr<Communicator>> MakeCommunicator(const TrainerConfig& cfg,
 }
 
 // The trainer's communicators: the world as one data-parallel group, or with
-// dist.tensor_parallel the groups of the device mesh (trainer/mesh.h), each
-// formed through the run's store. kInvalidArgument (a usage error) when the
-// world does not split as asked, naming the shapes that would.
+// dist.tensor_parallel / dist.pipeline_parallel the groups of the device mesh
+// (trainer/mesh.h), each formed through the run's store. kInvalidArgument (a
+// usage error) when the world does not split as asked, naming the shapes that
+// would.
 Result<TrainerComms> MakeTrainerComms(const TrainerConfig& cfg, int rank, int world, std::shared_ptr<Store> store,
                                       const DevicePlacement& placement) {
   TrainerComms out;
   out.rank = rank;
   out.world_size = world;
-  if (cfg.dist.tensor_parallel == 1) {
+  const int tp = cfg.dist.tensor_parallel, pp = cfg.dist.pipeline_parallel;
+  if (tp == 1 && pp == 1) {
     HF_ASSIGN_OR_RETURN(out.data, MakeCommunicator(cfg, rank, world, std::move(store), placement));
     return out;
   }
-  HF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(world, MeshShape{cfg.dist.tensor_parallel, 1, 1}));
+  HF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(world, MeshShape{tp, pp, 1}));
   CommunicatorOptions opts;
   opts.rank = rank;
   opts.world_size = world;
@@ -136,11 +138,15 @@ Result<TrainerComms> MakeTrainerComms(const TrainerConfig& cfg, int rank, int wo
   opts.interface_host = InterfaceHost(cfg);
   opts.timeout = std::chrono::seconds(cfg.dist.timeout_s);
   opts.cuda_device = placement.ordinal;
-  HF_ASSIGN_OR_RETURN(MeshCommunicators groups, MakeMeshCommunicators(mesh, opts, cfg.dist.backend,
-                                                                         {MeshGroup::kTensor, MeshGroup::kData}));
+  std::vector<MeshGroup> groups;
+  if (tp > 1) groups.push_back(MeshGroup::kTensor);
+  groups.push_back(MeshGroup::kData);
+  if (pp > 1) groups.push_back(MeshGroup::kPipeline);
+  HF_ASSIGN_OR_RETURN(MeshCommunicators comms, MakeMeshCommunicators(mesh, opts, cfg.dist.backend, groups));
   spdlog::info("rank {}: {} of mesh {}", rank, mesh.Describe(rank), mesh.Layout());
-  out.data = std::move(groups.data);
-  out.tensor = std::move(groups.tensor);
+  out.data = std::move(comms.data);
+  out.tensor = std::move(comms.tensor);
+  out.pipeline = std::move(comms.pipeline);
   return out;
 }
 
@@ -197,11 +203,14 @@ Status ApplyCheckpoint(const Flags& flags, const LoadedCheckpoint& ckpt, const c
   spdlog::info("resumed from {} {} (step {}); restore tier: {}", what, ckpt.dir, trainer->step(), tier);
   const int saved_world = static_cast<int>(ckpt.shards.size());
   if (saved_world != trainer->world_size() && trainer->rank() == 0) {
+    // The global batch is cut over the data-parallel groups only.
+    const int replica = trainer->tensor_parallel() * trainer->pipeline_parallel();
+    const int dp = trainer->world_size() / replica;
     spdlog::warn("RESHARDED: checkpoint of step {} saved by {} ranks, resumed on {}; grad_accum {} keeps its global "
-                 "batch of {} samples",
+                 "batch of {} samples ({} data-parallel groups, was {})",
                  trainer->step(), saved_world, trainer->world_size(), trainer->grad_accum(),
-                 static_cast<int64_t>(trainer->config().train.micro_batch) * trainer->grad_accum() *
-                     trainer->world_size());
+                 static_cast<int64_t>(trainer->config().train.micro_batch) * trainer->grad_accum() * dp, dp,
+                 saved_world / replica);
   }
   return Status::Ok();
 }
@@ -448,6 +457,14 @@ void LogModelAndOptimizer(const TrainerConfig& cfg, const RankRun& run) {
                  cfg.model.n_layer, cfg.model.n_embd, cfg.model.block_size, cfg.data.format, cfg.data.path,
                  run.world);
   }
+  if (trainer.model_parallel()) {
+    // Every rank holds another part: say which and how big (the memory a layout costs per rank).
+    spdlog::info("model part on this rank (tp {} of {}, pp stage {} of {}): {} parameters, {} bytes of parameters "
+                 "and {} of gradients",
+                 trainer.tensor_rank(), trainer.tensor_parallel(), trainer.pipeline_stage(),
+                 trainer.pipeline_parallel(), trainer.num_params(), trainer.num_params() * 4,
+                 trainer.num_params() * 4);
+  }
   const double whole_mb = static_cast<double>(trainer.num_params()) * 8 / 1e6;
   const double own_mb = static_cast<double>(trainer.optimizer_state_bytes()) / 1e6;
   if (trainer.zero_stage() > 0) {
@@ -514,9 +531,10 @@ StageExit OpenRun(const Flags& flags, const TrainerConfig& cfg, RankRun* run) {
   run->progress = std::move(progress).value();
   run->trainer->SetProgressSink(*run->progress);
   LogModelAndOptimizer(cfg, *run);
-  // With tensor parallelism every rank takes part (the shards are gathered); the main rank writes.
-  const bool tensor_parallel = run->trainer->tensor_parallel() > 1;
-  if (!flags.dump_init.empty() && (run->main_rank || tensor_parallel)) {
+  // Split over a tensor-parallel group or pipeline stages, every rank takes
+  // part (the parts are gathered); the main rank writes.
+  const bool model_parallel = run->trainer->model_parallel();
+  if (!flags.dump_init.empty() && (run->main_rank || model_parallel)) {
     Status s = run->trainer->DumpParams(flags.dump_init, run->main_rank);
     if (!s.ok()) {
       spdlog::error("{}", s.ToString());
@@ -793,8 +811,8 @@ int FinishRun(const Flags& flags, RankRun* run) {
     if (!s.ok()) spdlog::error("final checkpoint failed: {}", s.ToString());
   }
   run->progress->SetPhase(Phase::kDone);
-  if (!flags.dump_final.empty() && trainer.tensor_parallel() > 1) {
-    // A collective over each tensor-parallel group: every rank takes part, the main rank writes.
+  if (!flags.dump_final.empty() && trainer.model_parallel()) {
+    // A collective over the tensor-parallel group and the pipeline: every rank takes part, the main rank writes.
     Status s = trainer.DumpParams(flags.dump_final, run->main_rank);
     if (!s.ok()) {
       spdlog::error("{}", s.ToString());
@@ -802,7 +820,7 @@ int FinishRun(const Flags& flags, RankRun* run) {
     }
   }
   if (run->main_rank) {
-    if (!flags.dump_final.empty() && trainer.tensor_parallel() == 1) {
+    if (!flags.dump_final.empty() && !trainer.model_parallel()) {
       Status s = trainer.DumpParams(flags.dump_final);
       if (!s.ok()) {
         spdlog::error("{}", s.ToString());

@@ -83,6 +83,11 @@ class LmObjective final : public Objective {
     return model->forward(batch_.x(), batch_.y());
   }
 
+  Result<std::pair<torch::Tensor, torch::Tensor>> LmBatch(uint64_t first, int B) override {
+    batch_.Load(first, B, /*eval=*/false);
+    return std::make_pair(batch_.x().clone(), batch_.y().clone());  // the batch's buffers are reused
+  }
+
   int64_t TokensPerSample() const override { return env_.config->model.block_size; }
 
   bool HasEval() const override { return true; }

@@ -78,6 +78,14 @@ class Objective {
   // model's parameters (model is in training mode).
   virtual torch::Tensor MicroLoss(Gpt& model, uint64_t first, int B) = 0;
 
+  // Samples [first, first + B) as tokens and targets (int64 [B, T]), for a
+  // step that runs the model in pieces (a pipeline, trainer/pipeline.h) and
+  // computes the lm loss itself; only the lm objective has them
+  // (kFailedPrecondition otherwise).
+  virtual Result<std::pair<torch::Tensor, torch::Tensor>> LmBatch(uint64_t /*first*/, int /*B*/) {
+    return FailedPreconditionError(std::string("the ") + name() + " objective does not run over a pipeline");
+  }
+
   // Tokens one sample feeds the model (tokens_per_s).
   virtual int64_t TokensPerSample() const = 0;
 

@@ -34,6 +34,7 @@
 #include "trainer/mesh.h"
 #include "trainer/data/dataset.h"
 #include "trainer/model.h"
+#include "trainer/pipeline.h"
 #include "trainer/objective.h"
 #include "trainer/progress_sink.h"
 #include "trainer/rl/grpo_objective.h"
@@ -150,6 +151,9 @@ struct Trainer::Impl {
     int64_t numel = 0;
     bool decay = false;
     bool split = false;  // a tensor-parallel shard (its peers in the tp group hold the other parts)
+    // In the gradient norm: all but the last stage's copy of the tied wte
+    // (the first stage's has the same gradient, counted there).
+    bool counted = true;
     int bucket = 0;
   };
   struct Bucket {
@@ -196,15 +200,20 @@ struct Trainer::Impl {
   // objective's broadcasts go through comm->unrecorded(), as they always did).
   std::unique_ptr<ProgressCommunicator> comm;  // the data-parallel group (the world without tensor parallelism)
   std::unique_ptr<ProgressCommunicator> tp_comm;  // the tensor-parallel group; null for dist.tensor_parallel 1
+  std::unique_ptr<ProgressCommunicator> pp_comm;  // the pipeline (rank = stage); null for dist.pipeline_parallel 1
   int global_rank = 0;   // this rank in the world (TrainerComms::rank)
   int global_world = 1;
   // Tensor parallel: the whole model's parameter names in its registration
   // order (a split block registers its own in another), for DumpParams.
   std::vector<std::string> full_order;
+  // Model parallel: the whole model's parameter shapes (DumpParams writes
+  // whole tensors, and reads the other stages' parts by them).
+  std::map<std::string, std::vector<int64_t>> full_shapes;
   ProgressSink* progress = &NoProgress();  // not owned, never null (SetProgressSink)
   std::function<void()> before_update;  // SetBeforeUpdateHook; runs right before Update (AdamW)
   std::unique_ptr<Dataset> data;
-  Gpt model{nullptr};
+  Gpt model{nullptr};      // the model this rank trains; null on a pipeline stage
+  GptStage stage{nullptr};  // dist.pipeline_parallel > 1: this rank's stage instead
   std::unique_ptr<Objective> objective;  // train.objective: what a micro-batch's loss is
   // The newest evaluation (Evaluate, or the restored checkpoint's meta):
   // its step (-1 = none yet) and metrics. Saved in "meta" so that a resumed
@@ -250,6 +259,9 @@ struct Trainer::Impl {
   int world() const { return comm->world_size(); }
   int tp_size() const { return tp_comm ? tp_comm->world_size() : 1; }
   int tp_rank() const { return tp_comm ? tp_comm->rank() : 0; }
+  int pp_size() const { return pp_comm ? pp_comm->world_size() : 1; }
+  int pp_rank() const { return pp_comm ? pp_comm->rank() : 0; }
+  torch::nn::Module& trained() { return stage ? static_cast<torch::nn::Module&>(*stage) : *model; }
   // Rank r's slice of n flat elements: [n*r/W, n*(r+1)/W).
   int64_t SliceBegin(int64_t n, int r) const { return n * r / world(); }
   // Where element i of the flat buffers lives in exp_avg / exp_avg_sq, and
@@ -263,7 +275,9 @@ struct Trainer::Impl {
   void BuildFlatLayout() {
     torch::NoGradGuard no_grad;
     std::vector<std::pair<std::string, torch::Tensor>> named;
-    for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
+    for (auto& item : trained().named_parameters()) {
+      named.emplace_back(stage ? stage->GlobalName(item.key()) : item.key(), item.value());
+    }
     std::reverse(named.begin(), named.end());  // gradients become ready roughly in this order
     int64_t total = 0;
     for (auto& [name, p] : named) {
@@ -275,6 +289,7 @@ struct Trainer::Impl {
       s.numel = p.numel();
       s.decay = p.dim() >= 2;
       s.split = tp_comm != nullptr && GptTensorParallelSplits(name);
+      s.counted = !(stage && !stage->spec().first() && name == "wte.weight");
       total += s.numel;
       slots.push_back(std::move(s));
     }
@@ -397,6 +412,9 @@ struct Trainer::Impl {
       reduce = totals_dev.data_ptr<double>();
     } else if (tp_comm) {
       std::tie(totals[3], totals[4]) = SplitSumsOfSquares(own_begin, own_end);
+    } else if (pp_comm) {
+      const auto [split, replicated] = SplitSumsOfSquares(own_begin, own_end);
+      totals[3] = split + replicated;
     } else {
       totals[3] = SumOfSquares(flat_grads.data_ptr<float>() + own_begin, own_end - own_begin);
     }
@@ -412,7 +430,8 @@ struct Trainer::Impl {
     m->stop = totals[1] > 0;
     m->checkpoint = totals[2] > 0;
     m->grad_norm = std::sqrt(totals[3]);
-    if (tp_comm) return ReduceOverTensorGroup(totals[3], totals[4], m);
+    if (tp_comm) HF_RETURN_IF_ERROR(ReduceOverTensorGroup(totals[3], totals[4], m));
+    if (pp_comm) HF_RETURN_IF_ERROR(ReduceOverPipeline(loss_sum, m));
     return Status::Ok();
   }
 
@@ -423,7 +442,7 @@ struct Trainer::Impl {
     const float* g = flat_grads.data_ptr<float>();
     for (const Slot& s : slots) {
       const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
-      if (a < b) (s.split ? split : replicated) += SumOfSquares(g + a, b - a);
+      if (a < b && s.counted) (s.split ? split : replicated) += SumOfSquares(g + a, b - a);
     }
     return {split, replicated};
   }
@@ -441,6 +460,43 @@ struct Trainer::Impl {
     m->stop = v[1] > 0;
     m->checkpoint = v[2] > 0;
     return Status::Ok();
+  }
+
+  // Pipeline parallel, after the data- and tensor-parallel reductions: each
+  // stage's norm² (of the parameters it counts), the loss (the last stage's;
+  // 0 elsewhere) and the requests summed over the pipeline, so that every
+  // rank of the world has the whole model's norm and the step's loss and acts
+  // after the same step.
+  Status ReduceOverPipeline(double* loss_sum, StepMetrics* m) {
+    double v[4] = {m->grad_norm * m->grad_norm, *loss_sum, m->stop ? 1.0 : 0.0, m->checkpoint ? 1.0 : 0.0};
+    HF_RETURN_IF_ERROR(
+        pp_comm->AllreduceDoubles(v, 4, ReduceOp::kSum).WithContext("pipeline gradient norm, loss and requests"));
+    m->grad_norm = std::sqrt(v[0]);
+    *loss_sum = v[1];
+    m->stop = v[2] > 0;
+    m->checkpoint = v[3] > 0;
+    return Status::Ok();
+  }
+
+  // Pipeline parallel: the step's grad_accum micro-batches over the stages
+  // (1F1B, trainer/pipeline.h), each one's loss scaled by 1 / grad_accum; the
+  // tied wte's gradient summed between the first and the last stage. The
+  // last stage's *loss_sum is the step's loss on this data-parallel rank.
+  Status PipelineForwardBackward(uint64_t cursor_now, double* loss_sum, double* wait_ms) {
+    const int B = cfg.train.micro_batch;
+    std::vector<torch::Tensor> idx, targets;
+    for (int micro = 0; micro < accum; ++micro) {
+      const uint64_t first = cursor_now + (static_cast<uint64_t>(micro) * world() + rank()) * B;
+      HF_ASSIGN_OR_RETURN(auto batch, objective->LmBatch(first, B));
+      idx.push_back(std::move(batch.first));
+      targets.push_back(std::move(batch.second));
+    }
+    progress->SetPhase(Phase::kForward);
+    HF_ASSIGN_OR_RETURN(PipelineStepResult r,
+                        RunPipelineStep(*stage, *pp_comm, idx, targets, 1.0 / static_cast<double>(accum)));
+    *loss_sum = r.loss;
+    *wait_ms += r.wait_ms;
+    return SyncTiedEmbeddingGrad(*stage, *pp_comm);
   }
 
   Status Update(double lr, double grad_scale) {
@@ -534,7 +590,8 @@ struct Trainer::Impl {
     progress->BeginStep();
     HF_RETURN_IF_ERROR(objective->BeginStep(step, cursor).WithContext(std::string(objective->name()) + " objective"));
     flat_grads.zero_();
-    for (int micro = 0; micro < accum; ++micro) {
+    if (stage) HF_RETURN_IF_ERROR(PipelineForwardBackward(cursor, &loss_sum, &m.comm_wait_ms));
+    for (int micro = 0; micro < (stage ? 0 : accum); ++micro) {
       if (micro > 0) progress->SetPhase(Phase::kData);
       const uint64_t first = cursor + (static_cast<uint64_t>(micro) * world() + rank()) * B;
       syncing = world() > 1 && cfg.dist.overlap && micro == accum - 1;
@@ -555,7 +612,7 @@ struct Trainer::Impl {
       syncing = false;
     }
     if (world() > 1) {
-      if (!cfg.dist.overlap) {
+      if (!cfg.dist.overlap || stage) {  // a pipeline's buckets go after its last backward
         next_launch = 0;
         for (Bucket& b : buckets) b.pending = 0;
       }
@@ -607,9 +664,14 @@ struct Trainer::Impl {
         grad_scale = cuda ? 1.0 : ClipCoefficient(m.grad_norm, cfg.optim.grad_clip);  // ReduceStepTotals
       } else if (cuda) {
         grad_norm.copy_(torch::linalg_vector_norm(flat_grads, 2, c10::nullopt, false, torch::kFloat64).view({1}));
-      } else if (tp_comm) {
+      } else if (tp_comm || pp_comm) {
         const auto [split_sq, replicated_sq] = SplitSumsOfSquares(0, flat_grads.numel());
-        HF_RETURN_IF_ERROR(ReduceOverTensorGroup(split_sq, replicated_sq, &m));
+        if (tp_comm) {
+          HF_RETURN_IF_ERROR(ReduceOverTensorGroup(split_sq, replicated_sq, &m));
+        } else {
+          m.grad_norm = std::sqrt(split_sq + replicated_sq);
+        }
+        if (pp_comm) HF_RETURN_IF_ERROR(ReduceOverPipeline(&loss_sum, &m));
         grad_scale = ClipCoefficient(m.grad_norm, cfg.optim.grad_clip);
       } else {
         m.grad_norm = std::sqrt(SumOfSquares(flat_grads.data_ptr<float>(), flat_grads.numel()));
@@ -638,6 +700,10 @@ struct Trainer::Impl {
   }
 
   Result<EvalResult> Evaluate() {
+    if (stage) {
+      return FailedPreconditionError("evaluation over a pipeline is not built yet: set eval.every_steps = 0 or "
+                                     "dist.pipeline_parallel = 1");
+    }
     if (!objective->HasEval() || objective->EvalSize() == 0) {
       return FailedPreconditionError(std::string("the ") + objective->name() +
                                      " objective has no held-out data to evaluate on: set eval.holdout");
@@ -713,28 +779,33 @@ namespace {
 
 // The groups of TrainerComms make up the world as trainer/mesh.h lays it out.
 Status CheckTrainerComms(const TrainerConfig& config, const TrainerComms& c, const DevicePlacement& placement) {
-  const int tp = config.dist.tensor_parallel;
+  const int tp = config.dist.tensor_parallel, pp = config.dist.pipeline_parallel;
   if (c.data == nullptr) return InvalidArgumentError("Trainer::Create: no data-parallel communicator");
-  if (tp == 1) {
+  if (tp == 1 && pp == 1) {
     if (c.data->world_size() != c.world_size || c.data->rank() != c.rank) {
-      return InvalidArgumentError("Trainer::Create: without tensor parallelism the data-parallel group is the world");
+      return InvalidArgumentError("Trainer::Create: without model parallelism the data-parallel group is the world");
     }
     return Status::Ok();
   }
-  if (c.tensor == nullptr || c.tensor->world_size() != tp) {
-    return InvalidArgumentError("dist.tensor_parallel = " + std::to_string(tp) + " but the tensor-parallel group has " +
-                                (c.tensor == nullptr ? std::string("no communicator")
-                                                     : std::to_string(c.tensor->world_size()) + " ranks"));
-  }
-  if (c.data->world_size() * tp != c.world_size || c.tensor->rank() + tp * c.data->rank() != c.rank) {
+  auto check_group = [](const char* key, int size, const std::unique_ptr<Communicator>& g,
+                        const char* what) -> Status {
+    if (size == 1 || (g != nullptr && g->world_size() == size)) return Status::Ok();
+    return InvalidArgumentError(std::string(key) + " = " + std::to_string(size) + " but the " + what + " has " +
+                                (g == nullptr ? std::string("no communicator") : std::to_string(g->world_size()) +
+                                                                                     " ranks"));
+  };
+  HF_RETURN_IF_ERROR(check_group("dist.tensor_parallel", tp, c.tensor, "tensor-parallel group"));
+  HF_RETURN_IF_ERROR(check_group("dist.pipeline_parallel", pp, c.pipeline, "pipeline"));
+  const int tp_rank = tp > 1 ? c.tensor->rank() : 0, pp_rank = pp > 1 ? c.pipeline->rank() : 0;
+  const int dp = c.data->world_size();
+  if (dp * tp * pp != c.world_size || tp_rank + tp * (c.data->rank() + dp * pp_rank) != c.rank) {
     return InvalidArgumentError("rank " + std::to_string(c.rank) + " of " + std::to_string(c.world_size) +
-                                ": its groups (tp rank " + std::to_string(c.tensor->rank()) + ", dp rank " +
-                                std::to_string(c.data->rank()) + " of " + std::to_string(c.data->world_size()) +
-                                ") do not lay out the world as rank = tp + TP x dp");
+                                ": its groups (tp rank " + std::to_string(tp_rank) + ", dp rank " +
+                                std::to_string(c.data->rank()) + " of " + std::to_string(dp) + ", pp stage " +
+                                std::to_string(pp_rank) + ") do not lay out the world as rank = tp + TP x (dp + DP x pp)");
   }
   if (placement.cuda) {
-    return InvalidArgumentError("dist.tensor_parallel = " + std::to_string(tp) +
-                                " runs on the CPU for now: set train.device = \"cpu\"");
+    return InvalidArgumentError("tensor and pipeline parallelism run on the CPU for now: set train.device = \"cpu\"");
   }
   return Status::Ok();
 }
@@ -748,6 +819,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, Tr
   impl->cfg = config;
   impl->comm = std::make_unique<ProgressCommunicator>(std::move(comms.data));
   if (config.dist.tensor_parallel > 1) impl->tp_comm = std::make_unique<ProgressCommunicator>(std::move(comms.tensor));
+  if (config.dist.pipeline_parallel > 1) {
+    impl->pp_comm = std::make_unique<ProgressCommunicator>(std::move(comms.pipeline));
+  }
   impl->global_rank = comms.rank;
   impl->global_world = comms.world_size;
   impl->placement = placement;
@@ -801,15 +875,28 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, Tr
       if (!loaded.ok()) return loaded.status().WithContext("train.init_from");
       if (impl->global_rank == 0) spdlog::info("initial weights: {}", *loaded);
     }
-    if (impl->tp_comm != nullptr) {
+    if (impl->tp_comm != nullptr || impl->pp_comm != nullptr) {
+      for (auto& item : impl->model->named_parameters()) {
+        impl->full_order.push_back(item.key());
+        impl->full_shapes[item.key()] = item.value().sizes().vec();
+      }
+    }
+    if (impl->pp_comm != nullptr) {
+      // This rank's stage (its part of it over the tp group) of the whole
+      // model, initialised as one process would; the whole model goes.
+      HF_ASSIGN_OR_RETURN(std::shared_ptr<GptStageImpl> stage,
+                          GptStageImpl::Create(config.model, impl->pp_rank(), impl->pp_size(), impl->tp_comm.get()));
+      HF_RETURN_IF_ERROR(stage->LoadFromFull(*impl->model).WithContext("cutting the model into pipeline stages"));
+      impl->stage = GptStage(stage);
+      impl->model = Gpt(nullptr);
+    } else if (impl->tp_comm != nullptr) {
       // This rank's part of the whole model, initialised as one process would.
-      for (auto& item : impl->model->named_parameters()) impl->full_order.push_back(item.key());
       Gpt split(config.model, ComputeOptions{config.train.precision == "bf16"}, impl->tp_comm.get());
       HF_RETURN_IF_ERROR(split->LoadFromFull(*impl->model).WithContext("splitting the model over the tp group"));
       impl->model = split;
     }
-    impl->model->to(impl->device);
-    impl->model->train();
+    impl->trained().to(impl->device);
+    impl->trained().train();
     ObjectiveEnv env;
     env.config = &impl->cfg;
     env.data = impl->data.get();
@@ -870,7 +957,7 @@ Result<EvalResult> Trainer::Evaluate() {
   try {
     return impl_->Evaluate();
   } catch (const std::exception& e) {
-    impl_->model->train();
+    if (impl_->model) impl_->model->train();
     return TorchError("evaluation after step " + std::to_string(impl_->step), e);
   }
 }
@@ -885,6 +972,7 @@ void Trainer::SetProgressSink(ProgressSink& progress) {
   impl_->progress = &progress;
   impl_->comm->SetProgressSink(progress);
   if (impl_->tp_comm != nullptr) impl_->tp_comm->SetProgressSink(progress);
+  if (impl_->pp_comm != nullptr) impl_->pp_comm->SetProgressSink(progress);
 }
 void Trainer::SetBeforeUpdateHook(std::function<void()> hook) { impl_->before_update = std::move(hook); }
 void Trainer::SetInterruptCheck(std::function<bool()> check) { impl_->objective->SetInterruptCheck(std::move(check)); }
@@ -893,6 +981,8 @@ int Trainer::rank() const { return impl_->global_rank; }
 int Trainer::world_size() const { return impl_->global_world; }
 int Trainer::tensor_parallel() const { return impl_->tp_size(); }
 int Trainer::tensor_rank() const { return impl_->tp_rank(); }
+int Trainer::pipeline_parallel() const { return impl_->pp_size(); }
+int Trainer::pipeline_stage() const { return impl_->pp_rank(); }
 const TrainerConfig& Trainer::config() const { return impl_->cfg; }
 DeterminismFingerprint Trainer::Fingerprint() const { return impl_->Fingerprint(); }
 int64_t Trainer::num_params() const { return impl_->flat_params.numel(); }
@@ -942,7 +1032,7 @@ Status CopyInto(const StateView* v, const torch::Tensor& t, const char* name) {
 }  // namespace
 
 std::string Trainer::Layout() const {
-  Result<DeviceMesh> mesh = DeviceMesh::Create(impl_->global_world, MeshShape{impl_->tp_size(), 1, 1});
+  Result<DeviceMesh> mesh = DeviceMesh::Create(impl_->global_world, MeshShape{impl_->tp_size(), impl_->pp_size(), 1});
   return mesh.ok() ? mesh->Layout() : "dp=" + std::to_string(impl_->world());  // Create checked the groups
 }
 std::string Trainer::ConfigHashHex() const { return Hex(ConfigHash(impl_->cfg)); }
@@ -1073,39 +1163,59 @@ StateView SliceOf(const char* name, const torch::Tensor& t, int64_t begin, int64
           static_cast<size_t>((end - begin) * t.element_size())};
 }
 
-// The saved shards (index = saved world rank) that hold this tensor-parallel
-// rank's parameters: saved ranks tp_rank + TP x dp (trainer/mesh.h), in dp
-// order, so that they tile its flat buffers as a data-parallel checkpoint's
-// shards do. The checkpoint must have been saved with the same
-// dist.tensor_parallel (read from the first shard's meta; absent = 1):
-// kFailedPrecondition naming the one that would resume it otherwise, since
-// resharding between tensor-parallel layouts is not built yet.
-Result<std::vector<size_t>> ShardsOfTensorRank(const std::vector<SavedShard>& shards, int tp, int tp_rank) {
+// A layout key of a checkpoint's meta ("tensor_parallel": {"size", ...},
+// "pipeline_parallel": {"size", ...}); absent = 1.
+Result<int> SavedLayoutSize(const SavedShard& shard, const nlohmann::json& meta, const char* key) {
+  if (!meta.contains(key)) return 1;
+  const nlohmann::json& t = meta[key];
+  if (!t.is_object() || !t.contains("size") || !t["size"].is_number_integer() || t["size"].get<int64_t>() < 1 ||
+      t["size"].get<int64_t>() > 1024) {
+    return CorruptionError(shard.source + ": state 'meta' has no valid '" + key + "' {size, ...}" + kWhatToDo);
+  }
+  return t["size"].get<int>();
+}
+
+// The saved shards (index = saved world rank) that hold this rank's
+// parameters: those of its tensor-parallel rank and pipeline stage, saved
+// ranks tp_rank + TP x (dp + DP x stage) (trainer/mesh.h) in dp order, so
+// that they tile its flat buffers as a data-parallel checkpoint's shards do.
+// The checkpoint must have been saved with the same dist.tensor_parallel and
+// dist.pipeline_parallel (read from the first shard's meta; absent = 1):
+// kFailedPrecondition naming the layout that would resume it otherwise,
+// since resharding between model-parallel layouts is not built yet.
+Result<std::vector<size_t>> ShardsOfCoordinate(const std::vector<SavedShard>& shards, int tp, int tp_rank, int pp,
+                                               int stage) {
   if (shards.empty()) return InvalidArgumentError("no saved state to restore from");
   HF_ASSIGN_OR_RETURN(nlohmann::json meta, ParseMeta(shards[0]));
-  int saved_tp = 1;
-  if (meta.contains("tensor_parallel")) {
-    const nlohmann::json& t = meta["tensor_parallel"];
-    if (!t.is_object() || !t.contains("size") || !t["size"].is_number_integer() || t["size"].get<int64_t>() < 1 ||
-        t["size"].get<int64_t>() > 1024) {
-      return CorruptionError(shards[0].source + ": state 'meta' has no valid 'tensor_parallel' {size, rank}" +
-                             kWhatToDo);
-    }
-    saved_tp = t["size"].get<int>();
-  }
+  HF_ASSIGN_OR_RETURN(const int saved_tp, SavedLayoutSize(shards[0], meta, "tensor_parallel"));
+  HF_ASSIGN_OR_RETURN(const int saved_pp, SavedLayoutSize(shards[0], meta, "pipeline_parallel"));
   if (saved_tp != tp) {
     return FailedPreconditionError("the checkpoint was saved with dist.tensor_parallel = " + std::to_string(saved_tp) +
                                    ", this run has " + std::to_string(tp) +
                                    ": resharding between tensor-parallel layouts is not built yet; resume with "
                                    "dist.tensor_parallel = " + std::to_string(saved_tp) +
+                                   (saved_pp > 1 ? ", dist.pipeline_parallel = " + std::to_string(saved_pp) : "") +
                                    " (any number of data-parallel groups of it)");
   }
-  if (shards.size() % static_cast<size_t>(tp) != 0) {
-    return CorruptionError("a checkpoint of dist.tensor_parallel = " + std::to_string(tp) + " has " +
-                           std::to_string(shards.size()) + " shards, not a multiple of it" + kWhatToDo);
+  if (saved_pp != pp) {
+    return FailedPreconditionError("the checkpoint was saved with dist.pipeline_parallel = " +
+                                   std::to_string(saved_pp) + ", this run has " + std::to_string(pp) +
+                                   ": resharding between pipeline layouts is not built yet; resume with "
+                                   "dist.pipeline_parallel = " + std::to_string(saved_pp) +
+                                   " (any number of data-parallel groups of it)");
   }
+  const size_t per_replica = static_cast<size_t>(tp) * static_cast<size_t>(pp);
+  if (shards.size() % per_replica != 0) {
+    return CorruptionError("a checkpoint of dist.tensor_parallel = " + std::to_string(tp) +
+                           " x dist.pipeline_parallel = " + std::to_string(pp) + " has " +
+                           std::to_string(shards.size()) + " shards, not a multiple of " +
+                           std::to_string(per_replica) + kWhatToDo);
+  }
+  const size_t dp = shards.size() / per_replica;
   std::vector<size_t> out;
-  for (size_t i = static_cast<size_t>(tp_rank); i < shards.size(); i += static_cast<size_t>(tp)) out.push_back(i);
+  for (size_t d = 0; d < dp; ++d) {
+    out.push_back(static_cast<size_t>(tp_rank) + static_cast<size_t>(tp) * (d + dp * static_cast<size_t>(stage)));
+  }
   return out;
 }
 
@@ -1150,6 +1260,7 @@ Result<std::vector<StateView>> Trainer::ViewsOfSlice(int64_t begin, int64_t end)
     // tensor-parallel rank's flat buffers, which its dp peers tile.
     meta["tensor_parallel"] = {{"size", d.tp_size()}, {"rank", d.tp_rank()}};
   }
+  if (d.pp_comm != nullptr) meta["pipeline_parallel"] = {{"size", d.pp_size()}, {"stage", d.pp_rank()}};
   d.meta_text = meta.dump(1);
   std::vector<StateView> views;
   views.push_back({"meta", reinterpret_cast<const uint8_t*>(d.meta_text.data()), d.meta_text.size()});
@@ -1204,8 +1315,8 @@ Result<TrainState> Trainer::CaptureState() {
 
 Result<std::vector<std::vector<std::string>>> Trainer::BuffersToRestore(const std::vector<SavedShard>& all) const {
   const Impl& d = *impl_;
-  // Only the shards of this rank's tensor-parallel coordinate are read.
-  HF_ASSIGN_OR_RETURN(std::vector<size_t> mine, ShardsOfTensorRank(all, d.tp_size(), d.tp_rank()));
+  // Only the shards of this rank's tensor-parallel rank and stage are read.
+  HF_ASSIGN_OR_RETURN(std::vector<size_t> mine, ShardsOfCoordinate(all, d.tp_size(), d.tp_rank(), d.pp_size(), d.pp_rank()));
   const std::vector<SavedShard> preview = Pick(all, mine);
   HF_ASSIGN_OR_RETURN(std::vector<std::vector<std::string>> want, BuffersOfShards(preview));
   std::vector<std::vector<std::string>> out(all.size());
@@ -1251,9 +1362,9 @@ Status Trainer::RestoreState(const std::vector<StateView>& state, bool strict_de
 Status Trainer::RestoreShards(const std::vector<SavedShard>& shards, bool strict_determinism,
                               std::vector<std::string>* warnings) {
   if (shards.empty()) return InvalidArgumentError("no saved state to restore from");
-  // Tensor parallel: the shards of this rank's tp coordinate, as a
+  // Model parallel: the shards of this rank's tp rank and stage, as a
   // data-parallel checkpoint of its flat buffers.
-  HF_ASSIGN_OR_RETURN(std::vector<size_t> which, ShardsOfTensorRank(shards, impl_->tp_size(), impl_->tp_rank()));
+  HF_ASSIGN_OR_RETURN(std::vector<size_t> which, ShardsOfCoordinate(shards, impl_->tp_size(), impl_->tp_rank(), impl_->pp_size(), impl_->pp_rank()));
   const std::vector<SavedShard> mine = Pick(shards, which);
   // On another world size (a reshard) a rank past the saved ranks takes the
   // step, cursor and fingerprint from rank 0's meta (they are the same on
@@ -1421,6 +1532,66 @@ Status Trainer::DumpParams(const std::string& dir, bool write) const {
     HF_RETURN_IF_ERROR(d.tp_comm->AllgatherAsync(gathered.data_ptr<float>(), counts)->Wait().WithContext(
         "gathering the tensor-parallel shards of the parameters"));
   }
+  const torch::Tensor host = d.flat_params.to(torch::kCPU);
+  std::map<std::string, const Impl::Slot*> by_name;
+  for (const Impl::Slot& s : d.slots) by_name[s.name] = &s;
+  // The whole model's names in registration order (the order a reader expects).
+  std::vector<std::string> order = d.full_order;
+  if (order.empty()) {
+    for (auto it = d.slots.rbegin(); it != d.slots.rend(); ++it) order.push_back(it->name);
+  }
+  auto shape_of = [&](const std::string& name) {
+    auto it = d.full_shapes.find(name);
+    return it != d.full_shapes.end() ? it->second : by_name.at(name)->shape;
+  };
+  // Pipeline parallel: each parameter is written from the first stage that
+  // holds it (the tied wte from stage 0); every stage's whole tensors are
+  // gathered over the pipeline, stage k's in `order`'s order.
+  const int stages = d.pp_size();
+  std::vector<int> owner(order.size(), 0);
+  for (size_t i = 0; i < order.size() && stages > 1; ++i) {
+    const std::string& name = order[i];
+    if (name.rfind("ln_f.", 0) == 0) owner[i] = stages - 1;
+    if (name.rfind("h.", 0) != 0) continue;
+    const int layer = std::atoi(name.c_str() + 2);
+    for (int k = 0; k < stages; ++k) {
+      HF_ASSIGN_OR_RETURN(PipelineStageSpec spec, PipelineStageOf(d.cfg.model, k, stages));
+      if (layer >= spec.first_layer && layer < spec.end_layer) owner[i] = k;
+    }
+  }
+  std::vector<size_t> counts(static_cast<size_t>(stages), 0);
+  std::vector<int64_t> offset_in_stage(order.size(), 0);
+  for (size_t i = 0; i < order.size(); ++i) {
+    int64_t numel = 1;
+    for (int64_t dim : shape_of(order[i])) numel *= dim;
+    offset_in_stage[i] = static_cast<int64_t>(counts[static_cast<size_t>(owner[i])]);
+    counts[static_cast<size_t>(owner[i])] += static_cast<size_t>(numel);
+  }
+  std::vector<int64_t> stage_base(static_cast<size_t>(stages), 0);
+  for (int k = 1; k < stages; ++k) {
+    stage_base[static_cast<size_t>(k)] =
+        stage_base[static_cast<size_t>(k - 1)] + static_cast<int64_t>(counts[static_cast<size_t>(k - 1)]);
+  }
+  const int64_t total = stage_base.back() + static_cast<int64_t>(counts.back());
+  torch::Tensor whole_model = torch::empty({total}, torch::kFloat32);
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (owner[i] != d.pp_rank()) continue;
+    auto slot = by_name.find(order[i]);
+    if (slot == by_name.end()) return InternalError("DumpParams: this rank's model has no " + order[i]);
+    const Impl::Slot* it = slot->second;
+    torch::Tensor whole = host.narrow(0, it->offset, it->numel);
+    if (it->split) {
+      std::vector<torch::Tensor> parts;
+      for (int r = 0; r < d.tp_size(); ++r) parts.push_back(gathered.narrow(0, r * n + it->offset, it->numel).view(it->shape));
+      HF_ASSIGN_OR_RETURN(whole, GptTensorParallelFullOf(it->name, parts));
+    }
+    whole_model.narrow(0, stage_base[static_cast<size_t>(owner[i])] + offset_in_stage[i], whole.numel())
+        .copy_(whole.reshape({-1}));
+  }
+  if (stages > 1) {
+    HF_RETURN_IF_ERROR(d.pp_comm->AllgatherAsync(whole_model.data_ptr<float>(), counts)->Wait().WithContext(
+        "gathering the pipeline stages' parameters"));
+  }
   if (!write) return Status::Ok();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -1428,32 +1599,14 @@ Status Trainer::DumpParams(const std::string& dir, bool write) const {
   nlohmann::json index = {{"format", kParamsFormat}, {"dtype", "float32"}, {"tensors", nlohmann::json::array()}};
   std::ofstream bin(dir + "/params.bin", std::ios::binary | std::ios::trunc);
   int64_t offset = 0;
-  const torch::Tensor host = d.flat_params.to(torch::kCPU);
-  // Registration order (the order a reader expects), not flat order; the whole model's.
-  std::vector<const Impl::Slot*> order;
-  for (auto it = d.slots.rbegin(); it != d.slots.rend(); ++it) order.push_back(&*it);
-  if (!d.full_order.empty()) {
-    std::map<std::string, const Impl::Slot*> by_name;
-    for (const Impl::Slot* s : order) by_name[s->name] = s;
-    order.clear();
-    for (const std::string& name : d.full_order) {
-      if (by_name.count(name) == 0) return InternalError("DumpParams: the split model has no " + name);
-      order.push_back(by_name[name]);
-    }
-  }
-  for (const Impl::Slot* it : order) {
-    torch::Tensor whole = host.narrow(0, it->offset, it->numel);
-    std::vector<int64_t> shape = it->shape;
-    if (it->split) {
-      std::vector<torch::Tensor> parts;
-      for (int r = 0; r < d.tp_size(); ++r) parts.push_back(gathered.narrow(0, r * n + it->offset, it->numel).view(shape));
-      HF_ASSIGN_OR_RETURN(whole, GptTensorParallelFullOf(it->name, parts));
-      shape = whole.sizes().vec();
-    }
-    whole = whole.contiguous();
-    bin.write(reinterpret_cast<const char*>(whole.data_ptr<float>()), whole.numel() * 4);
-    index["tensors"].push_back({{"name", it->name}, {"shape", shape}, {"offset", offset}, {"numel", whole.numel()}});
-    offset += whole.numel() * 4;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const std::vector<int64_t> shape = shape_of(order[i]);
+    int64_t numel = 1;
+    for (int64_t dim : shape) numel *= dim;
+    const float* src = whole_model.data_ptr<float>() + stage_base[static_cast<size_t>(owner[i])] + offset_in_stage[i];
+    bin.write(reinterpret_cast<const char*>(src), numel * 4);
+    index["tensors"].push_back({{"name", order[i]}, {"shape", shape}, {"offset", offset}, {"numel", numel}});
+    offset += numel * 4;
   }
   bin.close();
   if (!bin) return IoError("write " + dir + "/params.bin failed");

@@ -68,14 +68,18 @@ struct StepRequests {
   bool checkpoint = false;
 };
 
-// The communicators of a tensor-parallel rank (dist.tensor_parallel > 1):
-// its data-parallel group (gradients, ZeRO-1, the step's loss and requests,
-// evaluation) and its tensor-parallel group (the model's allreduces, the
-// split parameters' share of the gradient norm), with the rank's place in the
-// whole world (trainer/mesh.h: rank = tp + TP * dp).
+// The communicators of a model-parallel rank (dist.tensor_parallel or
+// dist.pipeline_parallel > 1): its data-parallel group (gradients, ZeRO-1,
+// the step's loss and requests, evaluation), its tensor-parallel group (the
+// model's allreduces, the split parameters' share of the gradient norm) and
+// its pipeline (activations and gradients between stages, the tied
+// embedding's gradient, the loss, norm and requests shared between stages),
+// with the rank's place in the whole world (trainer/mesh.h: rank = tp + TP *
+// (dp + DP * pp)). A group of one may be null.
 struct TrainerComms {
   std::unique_ptr<Communicator> data;
   std::unique_ptr<Communicator> tensor;
+  std::unique_ptr<Communicator> pipeline;
   int rank = 0;
   int world_size = 1;
 };
@@ -93,7 +97,7 @@ class Trainer {
   // pinned memory (DeviceStager); cuBLAS and LibTorch are set deterministic.
   static Result<std::unique_ptr<Trainer>> Create(const TrainerConfig& config, std::unique_ptr<Communicator> comm,
                                                  const DevicePlacement& placement = {});
-  // The same with tensor parallelism: every transformer block split over
+  // The same with tensor and/or pipeline parallelism: every transformer block split over
   // comms.tensor (its size is config.dist.tensor_parallel), the rest of the
   // model replicated in the group. The initial weights are the unsplit
   // model's (train.seed, train.init_from), each rank keeping its part, so a
@@ -101,7 +105,11 @@ class Trainer {
   // AdamW and ZeRO-1 hold this rank's parameters (its shards and the
   // replicated ones) and work over comms.data; the data sampler cuts the
   // global batch by data-parallel rank. kInvalidArgument when the groups do
-  // not make up the world or the config cannot be split.
+  // not make up the world or the config cannot be split. With
+  // dist.pipeline_parallel the rank holds its stage's blocks (trainer/
+  // pipeline.h; the first stage the embeddings, the last ln_f and a copy of
+  // the tied wte) and a step runs its grad_accum micro-batches over the
+  // stages by the 1F1B schedule.
   static Result<std::unique_ptr<Trainer>> Create(const TrainerConfig& config, TrainerComms comms,
                                                  const DevicePlacement& placement = {});
   ~Trainer();
@@ -150,6 +158,12 @@ class Trainer {
   // dist.tensor_parallel, and this rank's place in its tensor-parallel group.
   int tensor_parallel() const;
   int tensor_rank() const;
+  // dist.pipeline_parallel, and this rank's stage.
+  int pipeline_parallel() const;
+  int pipeline_stage() const;
+  // Split over a tensor-parallel group or pipeline stages: DumpParams is then
+  // a collective of every rank.
+  bool model_parallel() const { return tensor_parallel() > 1 || pipeline_parallel() > 1; }
   const TrainerConfig& config() const;
 
   // What the checkpoint writer stages, as views into the trainer's own memory

@@ -1,11 +1,15 @@
-// A tensor-parallel run under holdfastd (issue 26, must-show 3 for tp x dp):
-// 4 real holdfast-train ranks as tp 2 x dp 2, the fault-free run of the same
-// layout without a supervisor as the reference. A killed rank restarts the
-// run from its checkpoint and it ends bit-identical; a rank stuck in compute
-// is the hang's culprit while its tensor-parallel peer waits for it.
+// Model-parallel runs under holdfastd (issue 26, must-show 3): 4 real
+// holdfast-train ranks as tp 2 x dp 2 and 8 as tp 2 x pp 2 x dp 2, the
+// fault-free run of the same layout without a supervisor as the reference. A
+// killed rank restarts the run from its checkpoint and it ends
+// bit-identical; a rank stuck in compute is the hang's culprit while its
+// tensor-parallel peer waits for it.
 #include <signal.h>
 
+#include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -37,6 +41,13 @@ std::string TrainConfig(const std::string& corpus) {
   return os.str();
 }
 
+// tp 2 x pp 2 x dp 2: a 4-layer model cut into 2 stages, 4 micro-batches of
+// 1 per step on each of the 2 data-parallel groups (docs/parallelism.md).
+constexpr int kPipelineRanks = 8;
+const std::vector<std::string> kPipelineLayout = {
+    "--set", "model.n_layer=4",     "--set", "dist.pipeline_parallel=2", "--set", "train.micro_batch=1",
+    "--set", "train.grad_accum=4", "--set", "optim.lr=6e-4"};
+
 class TensorParallelSupervisionTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -47,23 +58,35 @@ class TensorParallelSupervisionTest : public ::testing::Test {
     }
     WriteFile(*shared_ / "corpus.txt", text);
     WriteFile(*shared_ / "train.toml", TrainConfig(*shared_ / "corpus.txt"));
-    ProcessResult r = RunProcess({BuildPath("trainer/holdfast-train"), "--config", *shared_ / "train.toml", "--nproc",
-                                  std::to_string(kRanks), "--set", "output.dir=" + (*shared_ / "out"), "--dump-final",
-                                  *shared_ / "ref"});
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    reference_ = ReadFile(*shared_ / "ref/params.bin");
   }
   static void TearDownTestSuite() { delete shared_; }
 
   TensorParallelSupervisionTest() : dir_("tp_supervision") {}
 
-  void WriteJob(const std::string& fault) {
+  // The fault-free run of a layout without a supervisor: its final parameters.
+  static const std::string& Reference(int nproc, const std::vector<std::string>& layout) {
+    const std::string key = std::to_string(nproc) + (layout.empty() ? "" : "pp");
+    auto it = references_.find(key);
+    if (it != references_.end()) return it->second;
+    std::vector<std::string> args = {BuildPath("trainer/holdfast-train"), "--config", *shared_ / "train.toml",
+                                     "--nproc", std::to_string(nproc), "--set",
+                                     "output.dir=" + (*shared_ / ("out" + key)), "--dump-final",
+                                     *shared_ / ("ref" + key)};
+    args.insert(args.end(), layout.begin(), layout.end());
+    ProcessResult r = RunProcess(args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return references_[key] = ReadFile(*shared_ / ("ref" + key + "/params.bin"));
+  }
+
+  void WriteJob(const std::string& fault, int nproc = kRanks, const std::vector<std::string>& layout = {}) {
+    reference_ = &Reference(nproc, layout);
     std::ostringstream os;
     os << "[job]\nname = \"tp-fault-test\"\ncommand = [\"" << BuildPath("trainer/holdfast-train") << "\", \"--config\", \""
        << *shared_ / "train.toml" << "\", \"--set\", \"output.dir=" << dir_ / "out" << "\", \"--set\", \"checkpoint.dir="
        << dir_ / "ck" << "\", \"--dump-final\", \"" << dir_ / "final" << "\"";
+    for (const std::string& a : layout) os << ", \"" << a << "\"";
     if (!fault.empty()) os << ", \"--inject-fault\", \"" << fault << "\"";
-    os << "]\nnproc = " << kRanks << "\ncheckpoint_dir = \"" << dir_ / "ck" << "\"\n"
+    os << "]\nnproc = " << nproc << "\ncheckpoint_dir = \"" << dir_ / "ck" << "\"\n"
        << "[supervise]\npoll_ms = 50\nhang_min_s = 5\nstartup_timeout_s = 120\nrestart_budget = 2\nterm_grace_s = 2\n"
        << "backoff_initial_s = 0.1\nstack_timeout_s = 120\nprogress_dir = \"" << dir_ / "shm" << "\"\n"
        << "[health]\ncheckpoint_min_free_gb = 0.05\ncheckpoint_write_mb = 4\ncheckpoint_write_fail_mbps = 0\n";
@@ -78,7 +101,7 @@ class TensorParallelSupervisionTest : public ::testing::Test {
     EXPECT_EQ(daemon.Wait(), 0) << ReadFile(dir_ / "daemon.log");
     const std::string final_params = ReadFile(dir_ / "final/params.bin");
     ASSERT_FALSE(final_params.empty()) << ReadFile(dir_ / "daemon.log");
-    EXPECT_TRUE(final_params == reference_) << "final parameters differ from the fault-free tp 2 x dp 2 run";
+    EXPECT_TRUE(final_params == *reference_) << "final parameters differ from the fault-free run of the layout";
   }
 
   // The newest run's last incident.
@@ -96,7 +119,8 @@ class TensorParallelSupervisionTest : public ::testing::Test {
   }
 
   static inline TempDir* shared_ = nullptr;
-  static inline std::string reference_;
+  static inline std::map<std::string, std::string> references_;
+  const std::string* reference_ = nullptr;
   TempDir dir_;
 };
 
@@ -138,6 +162,31 @@ TEST_F(TensorParallelSupervisionTest, ARankStuckInComputeIsTheHangsCulprit) {
   EXPECT_NE(inc->summary.find("rank 0 waiting in it"), std::string::npos) << "its tp peer\n" << inc->summary;
   auto ev = nlohmann::json::parse(inc->evidence_json);
   EXPECT_EQ(ev["ranks"].size(), static_cast<size_t>(kRanks));
+}
+
+// tp 2 x pp 2 x dp 2: rank 6 (tp 0, pp stage 1, dp 1) SIGKILLed mid-run; the
+// run restarts every stage from the checkpoint and ends bit-identical.
+TEST_F(TensorParallelSupervisionTest, SigkillOfAPipelineStageRestartsTheRunBitExact) {
+  WriteJob("", kPipelineRanks, kPipelineLayout);
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  auto st = testing::WaitForStatus(daemon, dir_ / "run", "every rank past step 12", 300, [](const RunStatus& s) {
+    if (s.nodes.empty() || s.nodes[0].ranks.size() != kPipelineRanks) return false;
+    for (const auto& r : s.nodes[0].ranks) {
+      if (r.step < 12 || r.state != "running") return false;
+    }
+    return true;
+  });
+  ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
+  const auto victim = st->nodes[0].ranks[6];
+  ASSERT_EQ(victim.rank, 6);
+  ASSERT_EQ(kill(static_cast<pid_t>(victim.pid), SIGKILL), 0);
+  ExpectFinishedBitExact(daemon);
+  auto inc = LastIncident();
+  ASSERT_TRUE(inc.has_value());
+  EXPECT_EQ(inc->kind, "crash");
+  EXPECT_EQ(inc->rank, 6);
+  EXPECT_NE(inc->summary.find("rank 6 killed by signal 9 (SIGKILL)"), std::string::npos) << inc->summary;
+  EXPECT_NE(inc->action.find("restart generation 1 from step"), std::string::npos) << inc->action;
 }
 
 }  // namespace

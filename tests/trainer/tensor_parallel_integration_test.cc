@@ -1,10 +1,12 @@
-// holdfast-train with dist.tensor_parallel, as a user runs it (issue 26):
+// holdfast-train with dist.tensor_parallel and dist.pipeline_parallel, as a
+// user runs it (issue 26):
 // real processes over Gloo on loopback, the single-process run of the same
 // model and global batch as the reference, checkpoints resumed bit for bit,
 // and the layouts it cannot take refused before anything trains.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -65,6 +67,25 @@ class TensorParallelTest : public ::testing::Test {
     WriteFile(dir_ / "corpus.txt", text);
     cfg_ = dir_ / "run.toml";
     WriteFile(cfg_, Config(dir_ / "corpus.txt"));
+  }
+
+  // holdfast-train on `nproc` local ranks with dist.pipeline_parallel = pp
+  // (and tp): the global batch of 8 samples cut over the data-parallel ranks
+  // into 4 micro-batches each step (a pipeline needs several in flight). A
+  // 4-layer model, at lr 6e-4: at 1e-3 it has a loss spike at step 38 where
+  // one process taking the 8 samples at once and one process accumulating 4
+  // micro-batches of 2 already differ by 5e-4 in the gradient norm.
+  ProcessResult TrainPipeline(int nproc, int tp, int pp, std::vector<std::string> extra) {
+    const int dp = nproc / (tp * pp);
+    std::vector<std::string> args = {BuildPath("trainer/holdfast-train"), "--config", cfg_, "--nproc",
+                                     std::to_string(nproc), "--set", "model.n_layer=4", "--set", "optim.lr=6e-4",
+                                     "--set", "optim.min_lr=6e-5", "--set",
+                                     "dist.tensor_parallel=" + std::to_string(tp), "--set",
+                                     "dist.pipeline_parallel=" + std::to_string(pp), "--set",
+                                     "train.micro_batch=" + std::to_string(std::max(1, 2 / dp)), "--set",
+                                     "train.grad_accum=" + std::to_string(dp > 2 ? 8 / dp : 4)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunProcess(args);
   }
 
   // holdfast-train on `nproc` local ranks with dist.tensor_parallel = tp and
@@ -172,7 +193,8 @@ TEST_F(TensorParallelTest, ACheckpointResumesOnFewerDataParallelGroups) {
   // Two ranks of one tensor-parallel group, each micro-batch 4 of the 8 saved: grad_accum 2.
   ProcessResult second = Train(2, 2, with({"--set", "train.micro_batch=4", "--metrics", dir_ / "resumed.jsonl"}));
   ASSERT_EQ(second.exit_code, 0) << second.output;
-  EXPECT_NE(second.output.find("RESHARDED: checkpoint of step 4 saved by 4 ranks, resumed on 2; grad_accum 2"),
+  EXPECT_NE(second.output.find("RESHARDED: checkpoint of step 4 saved by 4 ranks, resumed on 2; grad_accum 2 keeps "
+                               "its global batch of 8 samples"),
             std::string::npos)
       << second.output;
   const auto fm = ReadMetrics(dir_ / "full.jsonl");
@@ -222,6 +244,121 @@ TEST_F(TensorParallelTest, LayoutsThatCannotRunAreRefusedClearly) {
   ProcessResult resumed = Train(2, 2, with({}));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("(step 4)"), std::string::npos) << resumed.output;
+}
+
+// Must-show 1 for pp: pp=2, pp=4, pp x dp = 2 x 2 and tp x pp x dp = 2 x 2 x 2
+// (4 micro-batches per step by 1F1B) against one process taking the global
+// batch of 8 at once: every step's loss and gradient norm within 1e-5
+// relative over 50 steps, the final parameters (every stage's, gathered into
+// the whole model's layout) within float tolerance.
+TEST_F(TensorParallelTest, PipelineLayoutsMatchOneProcessOverFiftySteps) {
+  ProcessResult one = Train(1, 1, {"--set", "model.n_layer=4", "--set", "optim.lr=6e-4", "--set", "optim.min_lr=6e-5",
+                                   "--metrics", dir_ / "one.jsonl", "--dump-final", dir_ / "one"});
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto ref = ReadMetrics(dir_ / "one.jsonl");
+  ASSERT_EQ(ref.size(), 50u);
+  const std::vector<float> ref_params = ReadParams(dir_ / "one");
+  struct Layout {
+    int nproc, tp, pp;
+  };
+  for (const Layout& l : {Layout{2, 1, 2}, Layout{4, 1, 4}, Layout{4, 1, 2}, Layout{8, 2, 2}}) {
+    const std::string tag = "tp" + std::to_string(l.tp) + "pp" + std::to_string(l.pp) + "dp" +
+                            std::to_string(l.nproc / (l.tp * l.pp));
+    SCOPED_TRACE(tag);
+    ProcessResult r = TrainPipeline(l.nproc, l.tp, l.pp, {"--metrics", dir_ / (tag + ".jsonl"), "--dump-final",
+                                                          dir_ / tag});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("pp stage " + std::to_string(l.pp - 1)), std::string::npos) << r.output;
+    const auto m = ReadMetrics(dir_ / (tag + ".jsonl"));
+    ASSERT_EQ(m.size(), ref.size());
+    for (size_t i = 0; i < m.size(); ++i) {
+      for (const char* key : {"loss", "grad_norm"}) {
+        const double want = ref[i][key].get<double>(), got = m[i][key].get<double>();
+        EXPECT_NEAR(got, want, 1e-5 * std::fabs(want)) << key << " at step " << i + 1;
+      }
+    }
+    EXPECT_EQ(ReadFile(dir_ / (tag + "/params.json")), ReadFile(dir_ / "one/params.json"))
+        << "the dump is the whole model's, in its layout";
+    const std::vector<float> p = ReadParams(dir_ / tag);
+    ASSERT_EQ(p.size(), ref_params.size());
+    double max_diff = 0;
+    for (size_t i = 0; i < p.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(p[i]) - ref_params[i]));
+    EXPECT_LT(max_diff, 1e-4);
+  }
+}
+
+// Must-show 2 for pipelines: tp x pp x dp = 2 x 2 x 2 checkpointed at step
+// 8, stopped after 9 and resumed ends bit-identical to the uninterrupted
+// run; its checkpoint on pp x dp = 2 x 1 (fewer data-parallel groups, the
+// global batch kept) continues within 1e-4; on pp = 1 it is refused with
+// exit 2 naming the layout that resumes it, and still resumes on its own.
+TEST_F(TensorParallelTest, PipelineCheckpointsResumeBitExactAndRefuseAnotherPipeline) {
+  const std::vector<std::string> ck = {"--set", "train.steps=20", "--set", "checkpoint.dir=" + (dir_ / "ck"), "--set",
+                                       "checkpoint.every_steps=4"};
+  auto with = [&](std::vector<std::string> a) {
+    a.insert(a.begin(), ck.begin(), ck.end());
+    return a;
+  };
+  ProcessResult full = TrainPipeline(8, 2, 2, {"--set", "train.steps=20", "--dump-final", dir_ / "full", "--metrics",
+                                               dir_ / "full.jsonl"});
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  ProcessResult a = TrainPipeline(8, 2, 2, with({"--stop-after", "9"}));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_NE(a.output.find("checkpoint step 8 committed"), std::string::npos) << a.output;
+
+  ProcessResult other = TrainPipeline(2, 2, 1, with({}));
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("saved with dist.pipeline_parallel = 2, this run has 1"), std::string::npos)
+      << other.output;
+  EXPECT_NE(other.output.find("resume with dist.pipeline_parallel = 2"), std::string::npos) << other.output;
+  EXPECT_EQ(other.output.find("step     10/20"), std::string::npos) << "it must not train\n" << other.output;
+
+  // tp x pp x dp = 2 x 2 x 1 from a copy of the checkpoints, the same config
+  // (micro-batches of 1): grad_accum becomes 8, the global batch of 8 kept.
+  std::filesystem::copy(dir_ / "ck", dir_ / "ck-fewer", std::filesystem::copy_options::recursive);
+  ProcessResult fewer =
+      TrainPipeline(4, 2, 2, {"--set", "train.steps=20", "--set", "train.micro_batch=1", "--set", "checkpoint.dir=" +
+                              (dir_ / "ck-fewer"), "--metrics", dir_ / "fewer.jsonl"});
+  ASSERT_EQ(fewer.exit_code, 0) << fewer.output;
+  EXPECT_NE(fewer.output.find("RESHARDED: checkpoint of step 8 saved by 8 ranks, resumed on 4; grad_accum 8 keeps its "
+                               "global batch of 8 samples (1 data-parallel groups, was 2)"),
+            std::string::npos)
+      << fewer.output;
+
+  ProcessResult b = TrainPipeline(8, 2, 2, with({"--dump-final", dir_ / "resumed", "--metrics", dir_ / "resumed.jsonl"}));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("(step 8)"), std::string::npos) << b.output;
+  EXPECT_EQ(b.output.find("DETERMINISM BROKEN"), std::string::npos) << b.output;
+  EXPECT_TRUE(ReadFile(dir_ / "full/params.bin") == ReadFile(dir_ / "resumed/params.bin"))
+      << "resumed parameters differ from the uninterrupted run";
+  const auto fm = ReadMetrics(dir_ / "full.jsonl");
+  const auto rm = ReadMetrics(dir_ / "resumed.jsonl");
+  ASSERT_EQ(rm.size(), 12u);  // steps 9 to 20
+  for (const auto& line : rm) {
+    const int64_t step = line["step"].get<int64_t>();
+    EXPECT_EQ(line["loss"], fm[step - 1]["loss"]) << "step " << step;
+  }
+  const auto fewer_m = ReadMetrics(dir_ / "fewer.jsonl");
+  ASSERT_EQ(fewer_m.size(), 12u);
+  for (const auto& line : fewer_m) {
+    const int64_t step = line["step"].get<int64_t>();
+    const double want = fm[step - 1]["loss"].get<double>();
+    EXPECT_NEAR(line["loss"].get<double>(), want, 1e-4 * want) << "step " << step << " on 2 x 2 x 1";
+  }
+}
+
+// A pipeline with more stages than blocks, or with evaluation, is refused
+// before anything trains, saying what would run.
+TEST_F(TensorParallelTest, PipelinesThatCannotRunAreRefusedClearly) {
+  ProcessResult deep = TrainPipeline(8, 1, 8, {"--set", "train.steps=2"});
+  EXPECT_EQ(deep.exit_code, 2) << deep.output;
+  EXPECT_NE(deep.output.find("model.n_layer (4) must be at least dist.pipeline_parallel; use at most 4 stages"),
+            std::string::npos)
+      << deep.output;
+  ProcessResult eval = TrainPipeline(2, 1, 2, {"--set", "train.steps=2", "--set", "eval.every_steps=1", "--set",
+                                               "eval.holdout=0.1"});
+  EXPECT_EQ(eval.exit_code, 2) << eval.output;
+  EXPECT_NE(eval.output.find("evaluation over a pipeline is not built yet"), std::string::npos) << eval.output;
 }
 
 }  // namespace
