@@ -365,7 +365,7 @@ namespace {
 // (docs/parallelism.md, "Not built yet"): heads and the MLP's hidden
 // dimension split evenly, at least a block per stage, no dropout (a
 // layout-independent dropout stream comes with sequence parallelism), the lm
-// objective in float32 on the CPU; a pipeline has no evaluation yet.
+// objective in float32 on the CPU.
 Status ValidateModelParallel(const TrainerConfig& c, const std::string& where) {
   const int tp = c.dist.tensor_parallel, pp = c.dist.pipeline_parallel;
   if (tp == 1 && pp == 1) return Status::Ok();
@@ -396,10 +396,6 @@ Status ValidateModelParallel(const TrainerConfig& c, const std::string& where) {
   if (c.train.precision != "fp32" || c.train.device == "cuda" || c.dist.backend == "nccl") {
     return InvalidArgumentError(head + " runs on the CPU in float32 for now (Gloo): set train.device = \"cpu\", "
                                 "train.precision = \"fp32\", dist.backend = \"gloo\"");
-  }
-  if (pp > 1 && c.eval.every_steps > 0) {
-    return InvalidArgumentError(head + ": evaluation over a pipeline is not built yet; set eval.every_steps = 0 "
-                                "(or dist.pipeline_parallel = 1)");
   }
   return Status::Ok();
 }

@@ -95,12 +95,18 @@ class LmObjective final : public Objective {
   size_t EvalSumCount() const override { return 2; }
   // {summed cross-entropy of every scored target, scored targets}.
   Result<std::vector<double>> EvalPartial(Gpt& model, int rank, int world, uint64_t limit) override {
+    return EvalPartialOf([&model](const torch::Tensor& idx) { return model->Logits(idx); }, rank, world, limit);
+  }
+  Result<std::vector<double>> EvalPartialOf(const LogitsOf& logits_of, int rank, int world,
+                                            uint64_t limit) override {
     const auto [begin, end] = EvalShare(rank, world, limit);
     namespace F = torch::nn::functional;
     torch::Tensor sums = torch::zeros({2}, torch::TensorOptions().dtype(torch::kFloat64).device(env_.device));
     ForEachEvalBatch(begin, end, env_.config->train.micro_batch, [&](uint64_t j, int n) {
       batch_.Load(j, n, /*eval=*/true);
-      const torch::Tensor logits = model->Logits(batch_.x()).to(torch::kFloat32);
+      torch::Tensor logits = logits_of(batch_.x());
+      if (!logits.defined()) return;  // a pipeline stage short of the model's end
+      logits = logits.to(torch::kFloat32);
       const torch::Tensor ce = F::cross_entropy(
           logits.view({-1, logits.size(-1)}), batch_.y().view({-1}),
           F::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(torch::kSum));

@@ -107,6 +107,14 @@ class Objective {
   virtual Result<std::vector<double>> EvalPartial(Gpt& /*model*/, int /*rank*/, int /*world*/, uint64_t /*limit*/) {
     return std::vector<double>();
   }
+  // The same with the model run in pieces (a pipeline stage): `logits`
+  // returns a batch's logits, or an undefined tensor where this rank does
+  // not hold the model's end (its sums are then 0). Only the lm objective.
+  using LogitsOf = std::function<torch::Tensor(const torch::Tensor& idx)>;
+  virtual Result<std::vector<double>> EvalPartialOf(const LogitsOf& /*logits*/, int /*rank*/, int /*world*/,
+                                                    uint64_t /*limit*/) {
+    return FailedPreconditionError(std::string("the ") + name() + " objective does not evaluate over a pipeline");
+  }
   // Held-out samples there are to evaluate (before eval.samples bounds them).
   virtual uint64_t EvalSize() const { return 0; }
   // Named metrics ("eval_loss", ...) from the sums of every rank.

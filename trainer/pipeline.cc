@@ -257,6 +257,29 @@ Result<PipelineStepResult> RunPipelineStep(GptStageImpl& stage, Communicator& pi
   }
 }
 
+torch::Tensor PipelineForward(GptStageImpl& stage, Communicator& pipe, const torch::Tensor& idx) {
+  const PipelineStageSpec& spec = stage.spec();
+  torch::NoGradGuard no_grad;
+  torch::Tensor out;
+  if (spec.first()) {
+    out = stage.forward(idx);
+  } else {
+    torch::Tensor in = torch::empty({idx.size(0), idx.size(1), stage.config().n_embd}, torch::kFloat32);
+    Status st = pipe.SendRecvAsync(nullptr, 0, -1, in.data_ptr(), static_cast<size_t>(in.numel()) * sizeof(float),
+                                   spec.stage - 1)
+                    ->Wait();
+    TORCH_CHECK(st.ok(), "pipeline stage ", spec.stage, ", evaluation input: ", st.ToString());
+    out = stage.forward(in);
+  }
+  if (spec.last()) return out;
+  out = out.contiguous();
+  Status st = pipe.SendRecvAsync(out.data_ptr(), static_cast<size_t>(out.numel()) * sizeof(float), spec.stage + 1,
+                                 nullptr, 0, -1)
+                  ->Wait();
+  TORCH_CHECK(st.ok(), "pipeline stage ", spec.stage, ", evaluation output: ", st.ToString());
+  return torch::Tensor();
+}
+
 Status SyncTiedEmbeddingGrad(GptStageImpl& stage, Communicator& pipe) {
   const PipelineStageSpec& spec = stage.spec();
   if (spec.stages == 1 || (!spec.first() && !spec.last())) return Status::Ok();

@@ -114,6 +114,14 @@ Result<PipelineStepResult> RunPipelineStep(GptStageImpl& stage, Communicator& pi
                                            const std::vector<torch::Tensor>& idx,
                                            const std::vector<torch::Tensor>& targets, double loss_scale);
 
+// A forward of one batch through the pipeline, without autograd (evaluation):
+// the first stage reads the tokens idx (int64 [B, T]) and sends its output
+// on, each stage receives, runs its blocks and sends on; the last stage
+// returns the logits, every other stage an undefined tensor. Every stage
+// must call it with the same batch shape. Throws c10::Error when a message
+// fails (naming the stage).
+torch::Tensor PipelineForward(GptStageImpl& stage, Communicator& pipe, const torch::Tensor& idx);
+
 // After RunPipelineStep of a pipeline of 2 or more stages: the first and the
 // last stage swap their wte gradients and each adds the other's (a + b on
 // one, b + a on the other: the same bits), the whole tied parameter's

@@ -700,10 +700,6 @@ struct Trainer::Impl {
   }
 
   Result<EvalResult> Evaluate() {
-    if (stage) {
-      return FailedPreconditionError("evaluation over a pipeline is not built yet: set eval.every_steps = 0 or "
-                                     "dist.pipeline_parallel = 1");
-    }
     if (!objective->HasEval() || objective->EvalSize() == 0) {
       return FailedPreconditionError(std::string("the ") + objective->name() +
                                      " objective has no held-out data to evaluate on: set eval.holdout");
@@ -717,9 +713,14 @@ struct Trainer::Impl {
     std::vector<double> sums;
     {
       torch::NoGradGuard no_grad;
-      model->eval();  // no dropout: evaluation draws nothing from the generators
-      Result<std::vector<double>> part = objective->EvalPartial(model, rank(), world(), limit);
-      model->train();
+      trained().eval();  // no dropout: evaluation draws nothing from the generators
+      // A pipeline: each batch through the stages, the last one's sums (the others' are 0).
+      Result<std::vector<double>> part =
+          stage ? objective->EvalPartialOf(
+                      [this](const torch::Tensor& idx) { return PipelineForward(*stage, *pp_comm, idx); }, rank(),
+                      world(), limit)
+                : objective->EvalPartial(model, rank(), world(), limit);
+      trained().train();
       if (!part.ok()) return part.status();
       sums = std::move(part).value();
     }
@@ -728,6 +729,10 @@ struct Trainer::Impl {
                            std::to_string(objective->EvalSumCount()));
     }
     HF_RETURN_IF_ERROR(AllreduceDoubles(&sums, ReduceOp::kSum, "eval allreduce"));
+    if (pp_comm) {
+      HF_RETURN_IF_ERROR(pp_comm->AllreduceDoubles(sums.data(), sums.size(), ReduceOp::kSum)
+                             .WithContext("eval allreduce over the pipeline"));
+    }
     EvalResult r;
     r.step = step;
     r.samples = limit;
@@ -957,7 +962,7 @@ Result<EvalResult> Trainer::Evaluate() {
   try {
     return impl_->Evaluate();
   } catch (const std::exception& e) {
-    if (impl_->model) impl_->model->train();
+    impl_->trained().train();
     return TorchError("evaluation after step " + std::to_string(impl_->step), e);
   }
 }
