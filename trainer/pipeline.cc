@@ -40,6 +40,20 @@ Result<PipelineStageSpec> PipelineStageOf(const ModelConfig& cfg, int stage, int
   return s;
 }
 
+Result<int> FirstStageHolding(const ModelConfig& cfg, int stages, const std::string& name) {
+  if (name.rfind("wte.", 0) == 0 || name.rfind("wpe.", 0) == 0) return 0;
+  if (name.rfind("ln_f.", 0) == 0) return stages - 1;
+  const size_t dot = name.find('.', 2);
+  if (name.rfind("h.", 0) == 0 && dot != std::string::npos && dot > 2) {
+    const int layer = std::atoi(name.substr(2, dot - 2).c_str());
+    for (int k = 0; k < stages; ++k) {
+      HF_ASSIGN_OR_RETURN(PipelineStageSpec spec, PipelineStageOf(cfg, k, stages));
+      if (layer >= spec.first_layer && layer < spec.end_layer) return k;
+    }
+  }
+  return InvalidArgumentError("the model has no parameter " + name);
+}
+
 Result<std::shared_ptr<GptStageImpl>> GptStageImpl::Create(const ModelConfig& cfg, int stage, int stages,
                                                            Communicator* tensor_parallel) {
   HF_ASSIGN_OR_RETURN(PipelineStageSpec spec, PipelineStageOf(cfg, stage, stages));

@@ -52,6 +52,12 @@ struct PipelineStageSpec {
 // than stages (naming the most stages the model can have).
 Result<PipelineStageSpec> PipelineStageOf(const ModelConfig& cfg, int stage, int stages);
 
+// The first stage that holds the whole model's parameter `name` ("wte.weight"
+// and "wpe.weight": 0; "ln_f.*": the last; "h.<i>.*": the stage of block i).
+// The last stage's copy of the tied wte is not its first holder.
+// kInvalidArgument for a name the model does not have.
+Result<int> FirstStageHolding(const ModelConfig& cfg, int stages, const std::string& name);
+
 class GptStageImpl : public torch::nn::Module {
  public:
   // kInvalidArgument when the model cannot be cut (PipelineStageOf), asks

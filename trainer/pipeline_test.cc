@@ -96,12 +96,20 @@ TEST(PipelineStageTest, TheStagesCutTheModelIntoRunsAndTogetherHoldEveryParamete
       EXPECT_EQ(spec.first_layer, next) << "stage " << s << " of " << stages;
       EXPECT_GE(spec.end_layer - spec.first_layer, cfg.n_layer / stages);
       next = spec.end_layer;
-      for (const auto& p : (*stage)->named_parameters()) held.insert((*stage)->GlobalName(p.key()));
+      for (const auto& p : (*stage)->named_parameters()) {
+        const std::string name = (*stage)->GlobalName(p.key());
+        held.insert(name);
+        auto holder = FirstStageHolding(cfg, stages, name);
+        ASSERT_TRUE(holder.ok()) << holder.status().ToString();
+        EXPECT_EQ(*holder, name == "wte.weight" ? 0 : s) << name << " on stage " << s << " of " << stages;
+      }
       EXPECT_EQ((*stage)->tied_embedding().defined(), s == 0 || s == stages - 1);
     }
     EXPECT_EQ(next, cfg.n_layer);
     EXPECT_EQ(held, whole) << stages << " stages";
   }
+  EXPECT_FALSE(FirstStageHolding(cfg, 2, "h.9.ln_1.weight").ok());
+  EXPECT_FALSE(FirstStageHolding(cfg, 2, "lm_head.weight").ok());
   auto too_many = GptStageImpl::Create(cfg, 0, 6);
   ASSERT_FALSE(too_many.ok());
   EXPECT_NE(too_many.status().message().find("use at most 5 stages"), std::string::npos)

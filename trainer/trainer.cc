@@ -1555,14 +1555,7 @@ Status Trainer::DumpParams(const std::string& dir, bool write) const {
   const int stages = d.pp_size();
   std::vector<int> owner(order.size(), 0);
   for (size_t i = 0; i < order.size() && stages > 1; ++i) {
-    const std::string& name = order[i];
-    if (name.rfind("ln_f.", 0) == 0) owner[i] = stages - 1;
-    if (name.rfind("h.", 0) != 0) continue;
-    const int layer = std::atoi(name.c_str() + 2);
-    for (int k = 0; k < stages; ++k) {
-      HF_ASSIGN_OR_RETURN(PipelineStageSpec spec, PipelineStageOf(d.cfg.model, k, stages));
-      if (layer >= spec.first_layer && layer < spec.end_layer) owner[i] = k;
-    }
+    HF_ASSIGN_OR_RETURN(owner[i], FirstStageHolding(d.cfg.model, stages, order[i]));
   }
   std::vector<size_t> counts(static_cast<size_t>(stages), 0);
   std::vector<int64_t> offset_in_stage(order.size(), 0);
