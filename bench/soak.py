@@ -31,7 +31,7 @@ Kinds (docs/reliability.md says what each injects and what counts as recovered):
 Prints a table per kind (injected, recovered, time to recover median / max, wrong causes,
 losses) and the leak counts; writes WORK/soak.json; --docs rewrites the "## Soak" section
 of docs/reliability.md. Exit status 1 when anything was not recovered, had a wrong cause,
-lost anything or leaked. --quick: each kind once, 600-step runs (CI).
+lost anything or leaked. --quick: each kind once, 900-step runs (CI).
 """
 
 import argparse
@@ -1043,7 +1043,12 @@ checkpoint_write_mb = 1
                 if (kind == "node_lost") != run.has_spare:
                     schedule.insert(0, kind)  # a fresh run, with or without the spare, takes it
                     break
-                if kind in ("straggler", "lineage_locked") and run.finishing(st, 450 if kind == "straggler" else 300):
+                # A straggler's recovery is noted once its slow steps are out of the median of
+                # the detector's 10 s window: at this model's ~15 ms a step that is several
+                # hundred steps after the drill (CI's 600-step runs left too few: a flake).
+                straggler_margin = max(450, a.steps - 250)
+                if kind in ("straggler", "lineage_locked") and run.finishing(
+                        st, straggler_margin if kind == "straggler" else 300):
                     schedule.append(kind)  # needs more of the run than is left: a later run takes it
                     if all(k in ("straggler", "lineage_locked") for k in schedule):
                         break
@@ -1146,11 +1151,11 @@ def main():
     ap.add_argument("--work", default="")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--docs", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="each kind once, 600-step runs (CI)")
+    ap.add_argument("--quick", action="store_true", help="each kind once, 900-step runs (CI)")
     ap.add_argument("--memory", action="store_true", help="the in-memory snapshot tier on (docs/memory-snapshots.md)")
     args = ap.parse_args()
     if args.quick:
-        args.per_kind, args.steps = 1, 600
+        args.per_kind, args.steps = 1, 900
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the run and unmount on the way out
     soak = Soak(args)
     try:
