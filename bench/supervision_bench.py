@@ -556,6 +556,17 @@ def run_cpu(args, work):
 
 # --------------------------------------------------------------------- ratio ----
 
+def redone_per_restart(lines):
+    """Steps each restart ran again: the old generation's last step minus the step the new one
+    resumed from (its first step - 1), for every change of generation in the metrics lines."""
+    redone, last = [], None
+    for m in lines:
+        if last is not None and m.get("generation", 0) != last.get("generation", 0):
+            redone.append(max(0, step_of(last) - (step_of(m) - 1)))
+        last = m
+    return redone
+
+
 def run_ratio(args, work):
     log(f"ratio: {args.duration_s} s, a fault every {args.fault_every_s} s (load {loadavg()})")
     d = Daemon(args, work, "ratio", 2, supervise={"restart_budget": 1000})
@@ -612,6 +623,7 @@ def run_ratio(args, work):
                stalled_steps=sum(1 for ms in surviving.values() if ms > 10 * median_ms),
                median_step_ms=median_ms)
     res["ratio"] = res["productive_s"] / wall
+    res["redone_per_fault"] = redone_per_restart([m for _, m in d.metrics.lines])
     before = [m["step_ms"] for t, m in d.metrics.lines if t <= t_first]
     res["ratio_before_first_fault"] = sum(min(ms, 10 * median_ms) for ms in before) / 1000 / (t_first - t0)
     res["ratio_median"] = last_step * median_ms / 1000 / wall
@@ -762,6 +774,9 @@ def report(args, lat, cpu, ratio):
         out.append(f"| the same ratio over the fault-free stretch (daemon start → first fault): start-up, "
                    f"checkpoints and time between steps | {ratio['ratio_before_first_fault']:.3f} |")
         out.append(f"| final step; steps run (incl. redone) | {ratio['steps_final']}; {ratio['steps_ran']} |")
+        if ratio.get("redone_per_fault"):
+            r = ratio["redone_per_fault"]
+            out.append(f"| steps redone per restart: median (each) | {statistics.median(r):g} ({', '.join(map(str, r))}) |")
         out.append(f"| median step_ms | {ratio['median_step_ms']:.1f} |")
         out.append(f"| incidents recorded; generations | {ratio['incidents']['crash']} crash, "
                    f"{ratio['incidents']['hang']} hang; {ratio['generations']} |")

@@ -1,5 +1,6 @@
 // CheckpointWriter + CheckpointLoader against real files in a temporary folder.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -728,6 +729,55 @@ TEST(CheckpointTest, ACommittedStepIsNeverOverwritten) {
   ASSERT_TRUE(w->Save(1, other.Views()).ok());
   EXPECT_EQ(w->Flush().code(), StatusCode::kFailedPrecondition);
   ExpectState(*CheckpointLoader(tmp.path()).LoadNewest(0), 1, 0);
+}
+
+// Memory snapshots every step (idle_priority): the writer's threads take
+// only CPU time nothing else wants, until the training loop waits on them at
+// the staging fence; then they run at normal priority until that save's job
+// is done, and drop back for the next one. ready() runs on the writer thread,
+// so it sees the policy the staging runs at.
+TEST(CheckpointTest, AnIdlePriorityWriterRunsAtNormalPriorityOnlyWhileTheLoopWaitsOnIt) {
+  TempDir tmp;
+  CheckpointWriterOptions o;
+  o.root = tmp.path();
+  o.idle_priority = true;
+  auto w = std::move(CheckpointWriter::Create(o)).value();
+  std::vector<float> params(1000, 1.0f);
+  // One save whose ready() reports the policy staging began at; with
+  // `until_raised` it then waits (60 s at most) to be raised to SCHED_OTHER.
+  auto save = [&](int64_t step, bool until_raised, std::promise<int>* began) {
+    BufferView b{"params", params.data(), params.size() * sizeof(float)};
+    b.defer_copy = true;
+    b.ready = [began, until_raised]() -> Status {
+      began->set_value(sched_getscheduler(0));
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (until_raised && sched_getscheduler(0) != SCHED_OTHER) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          return TimeoutError("the staging thread was never raised to normal priority");
+        }
+        std::this_thread::yield();
+      }
+      return Status::Ok();
+    };
+    return w->Save(step, {b});
+  };
+  // Nobody waits on the writer: it stages at SCHED_IDLE. (Its policy is read
+  // before Flush, which raises it while it waits.)
+  std::promise<int> first;
+  ASSERT_EQ(*save(1, false, &first), SaveDecision::kQueued);
+  EXPECT_EQ(first.get_future().get(), SCHED_IDLE);
+  ASSERT_TRUE(w->Flush().ok());
+  // The training loop's fence: staging cannot finish until WaitStaged raises it.
+  std::promise<int> second;
+  ASSERT_EQ(*save(2, true, &second), SaveDecision::kQueued);
+  w->WaitStaged();
+  ASSERT_TRUE(w->Flush().ok());
+  // Lowered again once the job it was raised for is done.
+  std::promise<int> third;
+  ASSERT_EQ(*save(3, false, &third), SaveDecision::kQueued);
+  EXPECT_EQ(third.get_future().get(), SCHED_IDLE) << "the writer stayed raised after the save the loop waited on";
+  ASSERT_TRUE(w->Flush().ok());
+  EXPECT_EQ(CheckpointLoader(tmp.path()).LoadNewest(0)->manifest.step, 3);
 }
 
 TEST(CheckpointTest, BadRequestsAreRefusedAtSave) {

@@ -2,7 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <set>
 
@@ -39,6 +43,20 @@ std::string JoinPath(const std::string& a, const std::string& b) { return a + "/
 // for saves taken every step (CheckpointWriterOptions::log_commits).
 spdlog::level::level_enum RoutineLevel(const CheckpointWriterOptions& o) {
   return o.log_commits ? spdlog::level::info : spdlog::level::debug;
+}
+
+// Sets `thread`'s policy (SCHED_IDLE or SCHED_OTHER) for
+// CheckpointWriterOptions::idle_priority; a failure (a kernel without
+// SCHED_IDLE, a seccomp filter) only costs the priority, and is logged once.
+void SetPolicy(pthread_t thread, int policy, const CheckpointWriterOptions& o) {
+  sched_param p{};
+  p.sched_priority = 0;
+  const int rc = pthread_setschedparam(thread, policy, &p);
+  static std::atomic<bool> warned{false};
+  if (rc != 0 && !warned.exchange(true)) {
+    spdlog::warn("{}: rank {} could not set its writer threads' scheduling policy ({}); they run at normal priority",
+                 o.log_name, o.rank, std::strerror(rc));
+  }
 }
 
 }  // namespace
@@ -111,11 +129,23 @@ size_t CheckpointWriter::staging_capacity() const {
   return staging_capacity_;
 }
 
+void CheckpointWriter::BoostWhileWaited() {
+  if (!options_.idle_priority) return;
+  if (!writer_boosted_.exchange(true)) SetPolicy(thread_.native_handle(), SCHED_OTHER, options_);
+  if (!committer_boosted_.exchange(true)) SetPolicy(commit_thread_.native_handle(), SCHED_OTHER, options_);
+}
+
+void CheckpointWriter::LowerAgain(std::atomic<bool>* boosted) {
+  if (options_.idle_priority && boosted->exchange(false)) SetPolicy(pthread_self(), SCHED_IDLE, options_);
+}
+
 void CheckpointWriter::WaitIdle(std::unique_lock<std::mutex>* lock) {
+  if (job_.has_value()) BoostWhileWaited();
   idle_cv_.wait(*lock, [this] { return !job_.has_value(); });
 }
 
 void CheckpointWriter::WaitCommitted(std::unique_lock<std::mutex>* lock) {
+  if (job_.has_value() || !commits_.empty() || committing_) BoostWhileWaited();
   idle_cv_.wait(*lock, [this] { return !job_.has_value() && commits_.empty() && !committing_; });
 }
 
@@ -170,6 +200,7 @@ Result<SaveDecision> CheckpointWriter::Save(int64_t step, const std::vector<Buff
                     in_flight, skipped_.load());
         return SaveDecision::kSkipped;
       }
+      BoostWhileWaited();
       idle_cv_.wait(l, [this] {
         return !job_.has_value() && PendingCommits() < kMaxPendingCommits;
       });
@@ -215,6 +246,7 @@ void CheckpointWriter::WaitStaged() {
   std::unique_lock<std::mutex> l(mu_);
   if (!staging_pending_.load()) return;
   if (!fence_waiting_since_.has_value()) fence_waiting_since_ = Clock::now();
+  BoostWhileWaited();
   staged_cv_.wait(l, [this] { return !staging_pending_.load(); });
 }
 
@@ -233,6 +265,7 @@ std::vector<SaveOutcome> CheckpointWriter::TakeOutcomes() {
 }
 
 void CheckpointWriter::ThreadMain() {
+  if (options_.idle_priority) SetPolicy(pthread_self(), SCHED_IDLE, options_);
   for (;;) {
     Job job;
     {
@@ -242,6 +275,8 @@ void CheckpointWriter::ThreadMain() {
       job = *job_;
     }
     PendingCommit c = Write(job);
+    // Before the job is seen done: a waiter for the next one boosts again.
+    LowerAgain(&writer_boosted_);
     {
       std::lock_guard<std::mutex> l(mu_);
       commits_.push_back(std::move(c));
@@ -253,6 +288,7 @@ void CheckpointWriter::ThreadMain() {
 }
 
 void CheckpointWriter::CommitMain() {
+  if (options_.idle_priority) SetPolicy(pthread_self(), SCHED_IDLE, options_);
   for (;;) {
     PendingCommit c;
     {
@@ -280,6 +316,7 @@ void CheckpointWriter::CommitMain() {
                     exiting ? "" : ", training continues", outcome.status.ToString());
     }
     if (callback_) callback_(outcome);
+    LowerAgain(&committer_boosted_);  // before the commit is seen done, as the writer does
     {
       std::lock_guard<std::mutex> l(mu_);
       last_status_ = outcome.status;

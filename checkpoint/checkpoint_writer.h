@@ -151,6 +151,14 @@ struct CheckpointWriterOptions {
   // snapshot folder of a node without rank 0, where no manifest is written
   // and every folder older than the newest commit is a step gone by.
   bool prune_own_root = false;
+  // Run the writer's two threads (staging, write, commit, pruning) at
+  // SCHED_IDLE: they take only CPU time that no other thread of the node
+  // wants, so they never preempt the training loop (holdfast-train's memory
+  // snapshots, taken every step on nodes whose cores may all train). While a
+  // caller waits on them (the staging fence, a Save behind the one in flight,
+  // Flush) they run at normal priority until their current job ends, so a node
+  // busy with other work cannot starve a training loop that waits.
+  bool idle_priority = false;
 };
 
 enum class SaveDecision { kQueued, kSkipped };
@@ -269,6 +277,10 @@ class CheckpointWriter {
   void WaitIdle(std::unique_lock<std::mutex>* lock);       // no shard being staged or written
   void WaitCommitted(std::unique_lock<std::mutex>* lock);  // ... and no commit queued or running
   size_t PendingCommits() const { return commits_.size() + (committing_ ? 1 : 0); }  // caller holds mu_
+  // options_.idle_priority: both threads to normal priority while a caller
+  // waits on them; each lowers itself again once its job is done (LowerAgain).
+  void BoostWhileWaited();
+  void LowerAgain(std::atomic<bool>* boosted);
 
   const CheckpointWriterOptions options_;
   Storage* const storage_;  // not owned
@@ -303,6 +315,9 @@ class CheckpointWriter {
   std::optional<int64_t> parent_step_;        // commit thread only (after Create)
   std::atomic<int64_t> newest_committed_{-1};
   std::atomic<int64_t> skipped_{0};
+  // options_.idle_priority: the thread runs at normal priority for a waiter.
+  std::atomic<bool> writer_boosted_{false};
+  std::atomic<bool> committer_boosted_{false};
   std::thread thread_;         // the writer
   std::thread commit_thread_;  // the committer
 };

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <map>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -313,25 +314,30 @@ void LogOutcomes(CheckpointWriter* writer, ProgressSink& progress) {
   }
 }
 
-// What the memory snapshots cost the training loop in this process: each
-// save's stall (SaveOutcome::stall_seconds: Save's time in the caller and the
-// staging fence), against the time of the steps run, for the summary at the
-// end (docs/memory-snapshots.md, "What it costs").
+// What the memory snapshots cost the training loop in this process, for the
+// summary at its end (docs/memory-snapshots.md, "What it costs"): per
+// snapshot, the capture of the state's views (Trainer::StateViews: the meta
+// text, the RNG state) plus the save's own stall (SaveOutcome::stall_seconds:
+// Save's time in the caller and the staging fence), against the time of the
+// steps run.
 struct SnapshotTally {
+  std::map<int64_t, double> capture_ms;  // by step, until its outcome arrives
   std::vector<double> stall_ms;
   int64_t failed = 0;
   double step_ms = 0;  // the steps this process ran
+  bool logged = false;
 
-  void Log() const {
-    if (stall_ms.empty() && failed == 0) return;
+  void Log() {
+    if (logged || (stall_ms.empty() && failed == 0)) return;
+    logged = true;
     std::vector<double> sorted = stall_ms;
     std::sort(sorted.begin(), sorted.end());
     const auto at = [&](double q) {
       return sorted.empty() ? 0.0 : sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * sorted.size()))];
     };
     const double total = std::accumulate(sorted.begin(), sorted.end(), 0.0);
-    spdlog::info("memory snapshots: {} committed, {} failed; training stall per snapshot median {:.2f} ms, p99 {:.2f} "
-                 "ms, {:.3f} s in all = {:.2f}% of the {:.2f} s of steps",
+    spdlog::info("memory snapshots: {} committed, {} failed; training stall per snapshot (capture + save + fence) "
+                 "median {:.3f} ms, p99 {:.3f} ms, {:.3f} s in all = {:.2f}% of the {:.2f} s of steps",
                  sorted.size(), failed, at(0.5), at(0.99), total / 1000, step_ms > 0 ? 100 * total / step_ms : 0.0,
                  step_ms / 1000);
   }
@@ -343,12 +349,17 @@ struct SnapshotTally {
 void LogSnapshotOutcomes(CheckpointWriter* snapshots, SnapshotTally* tally) {
   if (snapshots == nullptr) return;
   for (const SaveOutcome& o : snapshots->TakeOutcomes()) {
+    double capture = 0;
+    if (auto it = tally->capture_ms.find(o.step); it != tally->capture_ms.end()) {
+      capture = it->second;
+      tally->capture_ms.erase(it);
+    }
     if (!o.committed()) {
       ++tally->failed;
       spdlog::warn("memory snapshot of step {} failed (training goes on; disk checkpoints are unaffected): {}", o.step,
                    o.status.ToString());
     } else {
-      tally->stall_ms.push_back(o.stall_seconds * 1000);
+      tally->stall_ms.push_back(capture + o.stall_seconds * 1000);
     }
   }
 }
@@ -741,6 +752,10 @@ int SaveAndExitPreempted(RankRun* run) {
     spdlog::error("preemption checkpoint of step {} failed: {}", trainer.step(), s.ToString());
     return kExitFailed;
   }
+  if (run->snapshots != nullptr) {
+    LogSnapshotOutcomes(run->snapshots.get(), &run->snapshot_tally);
+    run->snapshot_tally.Log();
+  }
   spdlog::warn("checkpoint of step {} committed; exiting for preemption (code {})", trainer.step(), kExitPreempted);
   return kExitPreempted;
 }
@@ -779,6 +794,7 @@ StageExit CheckpointAfterStep(const StepMetrics& m, const TrainerConfig& cfg, Ra
   if (!disk_due && !memory_due) return std::nullopt;
   if (m.checkpoint) spdlog::info("checkpoint requested (runctl checkpoint): saving step {}", m.step);
   if (disk_due) run->progress->SetPhase(Phase::kCheckpoint);
+  const auto capture_start = std::chrono::steady_clock::now();
   auto views = run->trainer->StateViews();
   if (!views.ok()) {
     spdlog::error("cannot capture state for checkpoint: {}", views.status().ToString());
@@ -786,6 +802,8 @@ StageExit CheckpointAfterStep(const StepMetrics& m, const TrainerConfig& cfg, Ra
   }
   const std::vector<BufferView> buffers = ToBufferViews(*views);
   if (memory_due) {
+    run->snapshot_tally.capture_ms[m.step] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - capture_start).count();
     auto decision = run->snapshots->Save(m.step, buffers, run->trainer->LatestEvalMetrics());
     if (!decision.ok()) spdlog::warn("memory snapshot of step {}: {}", m.step, decision.status().ToString());
   }
