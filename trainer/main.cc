@@ -15,12 +15,12 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <map>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -802,10 +802,14 @@ StageExit CheckpointAfterStep(const StepMetrics& m, const TrainerConfig& cfg, Ra
   }
   const std::vector<BufferView> buffers = ToBufferViews(*views);
   if (memory_due) {
-    run->snapshot_tally.capture_ms[m.step] =
+    const double capture_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - capture_start).count();
     auto decision = run->snapshots->Save(m.step, buffers, run->trainer->LatestEvalMetrics());
-    if (!decision.ok()) spdlog::warn("memory snapshot of step {}: {}", m.step, decision.status().ToString());
+    if (!decision.ok()) {
+      spdlog::warn("memory snapshot of step {}: {}", m.step, decision.status().ToString());
+    } else {
+      run->snapshot_tally.capture_ms[m.step] = capture_ms;  // until the save's outcome arrives
+    }
   }
   if (!disk_due) return std::nullopt;
   auto decision = writer->Save(m.step, buffers, run->trainer->LatestEvalMetrics());

@@ -53,15 +53,16 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   const int64_t capacity =
       static_cast<int64_t>(std::ceil(options_.capacity_factor * static_cast<double>(N * k) / static_cast<double>(E)));
   const torch::Tensor kept = place < capacity;
+  const torch::Tensor chosen = onehot.sum(0);  // [E]: assignments per expert, dropped ones included
 
   torch::Tensor y = torch::zeros_like(xf);
   routing_ = MoeRouting{};
   routing_.capacity = capacity;
+  const torch::Tensor chosen_cpu = chosen.cpu();
+  routing_.assigned.assign(chosen_cpu.data_ptr<int64_t>(), chosen_cpu.data_ptr<int64_t>() + E);
   const torch::Tensor token_of = torch::arange(k * N, torch::TensorOptions().dtype(torch::kLong).device(x.device())) % N;
   for (int64_t e = 0; e < E; ++e) {
-    const torch::Tensor chose = choice_e == e;
-    const torch::Tensor mine = torch::nonzero(chose & kept).reshape({-1});  // in choice-major order
-    routing_.assigned.push_back(chose.sum().item<int64_t>());
+    const torch::Tensor mine = torch::nonzero((choice_e == e) & kept).reshape({-1});  // in choice-major order
     routing_.kept.push_back(mine.numel());
     if (mine.numel() == 0) continue;
     const torch::Tensor tokens = token_of.index_select(0, mine);
@@ -71,7 +72,7 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x) {
   }
   for (size_t e = 0; e < routing_.assigned.size(); ++e) routing_.dropped += routing_.assigned[e] - routing_.kept[e];
   // Switch's load-balancing loss over all k choices (f: counts, no gradient).
-  const torch::Tensor f = onehot.sum(0).to(probs.scalar_type()) / static_cast<double>(N * k);
+  const torch::Tensor f = chosen.to(probs.scalar_type()) / static_cast<double>(N * k);
   aux_ = static_cast<double>(E) * (f * probs.mean(0)).sum();
   return y.reshape(x.sizes());
 }
