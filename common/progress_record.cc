@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 namespace holdfast {
@@ -89,6 +90,30 @@ const char* CollectiveKindName(CollectiveKind kind) {
     case CollectiveKind::kBarrier: return "barrier";
     case CollectiveKind::kAllgather: return "allgather";
     case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kSendRecv: return "send/recv";
+  }
+  return "unknown";
+}
+
+const char* CollectiveGroupName(CollectiveGroup group) {
+  switch (group) {
+    case CollectiveGroup::kUnknown: return "unknown";
+    case CollectiveGroup::kWorld: return "world";
+    case CollectiveGroup::kData: return "dp";
+    case CollectiveGroup::kTensor: return "tp";
+    case CollectiveGroup::kPipeline: return "pp";
+    case CollectiveGroup::kExpert: return "ep";
+    case CollectiveGroup::kExpertData: return "edp";
+  }
+  return "unknown";
+}
+
+const char* MessageKindName(MessageKind kind) {
+  switch (kind) {
+    case MessageKind::kNone: return "nothing";
+    case MessageKind::kActivations: return "activations";
+    case MessageKind::kGradients: return "gradients";
+    case MessageKind::kTiedEmbedding: return "tied embedding gradient";
   }
   return "unknown";
 }
@@ -127,11 +152,15 @@ ProgressSnapshot ProgressReader::Read() const {
   ProgressSnapshot snap;
   const auto* rec = static_cast<const ProgressRecordLayout*>(map_);
   const uint32_t version = rec->version;
-  // A version 2 writer (an older Python module) is read as far as it goes:
-  // its record is a prefix of this one, the restore fields unreported.
-  if (LoadAcquire(&rec->magic) != kProgressMagic || (version != kProgressVersion && version != 2)) return snap;
+  // A version 2 or 3 writer (an older Python module, today's) is read as far
+  // as it goes: its record is a prefix of this one, the rest unreported (zero).
+  if (LoadAcquire(&rec->magic) != kProgressMagic || (version != kProgressVersion && version != 2 && version != 3)) {
+    return snap;
+  }
   snap.valid = true;
-  const size_t size = version == 2 ? offsetof(ProgressRecordLayout, restored_step) : kSize;
+  const size_t size = version == 2   ? offsetof(ProgressRecordLayout, restored_step)
+                      : version == 3 ? kProgressV3Size
+                                     : kSize;
   auto finish = [&snap, version] {
     if (version == 2) {
       snap.record.restored_step = -1;
@@ -197,18 +226,40 @@ void ProgressWriter::EndStep(int64_t completed) {
   End();
 }
 
-uint64_t ProgressWriter::IssueCollective(CollectiveKind kind, uint64_t bytes) {
+uint64_t ProgressWriter::IssueCollective(CollectiveKind kind, uint64_t bytes, const CollectiveLabel& label) {
+  const int g = static_cast<int>(label.group);
+  const bool grouped = g >= 1 && g <= kCollectiveGroups;
+  auto micro = [](int32_t m) { return static_cast<int16_t>(std::clamp<int32_t>(m, -1, INT16_MAX)); };
   Begin();
   const uint64_t seq = ++rec_->collectives_issued;
-  CollectiveEntry& e = rec_->ring[rec_->ring_head % kProgressRingSize];
+  const uint64_t slot = rec_->ring_head % kProgressRingSize;
+  CollectiveEntry& e = rec_->ring[slot];
   e.seq = seq;
   e.kind = static_cast<uint32_t>(kind);
   e.bytes = bytes;
   e.issued_ns = MonotonicNowNs();
   e.completed_ns = 0;
+  CollectiveDetail& d = rec_->ring_detail[slot];
+  d.group = grouped ? static_cast<uint8_t>(g) : 0;
+  d.group_seq = grouped ? ++rec_->group_issued[g - 1] : 0;
+  d.send_what = static_cast<uint8_t>(label.send_what);
+  d.recv_what = static_cast<uint8_t>(label.recv_what);
+  d.reserved = 0;
+  d.send_to = label.send_to;
+  d.recv_from = label.recv_from;
+  d.send_micro = micro(label.send_micro);
+  d.recv_micro = micro(label.recv_micro);
   rec_->ring_head += 1;
   End();
   return seq;
+}
+
+void ProgressWriter::SetMesh(int tensor, int pipeline, int expert) {
+  Begin();
+  rec_->mesh_tensor = tensor;
+  rec_->mesh_pipeline = pipeline;
+  rec_->mesh_expert = expert;
+  End();
 }
 
 void ProgressWriter::WaitCollective(uint64_t seq, CollectiveKind kind) {

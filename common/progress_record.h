@@ -42,9 +42,36 @@ enum class Phase : uint32_t {
 };
 const char* PhaseName(Phase phase);
 
+// kSendRecv: point-to-point messages posted together (a pipeline stage's
+// activations out and a gradient in), with CollectiveDetail's peers.
 enum class CollectiveKind : uint32_t { kNone = 0, kAllreduce = 1, kBroadcast = 2, kBarrier = 3, kAllgather = 4,
-                                      kReduceScatter = 5 };
-const char* CollectiveKindName(CollectiveKind kind);
+                                      kReduceScatter = 5, kSendRecv = 6 };
+const char* CollectiveKindName(CollectiveKind kind);  // "allreduce", ..., "send/recv"
+
+// The group a collective ran on (version 4; values are part of the layout):
+// the groups of common/mesh.h, and the whole world. kUnknown: a writer that
+// does not say (an older record, the Python module).
+enum class CollectiveGroup : uint8_t { kUnknown = 0, kWorld = 1, kData = 2, kTensor = 3, kPipeline = 4, kExpert = 5,
+                                       kExpertData = 6 };
+inline constexpr int kCollectiveGroups = 6;  // kWorld .. kExpertData
+const char* CollectiveGroupName(CollectiveGroup group);  // "world", "dp", "tp", "pp", "ep", "edp"
+
+// What a point-to-point message carries (version 4; layout values).
+enum class MessageKind : uint8_t { kNone = 0, kActivations = 1, kGradients = 2, kTiedEmbedding = 3 };
+// "activations", "gradients", "tied embedding gradient"
+const char* MessageKindName(MessageKind kind);
+
+// How a collective is labelled when issued: its group and, for kSendRecv,
+// the peers (global ranks) and what the messages carry.
+struct CollectiveLabel {
+  CollectiveGroup group = CollectiveGroup::kUnknown;
+  int32_t send_to = -1;    // global rank sent to; -1 none
+  int32_t recv_from = -1;  // global rank received from; -1 none
+  MessageKind send_what = MessageKind::kNone;
+  MessageKind recv_what = MessageKind::kNone;
+  int32_t send_micro = -1;  // micro-batch of the message sent; -1 none
+  int32_t recv_micro = -1;
+};
 
 // Where a rank's state came from when it started (restore_tier). Values are
 // part of the layout; kUnreported until the rank says (a job that does not).
@@ -54,8 +81,9 @@ const char* RestoreTierName(RestoreTier tier);
 
 inline constexpr uint64_t kProgressMagic = 0x31474F5250464C48ULL;  // "HLFPROG1"
 // Version 2 appended the checkpoint-failure fields (offset 760 on), version 3
-// the restore fields (offset 936 on); the earlier offsets are unchanged.
-inline constexpr uint32_t kProgressVersion = 3;
+// the restore fields (offset 936 on), version 4 the mesh and the groups
+// (offset 952 on); the earlier offsets are unchanged.
+inline constexpr uint32_t kProgressVersion = 4;
 inline constexpr int kProgressRingSize = 16;
 // Bytes of checkpoint_error, its terminating NUL included.
 inline constexpr int kProgressErrorSize = 160;
@@ -70,6 +98,20 @@ struct CollectiveEntry {
   int64_t completed_ns; // 0 while not known complete
 };
 static_assert(sizeof(CollectiveEntry) == 40);
+
+// The group and messages of ring[i], in ring_detail[i] (version 4).
+struct CollectiveDetail {
+  uint64_t group_seq;  // 1-based number of the collective in its group (0: group unknown)
+  uint8_t group;       // CollectiveGroup
+  uint8_t send_what;   // MessageKind
+  uint8_t recv_what;   // MessageKind
+  uint8_t reserved;
+  int32_t send_to;     // global ranks; -1 none
+  int32_t recv_from;
+  int16_t send_micro;  // micro-batches; -1 none
+  int16_t recv_micro;
+};
+static_assert(sizeof(CollectiveDetail) == 24);
 
 // The shared layout. Every field is naturally aligned; offsets are pinned below.
 struct ProgressRecordLayout {
@@ -105,6 +147,16 @@ struct ProgressRecordLayout {
   int64_t restored_step;     // 936
   uint32_t restore_tier;     // 944: RestoreTier
   uint32_t restore_skipped;  // 948
+  // The rank's place in a device mesh (common/mesh.h), written once before
+  // the first collective (ProgressWriter::SetMesh): 0 while not reported.
+  int32_t mesh_tensor;    // 952: TP
+  int32_t mesh_pipeline;  // 956: PP
+  int32_t mesh_expert;    // 960: EP
+  uint32_t reserved2;     // 964
+  // Collectives issued per group, index CollectiveGroup - 1: a rank is in
+  // one group of each kind, so this is its count in that group.
+  uint64_t group_issued[kCollectiveGroups];  // 968
+  CollectiveDetail ring_detail[kProgressRingSize];  // 1016
 };
 static_assert(offsetof(ProgressRecordLayout, seq) == 24);
 static_assert(offsetof(ProgressRecordLayout, ring) == 120);
@@ -113,7 +165,12 @@ static_assert(offsetof(ProgressRecordLayout, checkpoint_failed_step) == 768);
 static_assert(offsetof(ProgressRecordLayout, checkpoint_error) == 776);
 static_assert(offsetof(ProgressRecordLayout, restored_step) == 776 + kProgressErrorSize);
 static_assert(offsetof(ProgressRecordLayout, restore_tier) == 944);
-static_assert(sizeof(ProgressRecordLayout) == 952);
+static_assert(offsetof(ProgressRecordLayout, mesh_tensor) == 952);
+static_assert(offsetof(ProgressRecordLayout, group_issued) == 968);
+static_assert(offsetof(ProgressRecordLayout, ring_detail) == 1016);
+static_assert(sizeof(ProgressRecordLayout) == 1400);
+// Where a version 3 record (the Python module's) ends.
+inline constexpr size_t kProgressV3Size = 952;
 
 // A consistent copy of a record, as a reader sees it.
 struct ProgressSnapshot {
@@ -157,8 +214,12 @@ class ProgressWriter {
   void SetPhase(Phase phase);
   void BeginStep();                 // phase kData, step timer starts
   void EndStep(int64_t completed);  // step = completed, last step duration recorded
-  // A collective was issued (entered); returns its sequence number.
-  uint64_t IssueCollective(CollectiveKind kind, uint64_t bytes);
+  // A collective was issued (entered); returns its sequence number. `label`:
+  // its group (counted in group_issued, numbered in it) and messages.
+  uint64_t IssueCollective(CollectiveKind kind, uint64_t bytes, const CollectiveLabel& label = {});
+  // The mesh the rank is part of (TP, PP, EP; common/mesh.h), once, before
+  // its first collective.
+  void SetMesh(int tensor, int pipeline, int expert);
   // The rank blocks until collective `seq` is done (phase kCollective).
   void WaitCollective(uint64_t seq, CollectiveKind kind);
   void CollectiveDone(uint64_t seq);

@@ -92,7 +92,7 @@ TEST(ProgressRecordTest, CheckpointFailuresReachTheReaderWithTheirText) {
   ASSERT_TRUE(reader.ok()) << reader.status().ToString();
   ProgressSnapshot fresh = (*reader)->Read();
   ASSERT_TRUE(fresh.valid);
-  EXPECT_EQ(fresh.record.version, 3u);
+  EXPECT_EQ(fresh.record.version, 4u);
   EXPECT_EQ(fresh.record.size, sizeof(ProgressRecordLayout));
   EXPECT_EQ(fresh.record.checkpoint_failures, 0u);
   EXPECT_EQ(fresh.record.checkpoint_failed_step, -1);

@@ -11,8 +11,15 @@ namespace holdfast {
 namespace {
 
 constexpr uint32_t kMaxPhase = static_cast<uint32_t>(Phase::kDone);
-constexpr uint32_t kMaxCollectiveKind = static_cast<uint32_t>(CollectiveKind::kReduceScatter);
+constexpr uint32_t kMaxCollectiveKind = static_cast<uint32_t>(CollectiveKind::kSendRecv);
 constexpr uint32_t kMaxRestoreTier = static_cast<uint32_t>(RestoreTier::kMemory);
+constexpr uint8_t kMaxMessageKind = static_cast<uint8_t>(MessageKind::kTiedEmbedding);
+// A mesh dimension past this is not a mesh a writer can mean.
+constexpr int32_t kMaxMeshSize = 1 << 20;
+
+bool KnownDetail(const CollectiveDetail& d) {
+  return d.group <= kCollectiveGroups && d.send_what <= kMaxMessageKind && d.recv_what <= kMaxMessageKind;
+}
 
 }  // namespace
 
@@ -25,8 +32,11 @@ RankProgress DecodeProgress(const ProgressSnapshot& snapshot) {
   // (ring_head - n + i) % size, oldest first: entry i of the newest n.
   auto entry = [&](uint64_t i) -> const CollectiveEntry& { return p.ring[(p.ring_head - n + i) % kProgressRingSize]; };
   if (p.phase > kMaxPhase || p.collective_kind > kMaxCollectiveKind || p.restore_tier > kMaxRestoreTier) return out;
+  auto detail = [&](uint64_t i) -> const CollectiveDetail& {
+    return p.ring_detail[(p.ring_head - n + i) % kProgressRingSize];
+  };
   for (uint64_t i = 0; i < n; ++i) {
-    if (entry(i).kind > kMaxCollectiveKind) return out;
+    if (entry(i).kind > kMaxCollectiveKind || !KnownDetail(detail(i))) return out;
   }
   out.valid = true;
   out.writer_pid = p.pid;
@@ -55,9 +65,37 @@ RankProgress DecodeProgress(const ProgressSnapshot& snapshot) {
   out.ring.reserve(n);
   for (uint64_t i = 0; i < n; ++i) {
     const CollectiveEntry& e = entry(i);
-    out.ring.push_back(CollectiveRecord{e.seq, static_cast<CollectiveKind>(e.kind), e.bytes, e.issued_ns, e.completed_ns});
+    const CollectiveDetail& d = detail(i);
+    CollectiveRecord c;
+    c.seq = e.seq;
+    c.kind = static_cast<CollectiveKind>(e.kind);
+    c.bytes = e.bytes;
+    c.issued_ns = e.issued_ns;
+    c.completed_ns = e.completed_ns;
+    c.label.group = static_cast<CollectiveGroup>(d.group);
+    c.group_seq = d.group != 0 ? d.group_seq : 0;
+    c.label.send_to = std::max(-1, d.send_to);
+    c.label.recv_from = std::max(-1, d.recv_from);
+    c.label.send_what = static_cast<MessageKind>(d.send_what);
+    c.label.recv_what = static_cast<MessageKind>(d.recv_what);
+    c.label.send_micro = std::max<int32_t>(-1, d.send_micro);
+    c.label.recv_micro = std::max<int32_t>(-1, d.recv_micro);
+    out.ring.push_back(c);
   }
+  auto in_range = [](int32_t v) { return v >= 1 && v <= kMaxMeshSize; };
+  if (in_range(p.mesh_tensor) && in_range(p.mesh_pipeline) && in_range(p.mesh_expert)) {
+    out.mesh = MeshShape{p.mesh_tensor, p.mesh_pipeline, p.mesh_expert};
+  }
+  for (int g = 0; g < kCollectiveGroups; ++g) out.group_issued[static_cast<size_t>(g)] = p.group_issued[g];
   return out;
+}
+
+const CollectiveRecord* RankProgress::waited() const {
+  if (!in_collective()) return nullptr;
+  for (const CollectiveRecord& c : ring) {
+    if (c.seq == waiting_on) return &c;
+  }
+  return nullptr;
 }
 
 int64_t NewestStep(const std::vector<RankView>& ranks, int64_t at_least) {

@@ -21,12 +21,15 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/container/static_vector.hpp>
 
+#include "common/mesh.h"
 #include "common/proc_state.h"
 #include "common/progress_record.h"
 
@@ -39,6 +42,10 @@ struct CollectiveRecord {
   uint64_t bytes = 0;
   int64_t issued_ns = 0;     // 0 = unset
   int64_t completed_ns = 0;  // 0 while not known complete
+  // Version 4: its group (kUnknown: not said) and number in it, and for a
+  // send/recv the peers and what travels.
+  CollectiveLabel label;
+  uint64_t group_seq = 0;  // 1-based in label.group; 0 when the group is unknown
   bool completed() const { return completed_ns != 0; }
 };
 
@@ -71,11 +78,23 @@ struct RankProgress {
   uint32_t restore_skipped = 0;  // newer candidates of a faster tier passed over
   uint64_t ring_head = 0;                // collectives ever put in the ring (>= ring.size())
   CollectiveRing ring;                   // the newest kProgressRingSize at most, oldest first
+  // The mesh the rank reported (ProgressWriter::SetMesh); none: not reported
+  // (a pure data-parallel job, an older writer).
+  std::optional<MeshShape> mesh;
+  // Collectives issued in each of its groups, index CollectiveGroup - 1.
+  std::array<uint64_t, kCollectiveGroups> group_issued{};
 
   // A writer attached to a valid record: there is progress to judge by.
   bool attached() const { return valid && writer_pid != 0; }
   // Blocked in collective #waiting_on (kind collective_kind).
   bool in_collective() const { return valid && phase == Phase::kCollective && waiting_on != 0; }
+  // The ring's entry of the collective waited in; null when not in one or
+  // when it has left the ring.
+  const CollectiveRecord* waited() const;
+  uint64_t issued_in(CollectiveGroup g) const {
+    const int i = static_cast<int>(g);
+    return i >= 1 && i <= kCollectiveGroups ? group_issued[static_cast<size_t>(i - 1)] : 0;
+  }
 };
 
 // The one decode of the shared-memory layout.

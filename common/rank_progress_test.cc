@@ -68,7 +68,13 @@ TEST(RankProgressTest, ARecordThisBuildCannotInterpretIsNotValid) {
   kind.record.collective_kind = 77;
   EXPECT_FALSE(DecodeProgress(kind).valid);
   ProgressSnapshot ring = Written(20);
-  ring.record.ring[(ring.record.ring_head - 1) % kProgressRingSize].kind = 6;
+  ring.record.ring[(ring.record.ring_head - 1) % kProgressRingSize].kind = 7;
+  EXPECT_FALSE(DecodeProgress(ring).valid);
+  ProgressSnapshot group = Written(20);  // a group from a newer writer
+  group.record.ring_detail[(group.record.ring_head - 1) % kProgressRingSize].group = kCollectiveGroups + 1;
+  EXPECT_FALSE(DecodeProgress(group).valid);
+  ring = Written(20);
+  ring.record.ring_detail[3].send_what = 9;
   EXPECT_FALSE(DecodeProgress(ring).valid);
   // An unknown kind outside the newest ring_head entries is never read.
   ProgressSnapshot stale = Written(2);

@@ -41,7 +41,7 @@
 
 namespace holdfast {
 
-inline constexpr int kClusterProtocolVersion = 4;
+inline constexpr int kClusterProtocolVersion = 5;
 
 // A rank view travels as an array (v4): these are its items' names, in order
 // (docs/cluster-protocol.md, "Rank view"); errors name an item by them.

@@ -27,7 +27,7 @@ using namespace cluster_test;  // NOLINT: the suite's support
 TEST(ClusterProtocolTest, HelloRoundTrip) {
   const HelloMsg sent = std::get<HelloMsg>(OneOfEach()[0]);
   const std::string line = EncodeClusterMessage(sent, kSenderNow);
-  EXPECT_EQ(line.rfind(R"({"v":4,"type":"hello",)", 0), 0u) << line;
+  EXPECT_EQ(line.rfind(R"({"v":5,"type":"hello",)", 0), 0u) << line;
   HelloMsg got = RoundTrip(sent);
   EXPECT_EQ(got.version, kClusterProtocolVersion);
   EXPECT_EQ(got.node, 3);
@@ -49,17 +49,17 @@ TEST(ClusterProtocolTest, HandshakeMessagesRoundTripAndRefuseBadHex) {
   const WelcomeMsg w = RoundTrip(std::get<WelcomeMsg>(OneOfEach()[11]));
   EXPECT_EQ(w.proof, std::string(32, '\xa5'));
   EXPECT_EQ(EncodeClusterMessage(ChallengeMsg{std::string(32, '\x00')}, kSenderNow),
-            R"({"v":4,"type":"challenge","nonce":")" + std::string(64, '0') + "\"}\n");
-  ExpectBad(R"({"v":4,"type":"challenge","nonce":"zz"})", {"challenge", "\"nonce\" must be 64 hex digits"});
-  ExpectBad(R"({"v":4,"type":"welcome","proof":"00"})", {"welcome", "\"proof\" must be 64 hex digits"});
+            R"({"v":5,"type":"challenge","nonce":")" + std::string(64, '0') + "\"}\n");
+  ExpectBad(R"({"v":5,"type":"challenge","nonce":"zz"})", {"challenge", "\"nonce\" must be 64 hex digits"});
+  ExpectBad(R"({"v":5,"type":"welcome","proof":"00"})", {"welcome", "\"proof\" must be 64 hex digits"});
   EXPECT_EQ(w.run_id, "r-20261202-c227");
   // A welcome of an older leader has no run id; one that is a path is refused, as in a start.
   const std::string proof = "\"proof\":\"" + std::string(64, 'a') + "\"";
-  Result<ClusterMessage> old_leader = ParseClusterMessage(R"({"v":4,"type":"welcome",)" + proof + "}", kSenderNow);
+  Result<ClusterMessage> old_leader = ParseClusterMessage(R"({"v":5,"type":"welcome",)" + proof + "}", kSenderNow);
   ASSERT_TRUE(old_leader.ok()) << old_leader.status().ToString();
   EXPECT_EQ(std::get<WelcomeMsg>(*old_leader).run_id, "");
   for (const char* bad : {"../../etc", ".hidden", "", "r 1", "a/b"}) {
-    ExpectBad(R"({"v":4,"type":"welcome",)" + proof + R"(,"run_id":")" + bad + "\"}", {"welcome", "is not a run id"});
+    ExpectBad(R"({"v":5,"type":"welcome",)" + proof + R"(,"run_id":")" + bad + "\"}", {"welcome", "is not a run id"});
     json start = Encoded(OneOfEach()[5]);
     start["run_id"] = bad;
     ExpectBad(start.dump(), {"start", "is not a run id"});
@@ -103,11 +103,11 @@ TEST(ClusterProtocolTest, ARankViewIsAnArrayOfNamedItems) {
   // A view of another length (another build's) is refused with the items this build reads.
   json shorter = progress;
   shorter["ranks"][1].erase(Item("heartbeat_age"));
-  ExpectBad(shorter.dump(), {"progress: ranks[1] must be an array of the 29 items [rank, node, host,",
-                             "heartbeat_age", "ring_since, ring] (cluster protocol v4)"});
+  ExpectBad(shorter.dump(), {"progress: ranks[1] must be an array of the 31 items [rank, node, host,",
+                             "heartbeat_age", "mesh, groups", "ring_since, ring] (cluster protocol v5)"});
   json keyed = progress;
   keyed["ranks"][0] = json{{"rank", 0}};
-  ExpectBad(keyed.dump(), {"progress: ranks[0] must be an array of the 29 items", "got {\"rank\":0}"});
+  ExpectBad(keyed.dump(), {"progress: ranks[0] must be an array of the 31 items", "got {\"rank\":0}"});
 }
 
 TEST(ClusterProtocolTest, RankExitRoundTrip) {
@@ -199,19 +199,21 @@ TEST(ClusterProtocolTest, EveryTruncationIsRejectedCleanly) {
 TEST(ClusterProtocolTest, VersionMismatchSaysBothVersions) {
   // A v1 peer (the untyped JSON before this protocol) sends no "v".
   ExpectBad(R"({"type":"hello","node":1,"nproc":8,"pid":7,"health":""})",
-            {"\"hello\"", "has no \"v\"", "v1", "v4", "run the same holdfast build on every node"});
+            {"\"hello\"", "has no \"v\"", "v1", "v5", "run the same holdfast build on every node"});
   HelloMsg future = std::get<HelloMsg>(OneOfEach()[0]);
-  future.version = 5;
+  future.version = 6;
   ExpectBad(EncodeClusterMessage(future, kSenderNow),
-            {"peer speaks holdfast cluster protocol v5", "this holdfastd speaks v4", "same holdfast build"});
+            {"peer speaks holdfast cluster protocol v6", "this holdfastd speaks v5", "same holdfast build"});
   // A v2 follower (before the run key's challenge-response) is told to match the build.
   ExpectBad(R"({"v":2,"type":"hello","node":1,"host":"h","nproc":8,"pid":7,"health_report":""})",
-            {"peer speaks holdfast cluster protocol v2", "this holdfastd speaks v4"});
-  // A v3 follower (rank views as keyed objects) too.
+            {"peer speaks holdfast cluster protocol v2", "this holdfastd speaks v5"});
+  // A v4 follower (rank views without the mesh and groups) too, and v3 (keyed objects).
+  ExpectBad(R"({"v":4,"type":"progress","generation":1,"ranks":[]})",
+            {"peer speaks holdfast cluster protocol v4", "this holdfastd speaks v5"});
   ExpectBad(R"({"v":3,"type":"progress","generation":1,"ranks":[{"rank":0}]})",
-            {"peer speaks holdfast cluster protocol v3", "this holdfastd speaks v4"});
+            {"peer speaks holdfast cluster protocol v3", "this holdfastd speaks v5"});
   ExpectBad(R"({"v":"3","type":"stop","generation":1,"why":"","grace_s":1})", {"\"v\" must be", "\"3\""});
-  ExpectBad(R"({"v":4.0,"type":"stop","generation":1,"why":"","grace_s":1})", {"\"v\" must be"});
+  ExpectBad(R"({"v":5.0,"type":"stop","generation":1,"why":"","grace_s":1})", {"\"v\" must be"});
 }
 
 TEST(ClusterProtocolTest, RejectReadsTheSameInEveryVersion) {
@@ -225,9 +227,9 @@ TEST(ClusterProtocolTest, RejectReadsTheSameInEveryVersion) {
 }
 
 TEST(ClusterProtocolTest, UnknownTypeListsTheTypes) {
-  ExpectBad(R"({"v":4,"type":"reboot"})", {"unknown cluster message type \"reboot\"", "hello, progress", "welcome"});
-  ExpectBad(R"({"v":4})", {"needs \"type\" as a string"});
-  ExpectBad(R"({"v":4,"type":7})", {"needs \"type\" as a string"});
+  ExpectBad(R"({"v":5,"type":"reboot"})", {"unknown cluster message type \"reboot\"", "hello, progress", "welcome"});
+  ExpectBad(R"({"v":5})", {"needs \"type\" as a string"});
+  ExpectBad(R"({"v":5,"type":7})", {"needs \"type\" as a string"});
 }
 
 TEST(ClusterProtocolTest, FramingErrors) {
@@ -237,7 +239,7 @@ TEST(ClusterProtocolTest, FramingErrors) {
   ExpectBad("[1,2]", {"must be a JSON object", "array"});
   ExpectBad("{\"v\":4,\"type\":\"kill\",\"generation\":1,\"ranks\":[]}\n{}", {"one line"});
   ExpectBad("{\"v\":4,\"type\":\"stop\",\"generation\":1,\"why\":\"\",\"grace_s\":1}trailing", {"not JSON"});
-  std::string deep = R"({"v":4,"type":"kill","generation":1,"ranks":[],"x":)";
+  std::string deep = R"({"v":5,"type":"kill","generation":1,"ranks":[],"x":)";
   for (int i = 0; i < 40; ++i) deep += "[";
   for (int i = 0; i < 40; ++i) deep += "]";
   deep += "}";
@@ -246,7 +248,7 @@ TEST(ClusterProtocolTest, FramingErrors) {
 
 TEST(ClusterProtocolTest, OversizeLineRejected) {
   // Valid JSON, one byte over the limit with its newline.
-  std::string line = R"({"v":4,"type":"reject","why":")";
+  std::string line = R"({"v":5,"type":"reject","why":")";
   line += std::string(kMaxClusterMessageBytes - line.size() - 2, 'x');
   line += "\"}";
   ASSERT_EQ(line.size(), kMaxClusterMessageBytes);
@@ -324,12 +326,16 @@ TEST(ClusterProtocolTest, OutOfRangeValuesAreNamed) {
       {1, json::json_pointer("/generation"), -2, "\"generation\" must be an integer in [-1, 2147483647]"},
       {1, ViewPointer(0, "rank"), -1, "progress: ranks[0]: \"rank\" (item 0) must be an integer in [0, 1048575]"},
       {1, ViewPointer(0, "phase"), 9, "\"phase\" (item 10) must be an integer in [0, 8], got 9"},
-      {1, ViewPointer(0, "kind"), 6, "\"kind\" (item 11) must be an integer in [0, 5]"},
+      {1, ViewPointer(0, "kind"), 7, "\"kind\" (item 11) must be an integer in [0, 6]"},
+      {1, ViewPointer(1, "mesh"), json::array({2, 0, 1}), "\"mesh\" must be [] or [tensor, pipeline, expert]"},
+      {1, ViewPointer(1, "groups"), json::array({1, 2}), "\"groups\" must hold 6 counts"},
       {1, ViewPointer(0, "heartbeat_age"), -2, "\"heartbeat_age\" (item 17) must be an integer >= -1"},
       {1, ViewPointer(0, "pid"), 1LL << 40, "\"pid\" (item 3) must be an integer in [0, 2147483647]"},
       {1, ViewPointer(0, "step"), 18446744073709551615ULL, "\"step\" (item 9) must be an integer"},
       {1, ViewPointer(1, "ring_head"), 6, "\"ring\" has 5 entries; ring_head 6 means 6"},
-      {1, json::json_pointer(ViewPointer(1, "ring").to_string() + "/0/1"), 7, "ring[0] must be [seq >= 0, kind in [0, 5]"},
+      {1, json::json_pointer(ViewPointer(1, "ring").to_string() + "/0/1"), 7, "ring[0] must be [seq >= 0, kind in [0, 6]"},
+      {1, json::json_pointer(ViewPointer(1, "ring").to_string() + "/0/5"), 7, "group in [0, 6]"},
+      {1, json::json_pointer(ViewPointer(1, "ring").to_string() + "/0/7"), -2, "send_to and recv_from ranks or -1"},
       {2, json::json_pointer("/wstatus"), 65536, "\"wstatus\" must be an integer in [0, 65535]"},
       {5, json::json_pointer("/world_size"), 0, "\"world_size\" must be an integer in [1, 1048576]"},
       {5, json::json_pointer("/master_port"), 65536, "\"master_port\" must be an integer in [0, 65535]"},

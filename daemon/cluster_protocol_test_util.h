@@ -50,10 +50,23 @@ inline RankView MakeView(int rank, uint64_t ring_head) {
   p.checkpoint_failed_step = 1210;
   p.checkpoint_error = "write /ckpt/step-1210: No space left on device";
   p.ring_head = ring_head;
+  if (rank % 2 == 1) {  // a pipeline stage of a mesh: groups counted, send/recv labelled
+    p.mesh = MeshShape{2, 4, 1};
+    p.group_issued = {0, 30, 50, 10, 0, 0};
+  }
   for (uint64_t s = ring_head > kProgressRingSize ? ring_head - kProgressRingSize : 0; s < ring_head; ++s) {
     CollectiveRecord e;
     e.seq = s + 1;
     e.kind = s % 2 == 0 ? CollectiveKind::kAllreduce : CollectiveKind::kBroadcast;
+    if (p.mesh && s % 3 == 0) {
+      e.kind = CollectiveKind::kSendRecv;
+      e.label = CollectiveLabel{CollectiveGroup::kPipeline, rank - 1, rank - 1,
+                                MessageKind::kActivations, MessageKind::kGradients, static_cast<int32_t>(s % 7), 3};
+      e.group_seq = s / 3 + 1;
+    } else if (p.mesh) {
+      e.label.group = CollectiveGroup::kTensor;
+      e.group_seq = s + 1;
+    }
     e.bytes = 1 << 20;
     e.issued_ns = kSenderNow - static_cast<int64_t>(ring_head - s) * kSecond;
     e.completed_ns = s + 1 == ring_head ? 0 : e.issued_ns + 1000;
@@ -99,7 +112,24 @@ inline void ExpectViewArrived(const RankView& sent, const RankView& got) {
     EXPECT_EQ(b.ring[i].bytes, a.ring[i].bytes) << i;
     EXPECT_EQ(b.ring[i].issued_ns, Moved(a.ring[i].issued_ns)) << i;
     EXPECT_EQ(b.ring[i].completed_ns, Moved(a.ring[i].completed_ns)) << i;
+    const CollectiveLabel& x = a.ring[i].label;
+    const CollectiveLabel& y = b.ring[i].label;
+    EXPECT_EQ(b.ring[i].group_seq, a.ring[i].group_seq) << i;
+    EXPECT_EQ(y.group, x.group) << i;
+    EXPECT_EQ(y.send_to, x.send_to) << i;
+    EXPECT_EQ(y.recv_from, x.recv_from) << i;
+    EXPECT_EQ(y.send_what, x.send_what) << i;
+    EXPECT_EQ(y.recv_what, x.recv_what) << i;
+    EXPECT_EQ(y.send_micro, x.send_micro) << i;
+    EXPECT_EQ(y.recv_micro, x.recv_micro) << i;
   }
+  EXPECT_EQ(b.mesh.has_value(), a.mesh.has_value());
+  if (a.mesh && b.mesh) {
+    EXPECT_EQ(b.mesh->tensor, a.mesh->tensor);
+    EXPECT_EQ(b.mesh->pipeline, a.mesh->pipeline);
+    EXPECT_EQ(b.mesh->expert, a.mesh->expert);
+  }
+  EXPECT_EQ(b.group_issued, a.group_issued);
 }
 
 template <typename T>

@@ -16,7 +16,10 @@ constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
 // The checkpoint error text, without the record's terminating NUL.
 constexpr size_t kMaxCheckpointErrorBytes = kProgressErrorSize - 1;
 constexpr uint32_t kMaxPhase = static_cast<uint32_t>(Phase::kDone);
-constexpr uint32_t kMaxCollectiveKind = static_cast<uint32_t>(CollectiveKind::kReduceScatter);
+constexpr uint32_t kMaxCollectiveKind = static_cast<uint32_t>(CollectiveKind::kSendRecv);
+constexpr int64_t kMaxGroup = kCollectiveGroups;
+constexpr int64_t kMaxMessage = static_cast<int64_t>(MessageKind::kTiedEmbedding);
+constexpr int64_t kMaxMesh = 1 << 20;  // as common/rank_progress.cc decodes a record
 constexpr uint32_t kMaxRestoreTier = static_cast<uint32_t>(RestoreTier::kMemory);
 
 // ---- clocks: local times <-> ages ----
@@ -49,8 +52,8 @@ const std::vector<std::string_view> kViewItems = {
     "issued",         "done",         "waiting_on",    "phase_age",
     "step_age",       "heartbeat_age", "last_step_ns", "checkpoint_step",
     "checkpoint_failures", "checkpoint_failed_step", "checkpoint_error", "restored_step",
-    "restore_tier",   "restore_skipped", "ring_head",  "ring_since",
-    "ring"};
+    "restore_tier",   "restore_skipped", "mesh",      "groups",
+    "ring_head",      "ring_since",   "ring"};
 
 std::string ViewItemsText() {
   std::string s;
@@ -67,9 +70,16 @@ ojson ViewToJson(const RankView& v, int64_t now) {
   const RankProgress p = v.progress.valid ? v.progress : RankProgress{};
   ojson ring = ojson::array();
   for (const CollectiveRecord& e : p.ring) {
+    const CollectiveLabel& l = e.label;
     ring.push_back(ojson::array({e.seq, static_cast<uint32_t>(e.kind), e.bytes, Age(e.issued_ns, now),
-                                 Age(e.completed_ns, now)}));
+                                 Age(e.completed_ns, now), static_cast<uint32_t>(l.group), e.group_seq, l.send_to,
+                                 l.recv_from, static_cast<uint32_t>(l.send_what), static_cast<uint32_t>(l.recv_what),
+                                 l.send_micro, l.recv_micro}));
   }
+  ojson mesh = ojson::array();
+  if (p.mesh) mesh = ojson::array({p.mesh->tensor, p.mesh->pipeline, p.mesh->expert});
+  ojson groups = ojson::array();
+  for (uint64_t n : p.group_issued) groups.push_back(n);
   ojson j = ojson::array();
   j.push_back(v.rank);
   j.push_back(v.node);
@@ -97,6 +107,8 @@ ojson ViewToJson(const RankView& v, int64_t now) {
   j.push_back(p.restored_step);
   j.push_back(static_cast<uint32_t>(p.restore_tier));
   j.push_back(p.restore_skipped);
+  j.push_back(std::move(mesh));
+  j.push_back(std::move(groups));
   // ring_head says how many collectives ever entered the ring: the ring holds the newest min(ring_head, 16).
   j.push_back(std::max<uint64_t>(p.ring_head, p.ring.size()));
   // ring_since (daemon/ring_delta.h): only the entries from it on; 0, the whole ring.
@@ -112,19 +124,39 @@ Status ParseRing(const json& ring, const std::string& where, int64_t now, RankPr
   for (size_t i = 0; i < ring.size(); ++i) {
     const json& e = ring[i];
     auto at = [&] { return where + ": ring[" + std::to_string(i) + "]"; };
-    if (!e.is_array() || e.size() != 5) {
-      return InvalidArgumentError(at() + " must be [seq, kind, bytes, issued_age, completed_age], got " + Shown(e));
+    if (!e.is_array() || e.size() != 13) {
+      return InvalidArgumentError(at() + " must be [seq, kind, bytes, issued_age, completed_age, group, group_seq, " +
+                                  "send_to, recv_from, send_what, recv_what, send_micro, recv_micro], got " + Shown(e));
     }
-    int64_t kind = 0;
-    int64_t issued = 0;
-    int64_t completed = 0;
+    int64_t kind = 0, issued = 0, completed = 0, group = 0, send_to = 0, recv_from = 0;
+    int64_t send_what = 0, recv_what = 0, send_micro = 0, recv_micro = 0;
     if (!e[0].is_number_unsigned() || !IntIn(e[1], 0, kMaxCollectiveKind, &kind) || !e[2].is_number_unsigned() ||
-        !IntIn(e[3], -1, kInt64Max, &issued) || !IntIn(e[4], -1, kInt64Max, &completed)) {
+        !IntIn(e[3], -1, kInt64Max, &issued) || !IntIn(e[4], -1, kInt64Max, &completed) ||
+        !IntIn(e[5], 0, kMaxGroup, &group) || !e[6].is_number_unsigned() ||
+        !IntIn(e[7], -1, kMaxClusterWorldSize - 1, &send_to) || !IntIn(e[8], -1, kMaxClusterWorldSize - 1, &recv_from) ||
+        !IntIn(e[9], 0, kMaxMessage, &send_what) || !IntIn(e[10], 0, kMaxMessage, &recv_what) ||
+        !IntIn(e[11], -1, INT16_MAX, &send_micro) || !IntIn(e[12], -1, INT16_MAX, &recv_micro)) {
       return InvalidArgumentError(at() + " must be [seq >= 0, kind in [0, " + std::to_string(kMaxCollectiveKind) +
-                                  "], bytes >= 0, issued_age >= -1, completed_age >= -1], got " + Shown(e));
+                                  "], bytes >= 0, issued_age >= -1, completed_age >= -1, group in [0, " +
+                                  std::to_string(kMaxGroup) + "], group_seq >= 0, send_to and recv_from ranks or -1, " +
+                                  "send_what and recv_what in [0, " + std::to_string(kMaxMessage) +
+                                  "], send_micro and recv_micro in [-1, 32767]], got " + Shown(e));
     }
-    p->ring.push_back(CollectiveRecord{e[0].get<uint64_t>(), static_cast<CollectiveKind>(kind), e[2].get<uint64_t>(),
-                                       Back(issued, now), Back(completed, now)});
+    CollectiveRecord c;
+    c.seq = e[0].get<uint64_t>();
+    c.kind = static_cast<CollectiveKind>(kind);
+    c.bytes = e[2].get<uint64_t>();
+    c.issued_ns = Back(issued, now);
+    c.completed_ns = Back(completed, now);
+    c.label.group = static_cast<CollectiveGroup>(group);
+    c.group_seq = group != 0 ? e[6].get<uint64_t>() : 0;
+    c.label.send_to = static_cast<int32_t>(send_to);
+    c.label.recv_from = static_cast<int32_t>(recv_from);
+    c.label.send_what = static_cast<MessageKind>(send_what);
+    c.label.recv_what = static_cast<MessageKind>(recv_what);
+    c.label.send_micro = static_cast<int32_t>(send_micro);
+    c.label.recv_micro = static_cast<int32_t>(recv_micro);
+    p->ring.push_back(c);
   }
   return Status::Ok();
 }
@@ -183,6 +215,24 @@ Result<RankView> ParseView(const json& j, const std::string& where, int64_t now)
   HF_RETURN_IF_ERROR(f.Int("restore_tier", 0, kMaxRestoreTier, &tier));
   HF_RETURN_IF_ERROR(f.Int("restore_skipped", 0, std::numeric_limits<uint32_t>::max(), &p.restore_skipped));
   p.restore_tier = static_cast<RestoreTier>(tier);
+  HF_ASSIGN_OR_RETURN(const json* mesh, f.Array("mesh", 3));
+  if (!mesh->empty()) {
+    int64_t tp = 0, pp = 0, ep = 0;
+    if (mesh->size() != 3 || !IntIn((*mesh)[0], 1, kMaxMesh, &tp) || !IntIn((*mesh)[1], 1, kMaxMesh, &pp) ||
+        !IntIn((*mesh)[2], 1, kMaxMesh, &ep)) {
+      return f.Error("\"mesh\" must be [] or [tensor, pipeline, expert], each in [1, " + std::to_string(kMaxMesh) +
+                     "], got " + Shown(*mesh));
+    }
+    p.mesh = MeshShape{static_cast<int>(tp), static_cast<int>(pp), static_cast<int>(ep)};
+  }
+  HF_ASSIGN_OR_RETURN(const json* groups, f.Array("groups", kCollectiveGroups));
+  if (groups->size() != kCollectiveGroups) {
+    return f.Error("\"groups\" must hold " + std::to_string(kCollectiveGroups) + " counts, got " + Shown(*groups));
+  }
+  for (size_t g = 0; g < groups->size(); ++g) {
+    if (!(*groups)[g].is_number_unsigned()) return f.Error("\"groups\" must hold counts >= 0, got " + Shown(*groups));
+    p.group_issued[g] = (*groups)[g].get<uint64_t>();
+  }
   HF_RETURN_IF_ERROR(f.Unsigned("ring_head", &p.ring_head));
   HF_RETURN_IF_ERROR(f.Unsigned("ring_since", &v.ring_since));
   HF_ASSIGN_OR_RETURN(const json* ring, f.Array("ring", kProgressRingSize));

@@ -9,12 +9,11 @@
 #include <limits>
 #include <sstream>
 
+#include "daemon/triage_internal.h"
 #include "lineage/incident.h"
 
 namespace holdfast {
-namespace {
-
-constexpr size_t kHistory = 200;
+namespace triage_internal {
 
 double Seconds(int64_t ns) { return static_cast<double>(ns) / 1e9; }
 
@@ -33,22 +32,43 @@ std::string StepAfter(int64_t completed) {
   return std::to_string(completed + 1);
 }
 
-std::string Doing(int64_t now_ns, const RankView& r) {
+std::string Doing(int64_t now_ns, const RankView& r, const DeviceMesh* mesh) {
   std::string s;
   const RankProgress& p = r.progress;
   if (!p.valid) {
     s = "has not reported progress yet";
   } else {
     const double age = p.phase_started_ns > 0 ? Seconds(now_ns - p.phase_started_ns) : 0;
-    // Inside a collective, name it as the ring does: "allreduce #15".
-    const std::string where = p.in_collective()
-                                  ? std::string(CollectiveKindName(p.collective_kind)) + " #" + std::to_string(p.waiting_on)
-                                  : std::string(PhaseName(p.phase));
+    // Inside a collective, name it as the ring does: "allreduce #15"; with a
+    // mesh by its group and number in it, a send/recv by its peer and contents.
+    std::string where = PhaseName(p.phase);
+    if (p.in_collective()) {
+      const CollectiveRecord* c = p.waited();
+      where = mesh != nullptr && c != nullptr
+                  ? CollectiveWords(*c, r.rank, mesh)
+                  : std::string(CollectiveKindName(p.collective_kind)) + " #" + std::to_string(p.waiting_on);
+    } else if (p.phase == Phase::kCollective && !p.ring.empty()) {
+      // Its last wait ended and it has not said what it does since (the
+      // phase stays until the next one is set): working after that collective.
+      where = "compute after its last collective (" + CollectiveWords(p.ring.back(), r.rank, mesh) +
+              (p.ring.back().completed() ? ", done)" : ")");
+    }
     s = "in " + where + " of step " + StepAfter(p.step) + " for " + Fixed1(age) + " s";
   }
   if (const char* w = ProcStateWords(r.proc_state)) s += ", " + std::string(w);
   return s;
 }
+
+}  // namespace triage_internal
+
+namespace {
+
+using triage_internal::Doing;
+using triage_internal::Fixed1;
+using triage_internal::Seconds;
+using triage_internal::StepAfter;
+
+constexpr size_t kHistory = 200;
 
 }  // namespace
 
@@ -374,10 +394,17 @@ TriageReport TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, cons
       }
     }
   }
-  if (!verdict.stopped.empty()) {
+  // With model parallelism the ranks' collectives are numbered per group and
+  // pipeline stages send and receive: the blame follows who waits on whom.
+  const std::optional<DeviceMesh> mesh = triage_internal::ModelParallelMesh(ranks);
+  if (mesh && !verdict.stopped.empty()) {
+    triage_internal::BlameMesh(now_ns, ranks, *mesh, verdict.stopped, &inc);
+  } else if (!verdict.stopped.empty()) {
     BlameStopped(now_ns, ranks, verdict.stopped, &inc);
   } else if (!silent.empty() && silent.size() < ranks.size()) {
     BlameSilentNodes(now_ns, ranks, silent, silent_hosts, silent_s, w, kind, &inc);
+  } else if (mesh && triage_internal::BlameMesh(now_ns, ranks, *mesh, {}, &inc)) {
+    // (named above)
   } else if (w != 0) {
     for (const RankView& r : ranks) {
       if (!r.progress.valid || r.progress.collectives_issued < w) {

@@ -90,7 +90,7 @@ struct DistConfig {
   // stages of consecutive blocks, one optimiser step's grad_accum
   // micro-batches run over them by the 1F1B schedule. A layout, as
   // tensor_parallel: world = tensor_parallel x pipeline_parallel x data
-  // parallel groups (trainer/mesh.h); not in the config hash.
+  // parallel groups (common/mesh.h); not in the config hash.
   int pipeline_parallel = 1;
   // The address this rank's Gloo connections and a local launcher's store bind:
   // "" = the node's address from its supervisor (HOLDFAST_NODE_ADDR), else 127.0.0.1.

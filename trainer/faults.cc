@@ -1,5 +1,8 @@
 #include "trainer/faults.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -46,8 +49,8 @@ Result<Fault> ParseFault(const std::string& text, const std::string& out_dir) {
     return bad("expected KIND@RANK:STEP, e.g. hang@1:12 (slow also takes :xF, e.g. slow@2:10:x4)");
   }
   f.kind = text.substr(0, at);
-  if (f.kind != "hang" && f.kind != "crash" && f.kind != "slow" && f.kind != "exit") {
-    return bad("KIND must be hang, crash, exit or slow");
+  if (f.kind != "hang" && f.kind != "crash" && f.kind != "slow" && f.kind != "exit" && f.kind != "stop") {
+    return bad("KIND must be hang, crash, exit, stop or slow");
   }
   int64_t rank = 0;
   if (!ParseInt(text.substr(at + 1, colon - at - 1), 0, 1 << 20, &rank)) return bad("RANK must be a rank number");
@@ -129,6 +132,11 @@ void FireHangOrCrash(const Fault& f, int rank, int64_t next_step) {
   if (f.kind == "exit") {  // the job's own failure: exit 1, as a Python job's uncaught exception does
     spdlog::default_logger()->flush();
     std::_Exit(1);
+  }
+  if (f.kind == "stop") {  // job-control stop, as SIGSTOP from outside: every thread stops here
+    spdlog::default_logger()->flush();
+    kill(getpid(), SIGSTOP);
+    return;  // continued (SIGCONT): the step goes on
   }
   // A hang in compute: busy, never entering the next collective.
   volatile double x = 1.0;

@@ -10,6 +10,8 @@
 //   file in output.dir records that it fired, so a restarted generation runs clean.
 //   "exit@0:7" is the job's own failure: rank 0 exits 1 at step 7 every time it
 //   gets there, in every generation and on every host (no marker).
+//   "stop@6:14" puts rank 6 in job-control stop (SIGSTOP to itself) at the
+//   start of step 14: a SIGSTOP from outside, at a point a test can name.
 // - --drill-dir DIR, while the run goes on: before each step rank R looks for
 //   DIR/rank-R (one stat), takes it (renames it to DIR/rank-R.taken-STEP, so
 //   it fires once) and does what it says: "hang", "crash", or "slow xF N"
@@ -39,7 +41,7 @@
 namespace holdfast {
 
 struct Fault {
-  std::string kind;  // hang, crash or slow
+  std::string kind;  // hang, crash, exit, stop or slow
   int rank = -1;
   int64_t step = -1;
   double factor = 4;         // slow: compute time multiplier

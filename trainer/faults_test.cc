@@ -22,6 +22,11 @@ TEST(FaultsTest, InjectFaultReadsKindRankStepAndFactor) {
   EXPECT_EQ(f->marker, "/out/fault-slow-rank2-step10.fired");
   EXPECT_NE(ParseFault("hang@1:12:x3", "").status().message().find("only slow takes a factor"), std::string::npos);
   EXPECT_NE(ParseFault("boom@1:12", "").status().message().find("KIND must be"), std::string::npos);
+  auto stop = ParseFault("stop@6:14", "");
+  ASSERT_TRUE(stop.ok()) << stop.status().ToString();
+  EXPECT_EQ(stop->kind, "stop");
+  EXPECT_EQ(stop->rank, 6);
+  EXPECT_EQ(stop->step, 14);
   EXPECT_NE(ParseFault("hang@1:0", "").status().message().find("STEP must be"), std::string::npos);
   // The job's own failure: exit 1 at a step.
   auto e = ParseFault("exit@1:8", "/out");

@@ -45,7 +45,7 @@
 #include "trainer/faults.h"
 #include "trainer/local_launcher.h"
 #include "trainer/memory_snapshots.h"
-#include "trainer/mesh.h"
+#include "common/mesh.h"
 #include "trainer/mesh_comm.h"
 #include "trainer/progress_sink.h"
 #include "trainer/spare.h"
@@ -118,7 +118,7 @@ Result<std::unique_ptr<Communicator>> MakeCommunicator(const TrainerConfig& cfg,
 
 // The trainer's communicators: the world as one data-parallel group, or with
 // dist.tensor_parallel / dist.pipeline_parallel the groups of the device mesh
-// (trainer/mesh.h), each formed through the run's store. kInvalidArgument (a
+// (common/mesh.h), each formed through the run's store. kInvalidArgument (a
 // usage error) when the world does not split as asked, naming the shapes that
 // would.
 Result<TrainerComms> MakeTrainerComms(const TrainerConfig& cfg, int rank, int world, std::shared_ptr<Store> store,
@@ -930,7 +930,7 @@ int main(int argc, char** argv) {
   // The old spelling, hidden (docs/cli.md: one flag name per concept across the programs).
   app.add_option("--resume-from-step", flags.resume_from_step)->check(CLI::NonNegativeNumber)->group("");
   app.add_option("--inject-fault", flags.inject_fault,
-                 "test/drill only: KIND@RANK:STEP with KIND hang, crash, exit or slow (slow@RANK:STEP:xF computes F "
+                 "test/drill only: KIND@RANK:STEP with KIND hang, crash, exit, stop or slow (slow@RANK:STEP:xF computes F "
                  "times as long from STEP on, default x4); fires once per output.dir, except exit (exit 1 "
                  "every time the rank reaches STEP)");
   app.add_option("--drill-dir", flags.drill_dir,

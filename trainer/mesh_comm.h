@@ -1,4 +1,4 @@
-// The communicators of a DeviceMesh (trainer/mesh.h): one per group a rank
+// The communicators of a DeviceMesh (common/mesh.h): one per group a rank
 // belongs to, each bootstrapped through the run's store under a prefix of
 // its own ("mesh/tp/0/": the group kind and its lowest rank), so that groups
 // of one kind never meet in the store. A group of one rank gets the local
@@ -19,7 +19,7 @@
 
 #include "common/status.h"
 #include "trainer/comm/communicator.h"
-#include "trainer/mesh.h"
+#include "common/mesh.h"
 
 namespace holdfast {
 

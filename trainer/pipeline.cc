@@ -233,8 +233,16 @@ class StageRunner {
     const auto t0 = Clock::now();
     const size_t send_bytes = send.defined() ? static_cast<size_t>(send.numel()) * sizeof(float) : 0;
     const size_t recv_bytes = recv.defined() ? static_cast<size_t>(recv.numel()) * sizeof(float) : 0;
-    auto work = pipe_.SendRecvAsync(send.defined() ? send.data_ptr() : nullptr, send_bytes, send.defined() ? peer : -1,
-                                    recv.defined() ? recv.data_ptr() : nullptr, recv_bytes, recv.defined() ? peer : -1);
+    // What travels, for the progress record: triage names the micro-batch
+    // and whether activations or gradients never arrived.
+    MessageLabel label;
+    label.send_what = in.send_act >= 0 ? MessageKind::kActivations : MessageKind::kGradients;
+    label.send_micro = in.send_act >= 0 ? in.send_act : in.send_grad;
+    label.recv_what = in.recv_act >= 0 ? MessageKind::kActivations : MessageKind::kGradients;
+    label.recv_micro = in.recv_act >= 0 ? in.recv_act : in.recv_grad;
+    auto work = pipe_.SendRecvLabelled(send.defined() ? send.data_ptr() : nullptr, send_bytes,
+                                       send.defined() ? peer : -1, recv.defined() ? recv.data_ptr() : nullptr,
+                                       recv_bytes, recv.defined() ? peer : -1, label);
     Status st = work->Wait();
     r_.wait_ms += MsSince(t0);
     return st;
@@ -279,16 +287,16 @@ torch::Tensor PipelineForward(GptStageImpl& stage, Communicator& pipe, const tor
     out = stage.forward(idx);
   } else {
     torch::Tensor in = torch::empty({idx.size(0), idx.size(1), stage.config().n_embd}, torch::kFloat32);
-    Status st = pipe.SendRecvAsync(nullptr, 0, -1, in.data_ptr(), static_cast<size_t>(in.numel()) * sizeof(float),
-                                   spec.stage - 1)
+    Status st = pipe.SendRecvLabelled(nullptr, 0, -1, in.data_ptr(), static_cast<size_t>(in.numel()) * sizeof(float),
+                                      spec.stage - 1, MessageLabel{MessageKind::kNone, MessageKind::kActivations})
                     ->Wait();
     TORCH_CHECK(st.ok(), "pipeline stage ", spec.stage, ", evaluation input: ", st.ToString());
     out = stage.forward(in);
   }
   if (spec.last()) return out;
   out = out.contiguous();
-  Status st = pipe.SendRecvAsync(out.data_ptr(), static_cast<size_t>(out.numel()) * sizeof(float), spec.stage + 1,
-                                 nullptr, 0, -1)
+  Status st = pipe.SendRecvLabelled(out.data_ptr(), static_cast<size_t>(out.numel()) * sizeof(float), spec.stage + 1,
+                                    nullptr, 0, -1, MessageLabel{MessageKind::kActivations, MessageKind::kNone})
                   ->Wait();
   TORCH_CHECK(st.ok(), "pipeline stage ", spec.stage, ", evaluation output: ", st.ToString());
   return torch::Tensor();
@@ -304,7 +312,8 @@ Status SyncTiedEmbeddingGrad(GptStageImpl& stage, Communicator& pipe) {
   torch::Tensor theirs = torch::empty_like(mine);
   const int peer = spec.first() ? spec.stages - 1 : 0;
   const size_t bytes = static_cast<size_t>(mine.numel()) * sizeof(float);
-  auto work = pipe.SendRecvAsync(mine.data_ptr(), bytes, peer, theirs.data_ptr(), bytes, peer);
+  auto work = pipe.SendRecvLabelled(mine.data_ptr(), bytes, peer, theirs.data_ptr(), bytes, peer,
+                                    MessageLabel{MessageKind::kTiedEmbedding, MessageKind::kTiedEmbedding});
   HF_RETURN_IF_ERROR(work->Wait().WithContext("the tied embedding's gradient between the first and last stage"));
   // a + b on the first stage, b + a on the last: float addition commutes, so the bits agree.
   grad.copy_(spec.first() ? mine + theirs : theirs + mine);

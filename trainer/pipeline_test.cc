@@ -225,7 +225,7 @@ TEST(PipelineGptTest, FiftyStepsOfPp2AreTheSingleProcessRun) {
   EXPECT_TRUE(torch::equal(wte[0], wte[1])) << "the first and last stage's wte drifted apart";
 }
 
-// tp 2 x pp 2 (4 ranks; trainer/mesh.h: rank = tp + 2 * pp): each rank's
+// tp 2 x pp 2 (4 ranks; common/mesh.h: rank = tp + 2 * pp): each rank's
 // shard of each of its stage's parameters has the single-process gradient's
 // shard, and the last stage's loss is the single-process loss.
 TEST(PipelineGptTest, TensorTimesPipelineTwoByTwoIsTheSingleProcessStep) {

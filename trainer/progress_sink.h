@@ -31,8 +31,11 @@ class ProgressSink {
   virtual void SetPhase(Phase phase) = 0;
   virtual void BeginStep() = 0;                 // phase kData, step timer starts
   virtual void EndStep(int64_t completed) = 0;  // step = completed
-  // A collective was issued; returns its sequence number (0 without a record).
-  virtual uint64_t IssueCollective(CollectiveKind kind, uint64_t bytes) = 0;
+  // A collective was issued, on the group and with the messages `label`
+  // says; returns its sequence number (0 without a record).
+  virtual uint64_t IssueCollective(CollectiveKind kind, uint64_t bytes, const CollectiveLabel& label) = 0;
+  // The rank's mesh (TP, PP, EP), once, before its first collective.
+  virtual void SetMesh(int tensor, int pipeline, int expert) = 0;
   // The process blocks until collective `seq` is done (phase kCollective).
   virtual void WaitCollective(uint64_t seq, CollectiveKind kind) = 0;
   virtual void CollectiveDone(uint64_t seq) = 0;
@@ -51,9 +54,10 @@ class ProgressRecordSink final : public ProgressSink {
   void SetPhase(Phase phase) override { writer_->SetPhase(phase); }
   void BeginStep() override { writer_->BeginStep(); }
   void EndStep(int64_t completed) override { writer_->EndStep(completed); }
-  uint64_t IssueCollective(CollectiveKind kind, uint64_t bytes) override {
-    return writer_->IssueCollective(kind, bytes);
+  uint64_t IssueCollective(CollectiveKind kind, uint64_t bytes, const CollectiveLabel& label) override {
+    return writer_->IssueCollective(kind, bytes, label);
   }
+  void SetMesh(int tensor, int pipeline, int expert) override { writer_->SetMesh(tensor, pipeline, expert); }
   void WaitCollective(uint64_t seq, CollectiveKind kind) override { writer_->WaitCollective(seq, kind); }
   void CollectiveDone(uint64_t seq) override { writer_->CollectiveDone(seq); }
   void SetCheckpointStep(int64_t step) override { writer_->SetCheckpointStep(step); }
@@ -74,7 +78,8 @@ class NoProgressSink final : public ProgressSink {
   void SetPhase(Phase) override {}
   void BeginStep() override {}
   void EndStep(int64_t) override {}
-  uint64_t IssueCollective(CollectiveKind, uint64_t) override { return 0; }
+  uint64_t IssueCollective(CollectiveKind, uint64_t, const CollectiveLabel&) override { return 0; }
+  void SetMesh(int, int, int) override {}
   void WaitCollective(uint64_t, CollectiveKind) override {}
   void CollectiveDone(uint64_t) override {}
   void SetCheckpointStep(int64_t) override {}

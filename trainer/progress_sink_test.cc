@@ -19,7 +19,7 @@ TEST(ProgressSinkTest, WithoutAPathNothingIsRecordedAndEveryCallIsAccepted) {
   ProgressSink& s = **sink;
   s.BeginStep();
   s.SetPhase(Phase::kForward);
-  EXPECT_EQ(s.IssueCollective(CollectiveKind::kAllreduce, 12), 0u);
+  EXPECT_EQ(s.IssueCollective(CollectiveKind::kAllreduce, 12, {}), 0u);
   s.WaitCollective(0, CollectiveKind::kAllreduce);
   s.CollectiveDone(0);
   s.EndStep(1);
@@ -36,8 +36,8 @@ TEST(ProgressSinkTest, WithAPathTheRecordSaysWhatTheSinkWasTold) {
     ASSERT_TRUE(sink.ok()) << sink.status().ToString();
     ProgressSink& s = **sink;
     s.BeginStep();
-    const uint64_t first = s.IssueCollective(CollectiveKind::kReduceScatter, 4096);
-    const uint64_t second = s.IssueCollective(CollectiveKind::kAllreduce, 32);
+    const uint64_t first = s.IssueCollective(CollectiveKind::kReduceScatter, 4096, {});
+    const uint64_t second = s.IssueCollective(CollectiveKind::kAllreduce, 32, {});
     EXPECT_EQ(first, 1u);
     EXPECT_EQ(second, 2u);
     s.WaitCollective(second, CollectiveKind::kAllreduce);

@@ -31,7 +31,7 @@
 #include "trainer/comm/progress_communicator.h"
 #include "trainer/device_stager.h"
 #include "trainer/gpu.h"
-#include "trainer/mesh.h"
+#include "common/mesh.h"
 #include "trainer/data/dataset.h"
 #include "trainer/model.h"
 #include "trainer/pipeline.h"
@@ -791,7 +791,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, st
 
 namespace {
 
-// The groups of TrainerComms make up the world as trainer/mesh.h lays it out.
+// The groups of TrainerComms make up the world as common/mesh.h lays it out.
 Status CheckTrainerComms(const TrainerConfig& config, const TrainerComms& c, const DevicePlacement& placement) {
   const int tp = config.dist.tensor_parallel, pp = config.dist.pipeline_parallel;
   if (c.data == nullptr) return InvalidArgumentError("Trainer::Create: no data-parallel communicator");
@@ -831,10 +831,23 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, Tr
   HF_RETURN_IF_ERROR(CheckTrainerComms(config, comms, placement));
   auto impl = std::make_unique<Impl>();
   impl->cfg = config;
-  impl->comm = std::make_unique<ProgressCommunicator>(std::move(comms.data));
-  if (config.dist.tensor_parallel > 1) impl->tp_comm = std::make_unique<ProgressCommunicator>(std::move(comms.tensor));
+  // Each group's collectives are recorded as its own (the progress record
+  // numbers them per group; a send/recv names its peers as global ranks).
+  HF_ASSIGN_OR_RETURN(DeviceMesh mesh,
+                      DeviceMesh::Create(comms.world_size, MeshShape{config.dist.tensor_parallel,
+                                                                     config.dist.pipeline_parallel, 1}));
+  auto recorded = [&](CollectiveGroup kind, MeshGroup group) {
+    return RecordedGroup{kind, mesh.GroupOf(group, comms.rank)};
+  };
+  impl->comm = std::make_unique<ProgressCommunicator>(std::move(comms.data), NoProgress(),
+                                                      recorded(CollectiveGroup::kData, MeshGroup::kData));
+  if (config.dist.tensor_parallel > 1) {
+    impl->tp_comm = std::make_unique<ProgressCommunicator>(std::move(comms.tensor), NoProgress(),
+                                                           recorded(CollectiveGroup::kTensor, MeshGroup::kTensor));
+  }
   if (config.dist.pipeline_parallel > 1) {
-    impl->pp_comm = std::make_unique<ProgressCommunicator>(std::move(comms.pipeline));
+    impl->pp_comm = std::make_unique<ProgressCommunicator>(std::move(comms.pipeline), NoProgress(),
+                                                           recorded(CollectiveGroup::kPipeline, MeshGroup::kPipeline));
   }
   impl->global_rank = comms.rank;
   impl->global_world = comms.world_size;
@@ -984,6 +997,7 @@ std::map<std::string, double> Trainer::LatestEvalMetrics() const {
 
 void Trainer::SetProgressSink(ProgressSink& progress) {
   impl_->progress = &progress;
+  progress.SetMesh(impl_->cfg.dist.tensor_parallel, impl_->cfg.dist.pipeline_parallel, 1);
   impl_->comm->SetProgressSink(progress);
   if (impl_->tp_comm != nullptr) impl_->tp_comm->SetProgressSink(progress);
   if (impl_->pp_comm != nullptr) impl_->pp_comm->SetProgressSink(progress);
@@ -1191,7 +1205,7 @@ Result<int> SavedLayoutSize(const SavedShard& shard, const nlohmann::json& meta,
 
 // The saved shards (index = saved world rank) that hold this rank's
 // parameters: those of its tensor-parallel rank and pipeline stage, saved
-// ranks tp_rank + TP x (dp + DP x stage) (trainer/mesh.h) in dp order, so
+// ranks tp_rank + TP x (dp + DP x stage) (common/mesh.h) in dp order, so
 // that they tile its flat buffers as a data-parallel checkpoint's shards do.
 // The checkpoint must have been saved with the same dist.tensor_parallel and
 // dist.pipeline_parallel (read from the first shard's meta; absent = 1):

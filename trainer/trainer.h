@@ -74,7 +74,7 @@ struct StepRequests {
 // model's allreduces, the split parameters' share of the gradient norm) and
 // its pipeline (activations and gradients between stages, the tied
 // embedding's gradient, the loss, norm and requests shared between stages),
-// with the rank's place in the whole world (trainer/mesh.h: rank = tp + TP *
+// with the rank's place in the whole world (common/mesh.h: rank = tp + TP *
 // (dp + DP * pp)). A group of one may be null.
 struct TrainerComms {
   std::unique_ptr<Communicator> data;

@@ -149,7 +149,8 @@ TEST_F(TensorParallelSupervisionTest, SigkillOfARankRestartsTheLayoutFromItsChec
 
 // Rank 1 (tp 1 of dp 0) spins in compute at step 14: its tensor-parallel
 // peer, rank 0, waits in the group's allreduce for it, the other group in the
-// gradient reduction; the rank that never entered the collective is named.
+// gradient reduction; the rank that never entered the collective is named,
+// with its place in the mesh and the group the collective is on.
 TEST_F(TensorParallelSupervisionTest, ARankStuckInComputeIsTheHangsCulprit) {
   WriteJob("hang@1:14");
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
@@ -158,8 +159,11 @@ TEST_F(TensorParallelSupervisionTest, ARankStuckInComputeIsTheHangsCulprit) {
   ASSERT_TRUE(inc.has_value());
   EXPECT_EQ(inc->kind, "hang");
   EXPECT_EQ(inc->rank, 1) << inc->summary;
-  EXPECT_NE(inc->summary.find("rank 1 never entered allreduce #"), std::string::npos) << inc->summary;
-  EXPECT_NE(inc->summary.find("rank 0 waiting in it"), std::string::npos) << "its tp peer\n" << inc->summary;
+  EXPECT_EQ(inc->summary.rfind("rank 1 (tp 1, pp stage 0, dp 0) in ", 0), 0u) << inc->summary;
+  EXPECT_NE(inc->summary.find("rank 0 (tp 0, pp stage 0, dp 0) waiting"), std::string::npos)
+      << "its tp peer\n" << inc->summary;
+  EXPECT_NE(inc->summary.find("of its tp group (ranks 0-1), which it never entered"), std::string::npos)
+      << inc->summary;
   auto ev = nlohmann::json::parse(inc->evidence_json);
   EXPECT_EQ(ev["ranks"].size(), static_cast<size_t>(kRanks));
 }
@@ -187,6 +191,31 @@ TEST_F(TensorParallelSupervisionTest, SigkillOfAPipelineStageRestartsTheRunBitEx
   EXPECT_EQ(inc->rank, 6);
   EXPECT_NE(inc->summary.find("rank 6 killed by signal 9 (SIGKILL)"), std::string::npos) << inc->summary;
   EXPECT_NE(inc->action.find("restart generation 1 from step"), std::string::npos) << inc->action;
+}
+
+// tp 2 x pp 2 x dp 2: rank 6 (tp 0, pp stage 1, dp 1) stops itself with
+// SIGSTOP at the start of step 14 (--inject-fault stop@6:14, a stop at a
+// point the test can name). The hang names the stopped stage, and its
+// pipeline neighbour of stage 0 (rank 2) waiting in a send/recv with it; the
+// run restarts from its checkpoint and ends bit-identical.
+TEST_F(TensorParallelSupervisionTest, AStoppedPipelineStageIsAHangNamingTheSendRecvItsNeighbourWaitsIn) {
+  WriteJob("stop@6:14", kPipelineRanks, kPipelineLayout);
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  ExpectFinishedBitExact(daemon);
+  auto inc = LastIncident();
+  ASSERT_TRUE(inc.has_value());
+  EXPECT_EQ(inc->kind, "hang");
+  EXPECT_EQ(inc->rank, 6) << inc->summary;
+  EXPECT_EQ(inc->summary.rfind("rank 6 (tp 0, pp stage 1, dp 1) in ", 0), 0u) << inc->summary;
+  EXPECT_NE(inc->summary.find("process stopped (SIGSTOP?)"), std::string::npos) << inc->summary;
+  EXPECT_NE(inc->summary.find("rank 2 (tp 0, pp stage 0, dp 1) waiting"), std::string::npos) << inc->summary;
+  // Stage 0 is in a send/recv with it: sending micro-batch 0's activations
+  // (Gloo's send waits for the receive) or receiving a gradient.
+  EXPECT_TRUE(inc->summary.find(" activations to it") != std::string::npos ||
+              inc->summary.find(" gradients from it") != std::string::npos)
+      << inc->summary;
+  auto ev = nlohmann::json::parse(inc->evidence_json);
+  EXPECT_EQ(ev["allowance"], "stopped");
 }
 
 }  // namespace

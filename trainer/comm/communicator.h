@@ -22,12 +22,22 @@
 #include <string>
 #include <vector>
 
+#include "common/progress_record.h"  // MessageKind
 #include "common/status.h"
 #include "common/store.h"
 
 namespace holdfast {
 
 enum class ReduceOp { kSum, kAvg };
+
+// What a SendRecvLabelled's two messages carry (for the progress record):
+// a pipeline's activations or gradients of a micro-batch.
+struct MessageLabel {
+  MessageKind send_what = MessageKind::kNone;
+  MessageKind recv_what = MessageKind::kNone;
+  int send_micro = -1;  // -1: not a micro-batch's
+  int recv_micro = -1;
+};
 
 // Handle for one asynchronous collective.
 class Work {
@@ -94,6 +104,13 @@ class Communicator {
   // buffer of nonzero size is refused before anything is queued.
   virtual std::unique_ptr<Work> SendRecvAsync(const void* send, size_t send_bytes, int send_to, void* recv,
                                               size_t recv_bytes, int recv_from) = 0;
+  // SendRecvAsync with what the messages carry, for the progress record
+  // (ProgressCommunicator records it with the peers; a transport just sends).
+  virtual std::unique_ptr<Work> SendRecvLabelled(const void* send, size_t send_bytes, int send_to, void* recv,
+                                                 size_t recv_bytes, int recv_from, const MessageLabel& label) {
+    (void)label;
+    return SendRecvAsync(send, send_bytes, send_to, recv, recv_bytes, recv_from);
+  }
   virtual Status Barrier() = 0;
 };
 

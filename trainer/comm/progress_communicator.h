@@ -23,6 +23,11 @@
 //   step looks outstanding.
 // Failed collectives are never recorded done. Collectives issued through
 // unrecorded() are not recorded at all.
+// - the group: every collective is labelled with the communicator's group
+//   (RecordedGroup: tp, dp, pp, ... of common/mesh.h, or the world), which
+//   the record numbers per group; a send/recv also with its peers as global
+//   ranks and what its messages carry (SendRecvLabelled's MessageLabel), so
+//   that triage can say which stage never sent what to whom.
 //
 // Thread-safety: one thread (the training thread) issues collectives and
 // waits on their Work, since the progress record has exactly one writer
@@ -42,11 +47,20 @@
 
 namespace holdfast {
 
+// The group a communicator runs, as the record names it.
+struct RecordedGroup {
+  CollectiveGroup kind = CollectiveGroup::kWorld;
+  // Global rank of each rank of the group; empty: the group is the world
+  // (group rank = global rank).
+  std::vector<int> ranks;
+};
+
 class ProgressCommunicator final : public Communicator {
  public:
   // `inner` (owned) runs the collectives; `progress` (not owned) must outlive
-  // this communicator.
-  explicit ProgressCommunicator(std::unique_ptr<Communicator> inner, ProgressSink& progress = NoProgress());
+  // this communicator. `group`: what its collectives are labelled with.
+  explicit ProgressCommunicator(std::unique_ptr<Communicator> inner, ProgressSink& progress = NoProgress(),
+                                RecordedGroup group = {});
 
   // Where later collectives are recorded (not owned; must outlive this).
   void SetProgressSink(ProgressSink& progress) { progress_ = &progress; }
@@ -65,13 +79,13 @@ class ProgressCommunicator final : public Communicator {
   Status AllreduceDoubles(double* data, size_t count, ReduceOp op) override;
   Status Broadcast(void* data, size_t bytes, int root) override;
   Status Barrier() override;
-  // Handed to the inner communicator and not recorded: the record has no
-  // kind for point-to-point messages yet (a pipeline's send/recv and the
-  // group a collective is on are to come with pipeline parallelism).
+  // Recorded as one kSendRecv (bytes: sent + received) with its peers.
   std::unique_ptr<Work> SendRecvAsync(const void* send, size_t send_bytes, int send_to, void* recv, size_t recv_bytes,
                                       int recv_from) override {
-    return inner_->SendRecvAsync(send, send_bytes, send_to, recv, recv_bytes, recv_from);
+    return SendRecvLabelled(send, send_bytes, send_to, recv, recv_bytes, recv_from, MessageLabel{});
   }
+  std::unique_ptr<Work> SendRecvLabelled(const void* send, size_t send_bytes, int send_to, void* recv,
+                                         size_t recv_bytes, int recv_from, const MessageLabel& label) override;
 
  private:
   class RecordedWork;
@@ -79,7 +93,10 @@ class ProgressCommunicator final : public Communicator {
   enum class DeviceWait { kDoneWithNextHostWait, kDoneAtOnce };
 
   template <typename F>
-  std::unique_ptr<Work> IssueAsync(CollectiveKind kind, uint64_t bytes, DeviceWait device_wait, F&& call);
+  std::unique_ptr<Work> IssueAsync(CollectiveKind kind, uint64_t bytes, DeviceWait device_wait, F&& call,
+                                   const CollectiveLabel& label);
+  // The global rank of group rank `r` (-1 stays -1).
+  int32_t Global(int r) const;
   template <typename F>
   Status RunBlocking(CollectiveKind kind, uint64_t bytes, F&& call);
   // Collective `seq` completed and the host saw it: it and every collective
@@ -87,6 +104,7 @@ class ProgressCommunicator final : public Communicator {
   void HostSawDone(uint64_t seq);
 
   const std::unique_ptr<Communicator> inner_;
+  const RecordedGroup group_;
   ProgressSink* progress_;  // not owned, never null; training thread only
   // Collectives waited on by the device only, not yet recorded done, in issue
   // order. Training thread only.

@@ -20,11 +20,14 @@ class LoggingProgressSink final : public ProgressSink {
   void SetPhase(Phase phase) override { log.push_back(std::string("phase ") + PhaseName(phase)); }
   void BeginStep() override { log.push_back("begin step"); }
   void EndStep(int64_t completed) override { log.push_back("end step " + std::to_string(completed)); }
-  uint64_t IssueCollective(CollectiveKind kind, uint64_t bytes) override {
+  uint64_t IssueCollective(CollectiveKind kind, uint64_t bytes, const CollectiveLabel& label) override {
     ++issued_;
+    labels.push_back(label);
     log.push_back("issue " + std::to_string(issued_) + " " + CollectiveKindName(kind) + " " + std::to_string(bytes));
     return issued_;
   }
+  void SetMesh(int, int, int) override {}
+  std::vector<CollectiveLabel> labels;  // of every issue, in order
   void WaitCollective(uint64_t seq, CollectiveKind kind) override {
     log.push_back("wait " + std::to_string(seq) + " " + CollectiveKindName(kind));
   }
@@ -152,12 +155,44 @@ TEST_F(ProgressCommunicatorTest, BlockingCollectivesRecordIssueWaitAndDone) {
                                       "issue 3 barrier 0", "wait 3 barrier", "run barrier", "done 3"}));
 }
 
-// Point-to-point messages pass through to the inner communicator, unrecorded
-// (the record has no kind for them yet).
-TEST_F(ProgressCommunicatorTest, SendRecvPassesThroughUnrecorded) {
+// Point-to-point messages are one send/recv in the record (bytes both ways),
+// waited for and done like a collective.
+TEST_F(ProgressCommunicatorTest, SendRecvIsRecordedAsOneExchange) {
   EXPECT_TRUE(comm_->SendRecvAsync(grads_, 16, 1, totals_, 32, 1)->Wait().ok());
-  EXPECT_EQ(sink_.Take(), (std::vector<std::string>{"queue send/recv 16 to 1, 32 from 1",
-                                                    "host waits for send/recv 16 to 1, 32 from 1"}));
+  EXPECT_EQ(sink_.Take(), (std::vector<std::string>{"issue 1 send/recv 48", "queue send/recv 16 to 1, 32 from 1",
+                                                    "wait 1 send/recv", "host waits for send/recv 16 to 1, 32 from 1",
+                                                    "done 1"}));
+}
+
+// The group's collectives carry its kind; a send/recv its peers as global
+// ranks (the group's rank 1 is world rank 5) and what travels, a side left
+// out (-1) with nothing.
+TEST(ProgressCommunicatorLabelTest, CollectivesCarryTheGroupAndMessagesTheirPeersAndContents) {
+  LoggingProgressSink sink;
+  std::vector<std::string> calls;
+  ProgressCommunicator comm(std::make_unique<FakeCommunicator>(&calls), sink,
+                            RecordedGroup{CollectiveGroup::kPipeline, {1, 5}});
+  float x[4] = {};
+  MessageLabel msg{MessageKind::kGradients, MessageKind::kActivations, 2, 3};
+  EXPECT_TRUE(comm.SendRecvLabelled(x, 8, 1, x + 2, 8, 1, msg)->Wait().ok());
+  EXPECT_TRUE(comm.SendRecvLabelled(nullptr, 0, -1, x, 8, 1, msg)->Wait().ok());
+  EXPECT_TRUE(comm.AllreduceDoubles(nullptr, 0, ReduceOp::kSum).ok());
+  ASSERT_EQ(sink.labels.size(), 3u);
+  const CollectiveLabel& both = sink.labels[0];
+  EXPECT_EQ(both.group, CollectiveGroup::kPipeline);
+  EXPECT_EQ(both.send_to, 5);
+  EXPECT_EQ(both.recv_from, 5);
+  EXPECT_EQ(both.send_what, MessageKind::kGradients);
+  EXPECT_EQ(both.send_micro, 2);
+  EXPECT_EQ(both.recv_what, MessageKind::kActivations);
+  EXPECT_EQ(both.recv_micro, 3);
+  const CollectiveLabel& recv_only = sink.labels[1];
+  EXPECT_EQ(recv_only.send_to, -1);
+  EXPECT_EQ(recv_only.send_what, MessageKind::kNone);
+  EXPECT_EQ(recv_only.send_micro, -1);
+  EXPECT_EQ(recv_only.recv_from, 5);
+  EXPECT_EQ(sink.labels[2].group, CollectiveGroup::kPipeline);
+  EXPECT_EQ(sink.labels[2].send_to, -1);
 }
 
 // The GPU gradient path: buckets are waited on by the device queue only; the

@@ -1,7 +1,7 @@
 """The progress record's layout and its writer (docs/progress-record.md).
 
 The layout is the contract shared with common/progress_record.h
-(ProgressRecordLayout): one 936-byte little-endian record per rank, every field
+(ProgressRecordLayout): one 1400-byte little-endian record per rank, every field
 naturally aligned. Fields are written through typed memoryviews of the mapping,
 so that each one is a single native store of its width (struct's "<Q" packs
 byte by byte), and the sequence lock is bumped around every update.
@@ -18,8 +18,8 @@ import threading
 import time
 
 MAGIC = 0x31474F5250464C48  # "HLFPROG1"
-VERSION = 3
-SIZE = 952
+VERSION = 4
+SIZE = 1400
 RING_SIZE = 16
 RING_ENTRY_SIZE = 40
 ERROR_SIZE = 160
@@ -50,6 +50,14 @@ OFF_CHECKPOINT_ERROR = 776
 OFF_RESTORED_STEP = 936
 OFF_RESTORE_TIER = 944
 OFF_RESTORE_SKIPPED = 948
+OFF_MESH = 952  # i32 tensor, pipeline, expert (0 = not reported), u32 reserved
+OFF_GROUP_ISSUED = 968  # 6 x u64
+OFF_RING_DETAIL = 1016  # 16 x 24 B, entry i describes ring[i]
+RING_DETAIL_SIZE = 24
+# Within a detail: {u64 group_seq, u8 group, u8 send_what, u8 recv_what, u8 pad,
+# i32 send_to, i32 recv_from, i16 send_micro, i16 recv_micro}. This module
+# labels no group: a collective is group 0 (unknown), no peers (-1).
+DETAIL_SEND_TO = 12
 # Within a ring entry: {u64 seq, u32 kind, u32 reserved, u64 bytes, i64 issued_ns, i64 completed_ns}.
 ENTRY_SEQ = 0
 ENTRY_KIND = 8
@@ -59,7 +67,8 @@ ENTRY_COMPLETED_NS = 32
 
 assert OFF_RING + RING_SIZE * RING_ENTRY_SIZE == OFF_CHECKPOINT_FAILURES
 assert OFF_CHECKPOINT_ERROR + ERROR_SIZE == OFF_RESTORED_STEP
-assert OFF_RESTORE_SKIPPED + 4 == SIZE
+assert OFF_RESTORE_SKIPPED + 4 == OFF_MESH
+assert OFF_RING_DETAIL + RING_SIZE * RING_DETAIL_SIZE == SIZE
 
 # Values are part of the layout (Phase, CollectiveKind in progress_record.h).
 PHASES = {
@@ -109,6 +118,12 @@ def _entry(i):
 
 
 _ENTRIES = tuple(_entry(i) for i in range(RING_SIZE))
+# Byte range of detail i, and what an unlabelled collective writes there
+# (group 0, no peers, no micro-batches), as ProgressWriter does.
+_DETAILS = tuple((OFF_RING_DETAIL + i * RING_DETAIL_SIZE, OFF_RING_DETAIL + (i + 1) * RING_DETAIL_SIZE)
+                 for i in range(RING_SIZE))
+_UNLABELLED = bytes(DETAIL_SEND_TO) + (-1).to_bytes(4, "little", signed=True) * 2 + b"\xff" * 4
+assert len(_UNLABELLED) == RING_DETAIL_SIZE
 
 
 def truncate_utf8(text, limit):
@@ -227,6 +242,8 @@ class _Record:
             u64[e_bytes] = nbytes
             self._i64[e_issued] = now
             self._i64[e_completed] = 0
+            d_begin, d_end = _DETAILS[head % RING_SIZE]
+            self._mv[d_begin:d_end] = _UNLABELLED
             u64[_RING_HEAD] = head + 1
             self._end(now)
         return seq

@@ -34,7 +34,7 @@ _HEADER_FIELDS = ("magic", "version", "size", "rank", "pid", "seq", "step", "pha
 def read_record(path):
     with open(path, "rb") as f:
         data = f.read()
-    assert len(data) >= 952, len(data)
+    assert len(data) >= 1400, len(data)
     assert _HEADER.size == 120 and _ENTRY.size == 40
     r = dict(zip(_HEADER_FIELDS, _HEADER.unpack_from(data, 0)))
     r["ring"] = [dict(zip(("seq", "kind", "reserved", "bytes", "issued_ns", "completed_ns"),
@@ -42,13 +42,18 @@ def read_record(path):
     r["checkpoint_failures"], r["checkpoint_failed_step"] = struct.unpack_from("<Qq", data, 760)
     r["checkpoint_error"] = data[776:936]
     r["restored_step"], r["restore_tier"], r["restore_skipped"] = struct.unpack_from("<qII", data, 936)
+    r["mesh"] = struct.unpack_from("<iii", data, 952)
+    r["group_issued"] = struct.unpack_from("<6Q", data, 968)
+    r["ring_detail"] = [dict(zip(("group_seq", "group", "send_what", "recv_what", "pad", "send_to", "recv_from",
+                                  "send_micro", "recv_micro"), struct.unpack_from("<QBBBBiihh", data, 1016 + 24 * i)))
+                        for i in range(16)]
     return r
 
 
 def create_like_the_daemon(path, rank):
     """What CreateProgressFile leaves: a zeroed, initialised record."""
-    data = bytearray(952)
-    struct.pack_into("<QIIi", data, 0, MAGIC, 3, 952, rank)
+    data = bytearray(1400)
+    struct.pack_into("<QIIi", data, 0, MAGIC, 4, 1400, rank)
     struct.pack_into("<q", data, 104, -1)  # checkpoint_step
     struct.pack_into("<q", data, 88, 12345)  # heartbeat_ns
     struct.pack_into("<q", data, 768, -1)  # checkpoint_failed_step
@@ -109,7 +114,7 @@ class LayoutTest(RecordTestCase):
             r = self.open(rank=5)
         finally:
             del os.environ["HOLDFAST_RANK"]
-        self.assertEqual((r["magic"], r["version"], r["size"]), (MAGIC, 3, 952))
+        self.assertEqual((r["magic"], r["version"], r["size"]), (MAGIC, 4, 1400))
         self.assertEqual(r["rank"], 5)
         self.assertEqual(r["pid"], os.getpid())
         self.assertEqual(r["phase"], PHASE["starting"])
@@ -127,8 +132,8 @@ class LayoutTest(RecordTestCase):
             f.write(b"not a record")
         self.assertTrue(holdfast.init(self.path, rank=2))
         r = read_record(self.path)
-        self.assertEqual(os.path.getsize(self.path), 952)
-        self.assertEqual((r["magic"], r["version"], r["size"], r["rank"]), (MAGIC, 3, 952, 2))
+        self.assertEqual(os.path.getsize(self.path), 1400)
+        self.assertEqual((r["magic"], r["version"], r["size"], r["rank"]), (MAGIC, 4, 1400, 2))
         self.assertEqual((r["checkpoint_step"], r["checkpoint_failed_step"]), (-1, -1))
         self.assertGreater(r["heartbeat_ns"], 0)
         holdfast.close()
@@ -138,7 +143,10 @@ class LayoutTest(RecordTestCase):
         self.assertEqual(os.stat(self.path).st_mode & 0o777, 0o600)
 
     def test_module_constants_match_the_document(self):
-        self.assertEqual(_record.SIZE, 952)
+        self.assertEqual(_record.SIZE, 1400)
+        self.assertEqual(_record.OFF_MESH, 952)
+        self.assertEqual(_record.OFF_GROUP_ISSUED, 968)
+        self.assertEqual(_record.OFF_RING_DETAIL, 1016)
         self.assertEqual(_record.OFF_RESTORED_STEP, 936)
         self.assertEqual(_record.OFF_RING, 120)
         self.assertEqual(_record.OFF_CHECKPOINT_FAILURES, 760)
@@ -255,6 +263,10 @@ class CollectiveTest(RecordTestCase):
             e = r["ring"][(n - 1) % 16]
             self.assertEqual((e["seq"], e["kind"], e["bytes"], e["completed_ns"]), (n, ALLREDUCE, 999 + n, 0))
             self.assertGreater(e["issued_ns"], 0)
+            # Not labelled with a group (version 4's detail): group 0, no peers, no micro-batches.
+            d = r["ring_detail"][(n - 1) % 16]
+            self.assertEqual((d["group"], d["group_seq"], d["send_to"], d["recv_from"], d["send_micro"]),
+                             (0, 0, -1, -1, -1))
         holdfast.step(1)
         previous = holdfast.wait_collective(18, "allreduce")
         r = read_record(self.path)

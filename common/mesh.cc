@@ -1,4 +1,4 @@
-#include "trainer/mesh.h"
+#include "common/mesh.h"
 
 namespace holdfast {
 
