@@ -251,8 +251,12 @@ void PrintRankTable(std::ostream& os, const RunStatus& s, const RankSelection& s
   // STEPS/S .. WAIT: the rank's pace over the daemon's straggler window. Every
   // rank of a data-parallel run steps at the same rate; a straggler shows as
   // long COMPUTE and short WAIT while the others wait for it.
-  Table t({"NODE", "RANK", "PID", "STATE", "STEP", "PHASE", "HEARTBEAT", "LAST STEP", "STEPS/S",
-           "STEP P50/P99", "COMPUTE", "WAIT", "WAITING ON", "ISSUED"});
+  std::vector<std::string> columns = {"NODE", "RANK", "PID", "STATE", "STEP", "PHASE", "HEARTBEAT", "LAST STEP",
+                                      "STEPS/S", "STEP P50/P99", "COMPUTE", "WAIT", "WAITING ON", "ISSUED"};
+  // With model parallelism, where each rank sits in the mesh (after RANK).
+  const bool mesh = !s.mesh.empty();
+  if (mesh) columns.insert(columns.begin() + 2, "MESH (TP, PP, DP)");
+  Table t(columns);
   auto ms = [](const std::optional<double>& v) {
     char buf[32] = "-";
     if (v) std::snprintf(buf, sizeof(buf), "%.0f ms", *v);
@@ -271,11 +275,14 @@ void PrintRankTable(std::ostream& os, const RunStatus& s, const RankSelection& s
       if (r.step_ms_p50 && r.step_ms_p99) {
         std::snprintf(p50_p99, sizeof(p50_p99), "%.0f/%.0f ms", *r.step_ms_p50, *r.step_ms_p99);
       }
-      t.Add({n.host.empty() ? std::to_string(n.node) : n.host, std::to_string(r.rank), std::to_string(r.pid), r.state,
-             std::to_string(r.step), r.phase, FormatDuration(r.heartbeat_age_s) + " ago", ms(r.last_step_ms),
-             rate, p50_p99, ms(r.compute_ms_p50), ms(r.wait_ms_p50),
-             r.waiting_on && *r.waiting_on != 0 ? "#" + std::to_string(*r.waiting_on) : "-",
-             std::to_string(r.collectives_issued)});
+      std::vector<std::string> row = {n.host.empty() ? std::to_string(n.node) : n.host, std::to_string(r.rank),
+                                      std::to_string(r.pid), r.state, std::to_string(r.step), r.phase,
+                                      FormatDuration(r.heartbeat_age_s) + " ago", ms(r.last_step_ms), rate, p50_p99,
+                                      ms(r.compute_ms_p50), ms(r.wait_ms_p50),
+                                      r.waiting_on && *r.waiting_on != 0 ? "#" + std::to_string(*r.waiting_on) : "-",
+                                      std::to_string(r.collectives_issued)};
+      if (mesh) row.insert(row.begin() + 2, r.place.empty() ? "-" : r.place);
+      t.Add(row);
     }
   }
   t.Print(os);
@@ -291,7 +298,8 @@ void PrintLiveStatus(std::ostream& os, const RunStatus& s, const RankSelection& 
   }
   os << ", step " << s.step << "\n";
   if (s.scheduler == "slurm") os << "slurm " << SlurmJobText(s.job_id, s.restart_count, s.hosts) << "\n";
-  os << "world size " << s.world_size << ", restarts " << s.restarts_used << "/"
+  os << "world size " << s.world_size << (s.mesh.empty() ? "" : " (mesh " + s.mesh + ")") << ", restarts "
+     << s.restarts_used << "/"
      << s.restart_budget << ", last checkpoint step " << OptText(s.last_checkpoint_step)
      << ", up " << FormatDuration(s.uptime_s) << "\n\n";
   if (sel.any()) {

@@ -98,6 +98,25 @@ const CollectiveRecord* RankProgress::waited() const {
   return nullptr;
 }
 
+std::optional<DeviceMesh> ModelParallelMesh(const std::vector<RankView>& ranks) {
+  std::optional<MeshShape> shape;
+  for (const RankView& r : ranks) {
+    if (!r.progress.valid || !r.progress.mesh) continue;
+    const MeshShape& m = *r.progress.mesh;
+    if (shape && (shape->tensor != m.tensor || shape->pipeline != m.pipeline || shape->expert != m.expert)) {
+      return std::nullopt;  // ranks that disagree: no mesh to reason with
+    }
+    shape = m;
+  }
+  if (!shape || (shape->tensor == 1 && shape->pipeline == 1 && shape->expert == 1)) return std::nullopt;
+  Result<DeviceMesh> mesh = DeviceMesh::Create(static_cast<int>(ranks.size()), *shape);
+  if (!mesh.ok()) return std::nullopt;
+  for (const RankView& r : ranks) {
+    if (r.rank < 0 || r.rank >= mesh->world()) return std::nullopt;
+  }
+  return *mesh;
+}
+
 int64_t NewestStep(const std::vector<RankView>& ranks, int64_t at_least) {
   int64_t best = at_least;
   for (const RankView& v : ranks) {

@@ -120,6 +120,12 @@ struct RankView {
   uint64_t ring_since = 0;
 };
 
+// The mesh the ranks reported (RankProgress::mesh) when the run has model
+// parallelism (TP, PP or EP > 1) and the mesh fits the ranks seen (their
+// number is the world); none for data parallelism alone, older writers, or
+// ranks that disagree (triage then judges as before the mesh).
+std::optional<DeviceMesh> ModelParallelMesh(const std::vector<RankView>& ranks);
+
 // The newest completed step a valid record reports, and at least `at_least`
 // (what the caller already knows: the generation's start, the newest seen).
 int64_t NewestStep(const std::vector<RankView>& ranks, int64_t at_least);

@@ -206,6 +206,9 @@ struct RankStatus {
   std::optional<double> step_ms_p99;
   std::optional<double> compute_ms_p50;  // per step, outside collectives
   std::optional<double> wait_ms_p50;     // per step, blocked in collectives
+  // Its coordinates in the run's device mesh, "tp 1, pp stage 0, dp 1"
+  // (common/mesh.h); "" without model parallelism (and from older daemons).
+  std::string place;
 };
 
 struct NodeStatus {
@@ -271,6 +274,9 @@ struct RunStatus {
   // The run's role processes, by role (file order) and index; empty for a
   // job without [[roles]] and from daemons before roles.
   std::vector<RoleStatus> roles;
+  // The device mesh the ranks report, "tp=2,pp=2,dp=2" (DeviceMesh::Layout);
+  // "" without model parallelism (and from older daemons).
+  std::string mesh;
 };
 
 std::string EncodeStatusResult(const RunStatus& status);  // a JSON object, no newline

@@ -232,8 +232,10 @@ RunStatus SampleStatus() {
   r0.step_ms_p99 = 840.25;
   r0.compute_ms_p50 = 210.5;
   r0.wait_ms_p50 = 600.75;
+  r0.place = "tp 0, pp stage 0, dp 0";
   RankStatus r1 = r0;
   r1.rank = 1;
+  r1.place = "tp 1, pp stage 0, dp 0";
   r1.pid = 4243;
   r1.phase = "forward";
   r1.waiting_on.reset();
@@ -252,6 +254,7 @@ RunStatus SampleStatus() {
   s.job_id = "42";
   s.restart_count = 1;
   s.hosts = {"gpu-a17", "gpu-a19"};
+  s.mesh = "tp=2,pp=1,dp=1";
   return s;
 }
 
@@ -277,6 +280,16 @@ TEST(ControlProtocolTest, StatusResultRoundTrip) {
   EXPECT_EQ(back->job_id, "42");
   EXPECT_EQ(back->restart_count, 1);
   EXPECT_EQ(back->hosts, (std::vector<std::string>{"gpu-a17", "gpu-a19"}));
+  // The mesh and each rank's place in it.
+  EXPECT_EQ(back->mesh, "tp=2,pp=1,dp=1");
+  EXPECT_EQ(back->nodes[0].ranks[1].place, "tp 1, pp stage 0, dp 0");
+  json premesh = j;  // a daemon from before the mesh sends neither
+  premesh.erase("mesh");
+  premesh["nodes"][0]["ranks"][0].erase("place");
+  Result<RunStatus> before = ParseStatusResult(premesh.dump());
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  EXPECT_EQ(before->mesh, "");
+  EXPECT_EQ(before->nodes[0].ranks[0].place, "");
 
   s.last_incident.reset();
   s.last_checkpoint_step.reset();

@@ -153,6 +153,7 @@ Result<RankStatus> ParseRank(const json& j, const std::string& where) {
   HF_RETURN_IF_ERROR(f.OptionalDouble("step_ms_p99", &r.step_ms_p99));
   HF_RETURN_IF_ERROR(f.OptionalDouble("compute_ms_p50", &r.compute_ms_p50));
   HF_RETURN_IF_ERROR(f.OptionalDouble("wait_ms_p50", &r.wait_ms_p50));
+  HF_RETURN_IF_ERROR(f.OptionalStringOr("place", &r.place));  // absent from daemons before the mesh
   return r;
 }
 
@@ -193,7 +194,8 @@ std::string EncodeStatusResult(const RunStatus& s) {
                        {"step_ms_p50", opt_int(r.step_ms_p50)},
                        {"step_ms_p99", opt_int(r.step_ms_p99)},
                        {"compute_ms_p50", opt_int(r.compute_ms_p50)},
-                       {"wait_ms_p50", opt_int(r.wait_ms_p50)}});
+                       {"wait_ms_p50", opt_int(r.wait_ms_p50)},
+                       {"place", r.place}});
     }
     nodes.push_back({{"node", n.node}, {"host", n.host}, {"ranks", std::move(ranks)}});
   }
@@ -238,6 +240,7 @@ std::string EncodeStatusResult(const RunStatus& s) {
             {"job_id", s.job_id},
             {"restart_count", s.restart_count},
             {"hosts", s.hosts},
+            {"mesh", s.mesh},
             {"roles", std::move(roles)}};
   return Dump(j);
 }
@@ -298,6 +301,7 @@ Result<RunStatus> ParseStatusResult(std::string_view result_json) {
   // Absent from daemons before Slurm support.
   HF_RETURN_IF_ERROR(f.OptionalStringOr("scheduler", &s.scheduler));
   HF_RETURN_IF_ERROR(f.OptionalStringOr("job_id", &s.job_id));
+  HF_RETURN_IF_ERROR(f.OptionalStringOr("mesh", &s.mesh));  // absent from daemons before the mesh
   HF_RETURN_IF_ERROR(f.OptionalIntOr("restart_count", &s.restart_count));
   HF_RETURN_IF_ERROR(f.OptionalStrings("hosts", &s.hosts));
   // Absent from daemons before role groups.

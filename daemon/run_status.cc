@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 namespace holdfast {
 
@@ -27,6 +28,9 @@ RunStatus BuildRunStatus(const RunController& controller, const RunRecorder& rec
   st.job_id = alloc.job_id;
   st.restart_count = alloc.restart_count;
   st.hosts = alloc.hosts();
+  // The mesh the ranks report (model parallelism only): each rank's place in it.
+  const std::optional<DeviceMesh> mesh = ModelParallelMesh(views);
+  if (mesh) st.mesh = mesh->Layout();
   std::map<int, NodeStatus> nodes;
   for (const RankView& v : views) {
     NodeStatus& node = nodes[v.node];
@@ -36,6 +40,7 @@ RunStatus BuildRunStatus(const RunController& controller, const RunRecorder& rec
     rs.rank = v.rank;
     rs.pid = v.pid;
     rs.report_age_s = v.report_age_s;
+    if (mesh) rs.place = mesh->Describe(v.rank);
     auto ex = controller.exits().find(v.rank);
     // A stopped rank says by what: SIGSTOP (or SIGTSTP ...) or a tracer (gdb, a stack capture).
     const char* stopped = v.proc_state == ProcState::kTraced ? "stopped (traced)" : "stopped (SIGSTOP)";

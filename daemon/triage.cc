@@ -396,7 +396,7 @@ TriageReport TriageHang(int64_t now_ns, const std::vector<RankView>& ranks, cons
   }
   // With model parallelism the ranks' collectives are numbered per group and
   // pipeline stages send and receive: the blame follows who waits on whom.
-  const std::optional<DeviceMesh> mesh = triage_internal::ModelParallelMesh(ranks);
+  const std::optional<DeviceMesh> mesh = ModelParallelMesh(ranks);
   if (mesh && !verdict.stopped.empty()) {
     triage_internal::BlameMesh(now_ns, ranks, *mesh, verdict.stopped, &inc);
   } else if (!verdict.stopped.empty()) {

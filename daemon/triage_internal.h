@@ -19,11 +19,6 @@ std::string Fixed1(double v);
 // The step a rank works on (one past `completed`), for messages.
 std::string StepAfter(int64_t completed);
 
-// The mesh a hung run's ranks reported, when it has model parallelism (TP,
-// PP or EP > 1) and fits the ranks seen; none for data parallelism alone, an
-// older writer, or ranks that disagree (then triage is as before the mesh).
-std::optional<DeviceMesh> ModelParallelMesh(const std::vector<RankView>& ranks);
-
 // "rank 5" or, with a mesh, "rank 5 (tp 1, pp stage 2, dp 0)".
 std::string Who(const DeviceMesh* mesh, int rank);
 

@@ -89,25 +89,6 @@ std::vector<int> GroupMembers(const DeviceMesh& mesh, CollectiveGroup g, int ran
   return mesh.GroupOf(mg, rank);
 }
 
-std::optional<DeviceMesh> ModelParallelMesh(const std::vector<RankView>& ranks) {
-  std::optional<MeshShape> shape;
-  for (const RankView& r : ranks) {
-    if (!r.progress.valid || !r.progress.mesh) continue;
-    const MeshShape& m = *r.progress.mesh;
-    if (shape && (shape->tensor != m.tensor || shape->pipeline != m.pipeline || shape->expert != m.expert)) {
-      return std::nullopt;  // ranks that disagree: no mesh to reason with
-    }
-    shape = m;
-  }
-  if (!shape || (shape->tensor == 1 && shape->pipeline == 1 && shape->expert == 1)) return std::nullopt;
-  Result<DeviceMesh> mesh = DeviceMesh::Create(static_cast<int>(ranks.size()), *shape);
-  if (!mesh.ok()) return std::nullopt;
-  for (const RankView& r : ranks) {
-    if (r.rank < 0 || r.rank >= mesh->world()) return std::nullopt;
-  }
-  return *mesh;
-}
-
 std::string Who(const DeviceMesh* mesh, int rank) {
   std::string s = "rank " + std::to_string(rank);
   if (mesh != nullptr && rank >= 0 && rank < mesh->world()) s += " (" + mesh->Describe(rank) + ")";

@@ -183,6 +183,9 @@ TEST_F(TensorParallelSupervisionTest, SigkillOfAPipelineStageRestartsTheRunBitEx
   ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
   const auto victim = st->nodes[0].ranks[6];
   ASSERT_EQ(victim.rank, 6);
+  // runctl status shows the mesh and each rank's place in it (from the ranks' records).
+  EXPECT_EQ(st->mesh, "tp=2,pp=2,dp=2");
+  EXPECT_EQ(victim.place, "tp 0, pp stage 1, dp 1");
   ASSERT_EQ(kill(static_cast<pid_t>(victim.pid), SIGKILL), 0);
   ExpectFinishedBitExact(daemon);
   auto inc = LastIncident();
