@@ -70,11 +70,24 @@ ojson ViewToJson(const RankView& v, int64_t now) {
   const RankProgress p = v.progress.valid ? v.progress : RankProgress{};
   ojson ring = ojson::array();
   for (const CollectiveRecord& e : p.ring) {
+    // As short as it can be (the leader parses every follower's rings): 5
+    // items without a group, 7 with one, 13 with messages (a send/recv).
     const CollectiveLabel& l = e.label;
-    ring.push_back(ojson::array({e.seq, static_cast<uint32_t>(e.kind), e.bytes, Age(e.issued_ns, now),
-                                 Age(e.completed_ns, now), static_cast<uint32_t>(l.group), e.group_seq, l.send_to,
-                                 l.recv_from, static_cast<uint32_t>(l.send_what), static_cast<uint32_t>(l.recv_what),
-                                 l.send_micro, l.recv_micro}));
+    ojson entry = ojson::array({e.seq, static_cast<uint32_t>(e.kind), e.bytes, Age(e.issued_ns, now),
+                                Age(e.completed_ns, now)});
+    const bool messages = l.send_to >= 0 || l.recv_from >= 0 || l.send_what != MessageKind::kNone ||
+                          l.recv_what != MessageKind::kNone || l.send_micro >= 0 || l.recv_micro >= 0;
+    if (l.group != CollectiveGroup::kUnknown || messages) {
+      entry.push_back(static_cast<uint32_t>(l.group));
+      entry.push_back(e.group_seq);
+    }
+    if (messages) {
+      for (int64_t v : {int64_t{l.send_to}, int64_t{l.recv_from}, static_cast<int64_t>(l.send_what),
+                        static_cast<int64_t>(l.recv_what), int64_t{l.send_micro}, int64_t{l.recv_micro}}) {
+        entry.push_back(v);
+      }
+    }
+    ring.push_back(std::move(entry));
   }
   ojson mesh = ojson::array();
   if (p.mesh) mesh = ojson::array({p.mesh->tensor, p.mesh->pipeline, p.mesh->expert});
@@ -124,18 +137,21 @@ Status ParseRing(const json& ring, const std::string& where, int64_t now, RankPr
   for (size_t i = 0; i < ring.size(); ++i) {
     const json& e = ring[i];
     auto at = [&] { return where + ": ring[" + std::to_string(i) + "]"; };
-    if (!e.is_array() || e.size() != 13) {
-      return InvalidArgumentError(at() + " must be [seq, kind, bytes, issued_age, completed_age, group, group_seq, " +
-                                  "send_to, recv_from, send_what, recv_what, send_micro, recv_micro], got " + Shown(e));
+    if (!e.is_array() || (e.size() != 5 && e.size() != 7 && e.size() != 13)) {
+      return InvalidArgumentError(at() + " must be [seq, kind, bytes, issued_age, completed_age], with [..., group, " +
+                                  "group_seq] or [..., group, group_seq, send_to, recv_from, send_what, recv_what, " +
+                                  "send_micro, recv_micro], got " + Shown(e));
     }
-    int64_t kind = 0, issued = 0, completed = 0, group = 0, send_to = 0, recv_from = 0;
-    int64_t send_what = 0, recv_what = 0, send_micro = 0, recv_micro = 0;
+    int64_t kind = 0, issued = 0, completed = 0, group = 0, send_to = -1, recv_from = -1;
+    int64_t send_what = 0, recv_what = 0, send_micro = -1, recv_micro = -1;
+    const bool grouped = e.size() >= 7, messages = e.size() == 13;
     if (!e[0].is_number_unsigned() || !IntIn(e[1], 0, kMaxCollectiveKind, &kind) || !e[2].is_number_unsigned() ||
         !IntIn(e[3], -1, kInt64Max, &issued) || !IntIn(e[4], -1, kInt64Max, &completed) ||
-        !IntIn(e[5], 0, kMaxGroup, &group) || !e[6].is_number_unsigned() ||
-        !IntIn(e[7], -1, kMaxClusterWorldSize - 1, &send_to) || !IntIn(e[8], -1, kMaxClusterWorldSize - 1, &recv_from) ||
-        !IntIn(e[9], 0, kMaxMessage, &send_what) || !IntIn(e[10], 0, kMaxMessage, &recv_what) ||
-        !IntIn(e[11], -1, INT16_MAX, &send_micro) || !IntIn(e[12], -1, INT16_MAX, &recv_micro)) {
+        (grouped && (!IntIn(e[5], 0, kMaxGroup, &group) || !e[6].is_number_unsigned())) ||
+        (messages &&
+         (!IntIn(e[7], -1, kMaxClusterWorldSize - 1, &send_to) || !IntIn(e[8], -1, kMaxClusterWorldSize - 1, &recv_from) ||
+          !IntIn(e[9], 0, kMaxMessage, &send_what) || !IntIn(e[10], 0, kMaxMessage, &recv_what) ||
+          !IntIn(e[11], -1, INT16_MAX, &send_micro) || !IntIn(e[12], -1, INT16_MAX, &recv_micro)))) {
       return InvalidArgumentError(at() + " must be [seq >= 0, kind in [0, " + std::to_string(kMaxCollectiveKind) +
                                   "], bytes >= 0, issued_age >= -1, completed_age >= -1, group in [0, " +
                                   std::to_string(kMaxGroup) + "], group_seq >= 0, send_to and recv_from ranks or -1, " +
@@ -149,7 +165,7 @@ Status ParseRing(const json& ring, const std::string& where, int64_t now, RankPr
     c.issued_ns = Back(issued, now);
     c.completed_ns = Back(completed, now);
     c.label.group = static_cast<CollectiveGroup>(group);
-    c.group_seq = group != 0 ? e[6].get<uint64_t>() : 0;
+    c.group_seq = group != 0 ? e[6].get<uint64_t>() : 0;  // (group 0: entry shorter than 7, or unknown)
     c.label.send_to = static_cast<int32_t>(send_to);
     c.label.recv_from = static_cast<int32_t>(recv_from);
     c.label.send_what = static_cast<MessageKind>(send_what);
