@@ -190,6 +190,14 @@ std::vector<SavedShard> SavedShards(const LoadedCheckpoint& c) {
   return out;
 }
 
+// The model-parallel part of a manifest's layout ("tp=2,pp=2" of
+// "tp=2,pp=2,dp=2"; "" for data parallelism alone, "dp=W").
+std::string ModelParallelOf(const std::string& layout) {
+  const size_t dp = layout.find("dp=");
+  if (dp == std::string::npos || dp == 0) return "";
+  return layout.substr(0, dp > 0 && layout[dp - 1] == ',' ? dp - 1 : dp);
+}
+
 // Restores the trainer's state from a checkpoint every rank accepted (`what`
 // names its tier in the log: "checkpoint" from disk, "memory snapshot").
 Status ApplyCheckpoint(const Flags& flags, const LoadedCheckpoint& ckpt, const char* what, const char* tier,
@@ -203,7 +211,16 @@ Status ApplyCheckpoint(const Flags& flags, const LoadedCheckpoint& ckpt, const c
   }
   spdlog::info("resumed from {} {} (step {}); restore tier: {}", what, ckpt.dir, trainer->step(), tier);
   const int saved_world = static_cast<int>(ckpt.shards.size());
-  if (saved_world != trainer->world_size() && trainer->rank() == 0) {
+  const std::string& saved_layout = ckpt.manifest.layout;
+  const std::string layout = trainer->Layout();
+  if (ModelParallelOf(saved_layout) != ModelParallelOf(layout) && trainer->rank() == 0) {
+    // Another tensor-parallel or pipeline layout: resharded through the whole tensors.
+    const int dp = trainer->world_size() / (trainer->tensor_parallel() * trainer->pipeline_parallel());
+    spdlog::warn("RESHARDED: checkpoint of step {} saved as {} ({} ranks), resumed as {}; grad_accum {} keeps its "
+                 "global batch of {} samples",
+                 trainer->step(), saved_layout, saved_world, layout, trainer->grad_accum(),
+                 static_cast<int64_t>(trainer->config().train.micro_batch) * trainer->grad_accum() * dp);
+  } else if (saved_world != trainer->world_size() && trainer->rank() == 0) {
     // The global batch is cut over the data-parallel groups only.
     const int replica = trainer->tensor_parallel() * trainer->pipeline_parallel();
     const int dp = trainer->world_size() / replica;

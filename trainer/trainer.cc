@@ -6,12 +6,14 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -1207,31 +1209,16 @@ Result<int> SavedLayoutSize(const SavedShard& shard, const nlohmann::json& meta,
 // parameters: those of its tensor-parallel rank and pipeline stage, saved
 // ranks tp_rank + TP x (dp + DP x stage) (common/mesh.h) in dp order, so
 // that they tile its flat buffers as a data-parallel checkpoint's shards do.
-// The checkpoint must have been saved with the same dist.tensor_parallel and
-// dist.pipeline_parallel (read from the first shard's meta; absent = 1):
-// kFailedPrecondition naming the layout that would resume it otherwise,
-// since resharding between model-parallel layouts is not built yet.
-Result<std::vector<size_t>> ShardsOfCoordinate(const std::vector<SavedShard>& shards, int tp, int tp_rank, int pp,
-                                               int stage) {
+// Nullopt when the checkpoint was saved with another dist.tensor_parallel or
+// dist.pipeline_parallel (read from the first shard's meta; absent = 1): it
+// is resharded through whole tensors (WholeTensors).
+Result<std::optional<std::vector<size_t>>> ShardsOfCoordinate(const std::vector<SavedShard>& shards, int tp,
+                                                              int tp_rank, int pp, int stage) {
   if (shards.empty()) return InvalidArgumentError("no saved state to restore from");
   HF_ASSIGN_OR_RETURN(nlohmann::json meta, ParseMeta(shards[0]));
   HF_ASSIGN_OR_RETURN(const int saved_tp, SavedLayoutSize(shards[0], meta, "tensor_parallel"));
   HF_ASSIGN_OR_RETURN(const int saved_pp, SavedLayoutSize(shards[0], meta, "pipeline_parallel"));
-  if (saved_tp != tp) {
-    return FailedPreconditionError("the checkpoint was saved with dist.tensor_parallel = " + std::to_string(saved_tp) +
-                                   ", this run has " + std::to_string(tp) +
-                                   ": resharding between tensor-parallel layouts is not built yet; resume with "
-                                   "dist.tensor_parallel = " + std::to_string(saved_tp) +
-                                   (saved_pp > 1 ? ", dist.pipeline_parallel = " + std::to_string(saved_pp) : "") +
-                                   " (any number of data-parallel groups of it)");
-  }
-  if (saved_pp != pp) {
-    return FailedPreconditionError("the checkpoint was saved with dist.pipeline_parallel = " +
-                                   std::to_string(saved_pp) + ", this run has " + std::to_string(pp) +
-                                   ": resharding between pipeline layouts is not built yet; resume with "
-                                   "dist.pipeline_parallel = " + std::to_string(saved_pp) +
-                                   " (any number of data-parallel groups of it)");
-  }
+  if (saved_tp != tp || saved_pp != pp) return std::optional<std::vector<size_t>>();
   const size_t per_replica = static_cast<size_t>(tp) * static_cast<size_t>(pp);
   if (shards.size() % per_replica != 0) {
     return CorruptionError("a checkpoint of dist.tensor_parallel = " + std::to_string(tp) +
@@ -1244,7 +1231,7 @@ Result<std::vector<size_t>> ShardsOfCoordinate(const std::vector<SavedShard>& sh
   for (size_t d = 0; d < dp; ++d) {
     out.push_back(static_cast<size_t>(tp_rank) + static_cast<size_t>(tp) * (d + dp * static_cast<size_t>(stage)));
   }
-  return out;
+  return std::optional<std::vector<size_t>>(out);
 }
 
 std::vector<SavedShard> Pick(const std::vector<SavedShard>& shards, const std::vector<size_t>& which) {
@@ -1252,6 +1239,109 @@ std::vector<SavedShard> Pick(const std::vector<SavedShard>& shards, const std::v
   for (size_t i : which) out.push_back(shards[i]);
   return out;
 }
+
+// A saved shard's place in its run's mesh.
+struct SavedPlace {
+  int tp = 1, tp_rank = 0, pp = 1, stage = 0;
+};
+
+Result<SavedPlace> SavedPlaceOf(const SavedShard& shard, const nlohmann::json& meta) {
+  SavedPlace p;
+  HF_ASSIGN_OR_RETURN(p.tp, SavedLayoutSize(shard, meta, "tensor_parallel"));
+  HF_ASSIGN_OR_RETURN(p.pp, SavedLayoutSize(shard, meta, "pipeline_parallel"));
+  if (p.tp > 1) p.tp_rank = meta["tensor_parallel"].value("rank", -1);
+  if (p.pp > 1) p.stage = meta["pipeline_parallel"].value("stage", -1);
+  if (p.tp_rank < 0 || p.tp_rank >= p.tp || p.stage < 0 || p.stage >= p.pp) {
+    return CorruptionError(shard.source + ": state 'meta' has no valid tensor-parallel rank or pipeline stage" +
+                           kWhatToDo);
+  }
+  return p;
+}
+
+// Params, exp_avg, exp_avg_sq of one parameter.
+using Moments3 = std::array<torch::Tensor, 3>;
+
+// The whole model's parameters and AdamW moments (by global name), from a
+// checkpoint of any model-parallel layout: each (tp rank, stage)'s flat
+// buffers put together from its data-parallel slices, cut into its
+// parameters by its meta's layout, and the tensor-parallel parts of each
+// split parameter joined (GptTensorParallelFullOf). The last stage's copy of
+// the tied wte equals the first's: the first stage's is kept.
+Result<std::map<std::string, Moments3>> WholeTensors(const std::vector<SavedShard>& shards) {
+  std::map<std::pair<int, int>, std::vector<size_t>> coords;  // (stage, tp rank) -> shards, in saved order
+  std::vector<nlohmann::json> metas;
+  SavedPlace first;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    HF_ASSIGN_OR_RETURN(nlohmann::json meta, ParseMeta(shards[i]));
+    HF_ASSIGN_OR_RETURN(SavedPlace p, SavedPlaceOf(shards[i], meta));
+    if (i == 0) first = p;
+    if (p.tp != first.tp || p.pp != first.pp) {
+      return CorruptionError(shards[i].source + " was saved by another layout than " + shards[0].source + kWhatToDo);
+    }
+    coords[{p.stage, p.tp_rank}].push_back(i);
+    metas.push_back(std::move(meta));
+  }
+  if (coords.size() != static_cast<size_t>(first.tp) * static_cast<size_t>(first.pp)) {
+    return CorruptionError("the checkpoint of dist.tensor_parallel = " + std::to_string(first.tp) +
+                           " x dist.pipeline_parallel = " + std::to_string(first.pp) + " holds " +
+                           std::to_string(coords.size()) + " of its tensor-parallel ranks and stages" + kWhatToDo);
+  }
+  std::map<std::string, std::vector<Moments3>> parts;  // name -> its part on each tp rank
+  for (const auto& [coord, which] : coords) {
+    const std::vector<SavedShard> mine = Pick(shards, which);
+    HF_ASSIGN_OR_RETURN(std::vector<std::optional<StateSlice>> slices, CheckedSlices(mine));
+    if (!slices[0]) return FailedPreconditionError("a checkpoint of full replicas (" + std::string(kStateFormatV1) +
+                                                   ") cannot be resharded between model-parallel layouts");
+    const int64_t total = slices[0]->total;
+    Moments3 flat;
+    for (auto& t : flat) t = torch::empty({total}, torch::kFloat32);
+    for (size_t j = 0; j < mine.size(); ++j) {
+      const StateSlice& sl = *slices[j];
+      if (sl.count == 0) continue;
+      for (size_t b = 0; b < 3; ++b) {
+        const StateView* v = FindView(mine[j].views, kSlicedBuffers[b]);
+        HF_RETURN_IF_ERROR(NeedBytes(v, mine[j].source));
+        CopyHostBytes(flat[b].narrow(0, sl.offset, sl.count), v->data);
+      }
+    }
+    try {
+      for (const nlohmann::json& slot : metas[which[0]].at("layout")) {
+        const std::string name = slot.at("name").get<std::string>();
+        const auto shape = slot.at("shape").get<std::vector<int64_t>>();
+        const int64_t offset = slot.at("offset").get<int64_t>(), numel = slot.at("numel").get<int64_t>();
+        int64_t n = 1;
+        for (int64_t d : shape) n = d >= 0 && n <= (int64_t{1} << 40) ? n * d : -1;
+        if (offset < 0 || numel < 0 || n != numel || offset > total - numel) {
+          return CorruptionError(mine[0].source + ": parameter " + name + " does not fit its flat buffers" + kWhatToDo);
+        }
+        std::vector<Moments3>& v = parts[name];
+        if (v.size() < static_cast<size_t>(first.tp)) v.resize(static_cast<size_t>(first.tp));
+        Moments3& part = v[static_cast<size_t>(coord.second)];
+        if (part[0].defined()) continue;  // the last stage's copy of wte
+        for (size_t b = 0; b < 3; ++b) part[b] = flat[b].narrow(0, offset, numel).view(shape);
+      }
+    } catch (const nlohmann::json::exception& e) {
+      return CorruptionError(mine[0].source + ": state 'meta' has no valid 'layout': " + e.what() + kWhatToDo);
+    }
+  }
+  std::map<std::string, Moments3> whole;
+  for (auto& [name, v] : parts) {
+    Moments3 w;
+    for (size_t b = 0; b < 3; ++b) {
+      std::vector<torch::Tensor> pieces;
+      for (size_t r = 0; r < v.size(); ++r) {
+        if (!v[r][b].defined()) {
+          return CorruptionError("no shard of tensor-parallel rank " + std::to_string(r) + " holds " + name + kWhatToDo);
+        }
+        pieces.push_back(v[r][b]);
+      }
+      HF_ASSIGN_OR_RETURN(w[b], GptTensorParallelFullOf(name, pieces));
+    }
+    whole[name] = std::move(w);
+  }
+  return whole;
+}
+
 }  // namespace
 
 Result<std::vector<StateView>> Trainer::StateViews() { return ViewsOfSlice(impl_->own_begin, impl_->own_end); }
@@ -1356,7 +1446,22 @@ Result<TrainState> Trainer::CaptureState() {
 Result<std::vector<std::vector<std::string>>> Trainer::BuffersToRestore(const std::vector<SavedShard>& all) const {
   const Impl& d = *impl_;
   // Only the shards of this rank's tensor-parallel rank and stage are read.
-  HF_ASSIGN_OR_RETURN(std::vector<size_t> mine, ShardsOfCoordinate(all, d.tp_size(), d.tp_rank(), d.pp_size(), d.pp_rank()));
+  HF_ASSIGN_OR_RETURN(std::optional<std::vector<size_t>> same,
+                      ShardsOfCoordinate(all, d.tp_size(), d.tp_rank(), d.pp_size(), d.pp_rank()));
+  if (!same) {
+    // Another model-parallel layout: every shard's meta, parameters and
+    // moments make the whole tensors (WholeTensors); shard 0's rank-local state.
+    std::vector<std::vector<std::string>> out(all.size());
+    for (size_t i = 0; i < all.size(); ++i) {
+      out[i] = {"meta", kSlicedBuffers[0], kSlicedBuffers[1], kSlicedBuffers[2]};
+      if (i != 0) continue;
+      for (const StateView& v : all[0].views) {
+        if (v.name.rfind("rng.", 0) == 0 || v.name.rfind("objective.", 0) == 0) out[0].push_back(v.name);
+      }
+    }
+    return out;
+  }
+  const std::vector<size_t>& mine = *same;
   const std::vector<SavedShard> preview = Pick(all, mine);
   HF_ASSIGN_OR_RETURN(std::vector<std::vector<std::string>> want, BuffersOfShards(preview));
   std::vector<std::vector<std::string>> out(all.size());
@@ -1396,7 +1501,7 @@ Result<std::vector<std::vector<std::string>>> Trainer::BuffersOfShards(const std
 Status Trainer::RestoreState(const std::vector<StateView>& state, bool strict_determinism,
                              std::vector<std::string>* warnings) {
   SavedShard shard{"state", state};
-  return Restore(shard, {shard}, strict_determinism, warnings);
+  return Restore(shard, {shard}, strict_determinism, warnings, /*another_layout=*/false);
 }
 
 Status Trainer::RestoreShards(const std::vector<SavedShard>& shards, bool strict_determinism,
@@ -1404,17 +1509,20 @@ Status Trainer::RestoreShards(const std::vector<SavedShard>& shards, bool strict
   if (shards.empty()) return InvalidArgumentError("no saved state to restore from");
   // Model parallel: the shards of this rank's tp rank and stage, as a
   // data-parallel checkpoint of its flat buffers.
-  HF_ASSIGN_OR_RETURN(std::vector<size_t> which, ShardsOfCoordinate(shards, impl_->tp_size(), impl_->tp_rank(), impl_->pp_size(), impl_->pp_rank()));
-  const std::vector<SavedShard> mine = Pick(shards, which);
+  HF_ASSIGN_OR_RETURN(std::optional<std::vector<size_t>> which,
+                      ShardsOfCoordinate(shards, impl_->tp_size(), impl_->tp_rank(), impl_->pp_size(),
+                                         impl_->pp_rank()));
+  if (!which) return Restore(shards[0], shards, strict_determinism, warnings, /*another_layout=*/true);
+  const std::vector<SavedShard> mine = Pick(shards, *which);
   // On another world size (a reshard) a rank past the saved ranks takes the
   // step, cursor and fingerprint from rank 0's meta (they are the same on
   // every shard) and starts a fresh dropout stream (Restore).
   const size_t own = impl_->own_shard(mine.size());
-  return Restore(mine[own], mine, strict_determinism, warnings);
+  return Restore(mine[own], mine, strict_determinism, warnings, /*another_layout=*/false);
 }
 
 Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& all, bool strict_determinism,
-                        std::vector<std::string>* warnings) {
+                        std::vector<std::string>* warnings, bool another_layout) {
   Impl& d = *impl_;
   HF_ASSIGN_OR_RETURN(nlohmann::json meta, ParseMeta(own));
   try {
@@ -1429,7 +1537,7 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
                                      ", this run " + want_hash +
                                      "); resume with the config it was saved with, or start a new run");
     }
-    if (meta.at("layout") != d.Layout()) {
+    if (!another_layout && meta.at("layout") != d.Layout()) {
       return FailedPreconditionError("the state's parameter layout differs from this model's");
     }
     const auto& det = meta.at("determinism");
@@ -1442,9 +1550,24 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
                                ? meta.at("global_batch").get<int64_t>()
                                : micro * det.at("grad_accum").get<int64_t>() * saved_world;  // before the field
     if (global <= 0 || global % (micro * d.world()) != 0) {
+      // The data-parallel sizes that keep it; with model parallelism, as layouts.
+      const int replica = d.tp_size() * d.pp_size();
       std::string fits;
       for (int64_t w = 1; w <= global / micro && fits.size() < 200; ++w) {
-        if (global % (micro * w) == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(w);
+        if (global % (micro * w) != 0) continue;
+        fits += (fits.empty() ? "" : ", ") +
+                (replica == 1 ? std::to_string(w)
+                              : "tp=" + std::to_string(d.tp_size()) + ",pp=" + std::to_string(d.pp_size()) + ",dp=" +
+                                    std::to_string(w) + " (" + std::to_string(w * replica) + " ranks)");
+      }
+      if (replica > 1) {
+        return FailedPreconditionError(
+            "the checkpoint was saved with a global batch of " + std::to_string(global) + " samples; " +
+            std::to_string(d.world()) + " data-parallel groups of " + std::to_string(micro) +
+            " samples per micro-batch cannot make it up (" + std::to_string(global) + " is not a multiple of " +
+            std::to_string(micro * d.world()) + "): resume as " +
+            (fits.empty() ? std::string("the layout that saved it") : "one of " + fits) +
+            ", or change train.micro_batch in a new run");
       }
       return FailedPreconditionError(
           "the checkpoint was saved by " + std::to_string(saved_world) + " ranks with a global batch of " +
@@ -1475,11 +1598,40 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
       }
       if (warnings != nullptr) *warnings = diffs;
     }
-    HF_ASSIGN_OR_RETURN(std::vector<std::optional<StateSlice>> slices, CheckedSlices(all));
     const torch::Tensor* targets[] = {&d.flat_params, &d.exp_avg, &d.exp_avg_sq};
     // The moments this rank holds: elements [mb, me) of the flat layout.
     const int64_t mb = d.moments_base(), me = d.moments_end();
-    if (!slices[0]) {
+    std::vector<std::optional<StateSlice>> slices;
+    if (!another_layout) {
+      HF_ASSIGN_OR_RETURN(slices, CheckedSlices(all));
+    }
+    if (another_layout) {
+      // Another tensor-parallel or pipeline layout: the whole model's
+      // tensors, cut as this rank holds them.
+      HF_ASSIGN_OR_RETURN(auto whole, WholeTensors(all));
+      for (const Impl::Slot& slot : d.slots) {
+        auto it = whole.find(slot.name);
+        if (it == whole.end()) {
+          return FailedPreconditionError("the checkpoint has no parameter " + slot.name +
+                                         "; resume with the model config it was saved with");
+        }
+        for (size_t b = 0; b < 3; ++b) {
+          HF_ASSIGN_OR_RETURN(torch::Tensor part,
+                              GptTensorParallelShardOf(slot.name, it->second[b], d.tp_rank(), d.tp_size()));
+          if (!part.sizes().equals(slot.shape)) {
+            return FailedPreconditionError("the checkpoint's " + slot.name + " does not fit this model's; resume "
+                                           "with the model config it was saved with");
+          }
+          const torch::Tensor flat = part.contiguous().view(-1);
+          if (b == 0) {
+            d.flat_params.narrow(0, slot.offset, slot.numel).copy_(flat);
+            continue;
+          }
+          const int64_t lo = std::max(slot.offset, mb), hi = std::min(slot.offset + slot.numel, me);
+          if (lo < hi) targets[b]->narrow(0, lo - mb, hi - lo).copy_(flat.narrow(0, lo - slot.offset, hi - lo));
+        }
+      }
+    } else if (!slices[0]) {
       // v1: this rank's shard is a full replica.
       HF_RETURN_IF_ERROR(CopyInto(FindView(own.views, kSlicedBuffers[0]), d.flat_params, kSlicedBuffers[0]));
       for (size_t b = 1; b < 3; ++b) {
@@ -1524,9 +1676,10 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
       d.eval_metrics = meta.at("eval").at("metrics").get<std::map<std::string, double>>();
     }
     HF_RETURN_IF_ERROR(d.objective->RestoreExtraState(own.views).WithContext(own.source));
-    if (d.rank() >= saved_world) {
-      // A rank the checkpoint had no shard of: a fresh dropout stream of its
-      // own, a function of the seed, its rank and the step.
+    if (d.rank() >= saved_world || another_layout) {
+      // A rank the checkpoint had no shard of (or of another layout, where
+      // no shard is its own): a fresh dropout stream of its own, a function
+      // of the seed, its rank and the step.
       torch::manual_seed(d.cfg.train.seed * 1000003ULL + 1 + static_cast<uint64_t>(d.rank()) +
                          static_cast<uint64_t>(d.step) * 7919ULL);
       return Status::Ok();

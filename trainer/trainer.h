@@ -197,7 +197,11 @@ class Trainer {
   // this world, grad_accum() changes to keep the checkpoint's global batch
   // (or the restore fails naming the world sizes that would keep it), ranks
   // past the saved ones seed a fresh dropout stream, and the determinism
-  // fingerprint's difference names the world size.
+  // fingerprint's difference names the world size. Saved with another
+  // dist.tensor_parallel or dist.pipeline_parallel: the whole model's
+  // parameters and moments are put together from every shard and cut as
+  // this rank holds them (the global batch kept likewise; a fresh dropout
+  // stream on every rank).
   Status RestoreShards(const std::vector<SavedShard>& shards, bool strict_determinism,
                        std::vector<std::string>* warnings);
   // What RestoreShards needs of a checkpoint, given a preview of it: every
@@ -205,7 +209,9 @@ class Trainer {
   // For each shard (index = saved rank): its "params"; its moments when its
   // slice overlaps the part of them this rank holds (all of it without
   // ZeRO-1); and of the shard whose rank-local state this rank takes, "meta"
-  // and "rng.*" (a checkpoint of full replicas: all of that shard).
+  // and "rng.*" (a checkpoint of full replicas: all of that shard). A
+  // checkpoint of another model-parallel layout: every shard's meta,
+  // parameters and moments, and shard 0's "rng.*".
   // RestoreShards must then be given at least these buffers; the others may
   // have null data. First checks that the slices fit together (tile [0,
   // total) with no gap or overlap, agree on total and on their buffer sizes):
@@ -247,8 +253,10 @@ class Trainer {
   // State views with the flat buffers cut to elements [begin, end).
   Result<std::vector<StateView>> ViewsOfSlice(int64_t begin, int64_t end);
   // Restores own's rank-local state and the flat buffers from all's slices.
+  // `another_layout`: `all` is every shard of a checkpoint of another
+  // tensor-parallel or pipeline layout, resharded through whole tensors.
   Status Restore(const SavedShard& own, const std::vector<SavedShard>& all, bool strict_determinism,
-                 std::vector<std::string>* warnings);
+                 std::vector<std::string>* warnings, bool another_layout);
   // BuffersToRestore of the shards of this rank's tensor-parallel coordinate.
   Result<std::vector<std::vector<std::string>>> BuffersOfShards(const std::vector<SavedShard>& preview) const;
   std::unique_ptr<Impl> impl_;
