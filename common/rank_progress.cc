@@ -17,6 +17,10 @@ constexpr uint8_t kMaxMessageKind = static_cast<uint8_t>(MessageKind::kTiedEmbed
 // A mesh dimension past this is not a mesh a writer can mean.
 constexpr int32_t kMaxMeshSize = 1 << 20;
 
+// A peer rank as recorded: one past the largest world a run has (the
+// cluster protocol's) is no rank, as -1 is.
+int32_t PeerOf(int32_t rank) { return rank >= 0 && rank <= kMaxRecordedRank ? rank : -1; }
+
 bool KnownDetail(const CollectiveDetail& d) {
   return d.group <= kCollectiveGroups && d.send_what <= kMaxMessageKind && d.recv_what <= kMaxMessageKind;
 }
@@ -74,8 +78,8 @@ RankProgress DecodeProgress(const ProgressSnapshot& snapshot) {
     c.completed_ns = e.completed_ns;
     c.label.group = static_cast<CollectiveGroup>(d.group);
     c.group_seq = d.group != 0 ? d.group_seq : 0;
-    c.label.send_to = std::max(-1, d.send_to);
-    c.label.recv_from = std::max(-1, d.recv_from);
+    c.label.send_to = PeerOf(d.send_to);
+    c.label.recv_from = PeerOf(d.recv_from);
     c.label.send_what = static_cast<MessageKind>(d.send_what);
     c.label.recv_what = static_cast<MessageKind>(d.recv_what);
     c.label.send_micro = std::max<int32_t>(-1, d.send_micro);

@@ -35,6 +35,10 @@
 
 namespace holdfast {
 
+// The largest rank a record's send/recv peer can name (a world of 2^20, as
+// the cluster protocol's); a peer past it decodes as none (-1).
+inline constexpr int32_t kMaxRecordedRank = (1 << 20) - 1;
+
 // One collective of the ring of recent ones.
 struct CollectiveRecord {
   uint64_t seq = 0;  // 1-based sequence number on its rank

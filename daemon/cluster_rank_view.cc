@@ -20,6 +20,7 @@ constexpr uint32_t kMaxCollectiveKind = static_cast<uint32_t>(CollectiveKind::kS
 constexpr int64_t kMaxGroup = kCollectiveGroups;
 constexpr int64_t kMaxMessage = static_cast<int64_t>(MessageKind::kTiedEmbedding);
 constexpr int64_t kMaxMesh = 1 << 20;  // as common/rank_progress.cc decodes a record
+static_assert(kMaxRecordedRank == kMaxClusterWorldSize - 1, "a record's peers are ranks the protocol carries");
 constexpr uint32_t kMaxRestoreTier = static_cast<uint32_t>(RestoreTier::kMemory);
 
 // ---- clocks: local times <-> ages ----

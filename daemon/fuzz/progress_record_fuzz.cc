@@ -97,13 +97,15 @@ int64_t Carried(int64_t t, int64_t now) { return t <= 0 ? 0 : (t >= now ? now : 
 
 bool KnownToThisBuild(const ProgressRecordLayout& p) {
   if (p.phase > static_cast<uint32_t>(Phase::kDone)) return false;
-  if (p.collective_kind > static_cast<uint32_t>(CollectiveKind::kReduceScatter)) return false;
+  if (p.collective_kind > static_cast<uint32_t>(CollectiveKind::kSendRecv)) return false;
   if (p.restore_tier > static_cast<uint32_t>(RestoreTier::kMemory)) return false;
   const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
+  constexpr uint8_t kMaxWhat = static_cast<uint8_t>(MessageKind::kTiedEmbedding);
   for (uint64_t i = 0; i < n; ++i) {
-    if (p.ring[(p.ring_head - n + i) % kProgressRingSize].kind > static_cast<uint32_t>(CollectiveKind::kReduceScatter)) {
-      return false;
-    }
+    const uint64_t slot = (p.ring_head - n + i) % kProgressRingSize;
+    if (p.ring[slot].kind > static_cast<uint32_t>(CollectiveKind::kSendRecv)) return false;
+    const CollectiveDetail& d = p.ring_detail[slot];
+    if (d.group > kCollectiveGroups || d.send_what > kMaxWhat || d.recv_what > kMaxWhat) return false;
   }
   return true;
 }
@@ -134,6 +136,13 @@ void CheckDecoded(const ProgressSnapshot& snap, const RankProgress& p) {
     const CollectiveEntry& e = r.ring[(r.ring_head - n + k) % kProgressRingSize];
     HF_CHECK(p.ring[k].seq == e.seq && static_cast<uint32_t>(p.ring[k].kind) == e.kind && p.ring[k].bytes == e.bytes);
     HF_CHECK(p.ring[k].issued_ns == e.issued_ns && p.ring[k].completed_ns == e.completed_ns);
+    // Version 4's detail: the group and its number (0 without a group), peers and micro-batches -1 at least.
+    const CollectiveDetail& d = r.ring_detail[(r.ring_head - n + k) % kProgressRingSize];
+    const CollectiveLabel& l = p.ring[k].label;
+    HF_CHECK(static_cast<uint8_t>(l.group) == d.group && p.ring[k].group_seq == (d.group != 0 ? d.group_seq : 0));
+    auto peer = [](int32_t r) { return r >= 0 && r <= kMaxRecordedRank ? r : -1; };
+    HF_CHECK(l.send_to == peer(d.send_to) && l.recv_from == peer(d.recv_from));
+    HF_CHECK(l.send_micro == std::max<int32_t>(-1, d.send_micro) && l.recv_micro == std::max<int32_t>(-1, d.recv_micro));
   }
   HF_CHECK(p.checkpoint_error.size() <= 3 * (kProgressErrorSize - 1));
 }
