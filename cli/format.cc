@@ -159,6 +159,7 @@ json GenerationJson(const GenerationRecord& g) {
           {"ended_ms", OptJson(g.ended_ms)},
           {"start_step", g.start_step},
           {"restore_tier", g.restore_tier.empty() ? json(nullptr) : json(g.restore_tier)},
+          {"mesh", g.mesh.empty() ? json(nullptr) : json(g.mesh)},
           {"last_step", OptJson(g.last_step)},
           {"last_step_ms", OptJson(g.last_step_ms)},
           {"state", RunStateName(g.state)},

@@ -37,7 +37,8 @@ std::vector<TimelineItem> TimelineItems(const std::vector<AttemptRecord>& attemp
                      "generation " + n + " started from step " + std::to_string(g.start_step) +
                          (g.restore_tier.empty() || g.restore_tier == "none"
                               ? ""
-                              : " (" + RestoreTierText(g.restore_tier) + ")")});
+                              : " (" + RestoreTierText(g.restore_tier) + ")") +
+                         (g.mesh.empty() ? "" : " as " + g.mesh)});
     if (g.ended_ms) {
       // Older daemons left last_step unset when no step came before the end:
       // then it ended where it started.

@@ -86,9 +86,12 @@ std::optional<int64_t> RunRecorder::ObserveRestore(const std::vector<RankView>& 
     spdlog::info("generation {} restored step {} ({})", generation_, step, tier);
   }
   restore_ = GenerationRestore{step, tier};
+  // The mesh the ranks report (model parallelism only), with the generation.
+  const std::optional<DeviceMesh> mesh = ModelParallelMesh(views);
+  const std::string layout = mesh ? mesh->Layout() : "";
   Write("generation " + std::to_string(generation_) + " restore",
-        [run = run_id_, a = attempt_, g = generation_, step, tier](LineageDb& db) {
-          return db.SetGenerationRestore(run, a, g, step, tier);
+        [run = run_id_, a = attempt_, g = generation_, step, tier, layout](LineageDb& db) {
+          return db.SetGenerationRestore(run, a, g, step, tier, layout);
         });
   if (passed_over > 0) {
     const std::string what = std::to_string(passed_over) + " memory snapshot" + (passed_over == 1 ? "" : "s");

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <chrono>
@@ -242,6 +243,12 @@ constexpr const char kSchemaV8[] = R"sql(
 ALTER TABLE generation ADD COLUMN restore_tier TEXT CHECK (restore_tier IN ('none', 'disk', 'memory'));
 )sql";
 
+// Version 9: the device mesh a generation's ranks reported ("tp=2,pp=2,dp=2",
+// common/mesh.h; NULL: data parallelism alone, not reported, an older daemon).
+constexpr const char kSchemaV9[] = R"sql(
+ALTER TABLE generation ADD COLUMN mesh TEXT;
+)sql";
+
 // The migration that takes a file from version `from` to `from + 1`.
 std::string Migration(int from) {
   switch (from) {
@@ -252,7 +259,8 @@ std::string Migration(int from) {
     case 4: return kSchemaV5;
     case 5: return kSchemaV6;
     case 6: return kSchemaV7;
-    default: return kSchemaV8;
+    case 7: return kSchemaV8;
+    default: return kSchemaV9;
   }
 }
 
@@ -887,17 +895,24 @@ Status LineageDb::UpdateGenerationStep(const std::string& run_id, int attempt, i
 }
 
 Status LineageDb::SetGenerationRestore(const std::string& run_id, int attempt, int generation, int64_t start_step,
-                                       const std::string& tier) {
+                                       const std::string& tier, const std::string& mesh) {
   HF_RETURN_IF_ERROR(CheckWritable());
   if (tier != "none" && tier != "disk" && tier != "memory") {
     return InvalidArgumentError("restore tier must be none, disk or memory, got \"" + tier + "\"");
   }
+  // A layout as DeviceMesh::Layout writes it: "tp=2,pp=2,dp=2" (",ep=E").
+  const bool layout_chars = std::all_of(mesh.begin(), mesh.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '=' || c == ',';
+  });
+  if (mesh.size() > 64 || !layout_chars) {
+    return InvalidArgumentError("a generation's mesh must be a layout such as tp=2,pp=2,dp=2, got \"" + mesh + "\"");
+  }
   if (start_step < 0) {
     return InvalidArgumentError("a generation's start step must be >= 0, got " + std::to_string(start_step));
   }
-  HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "UPDATE generation SET start_step=?, restore_tier=? WHERE run_id=? AND "
-                                                "attempt=? AND generation=?"));
-  HF_ASSIGN_OR_RETURN(int n, st.Bind(start_step, tier, run_id, attempt, generation).Run("record the restore"));
+  HF_ASSIGN_OR_RETURN(Stmt st, Stmt::Make(this, "UPDATE generation SET start_step=?, restore_tier=?, mesh=nullif(?, '') "
+                                                "WHERE run_id=? AND attempt=? AND generation=?"));
+  HF_ASSIGN_OR_RETURN(int n, st.Bind(start_step, tier, mesh, run_id, attempt, generation).Run("record the restore"));
   if (n == 0) {
     return NotFoundError(path_ + ": no generation " + std::to_string(generation) + " of attempt " +
                          std::to_string(attempt) + " of run " + run_id);
@@ -1021,7 +1036,7 @@ constexpr const char kAttemptCols[] =
     "state, cause, resumed_from_step, coalesce(seq, 0) AS seq, ended_seq, gpus";
 constexpr const char kGenerationCols[] =
     "run_id, attempt, generation, started_ms, ended_ms, start_step, last_step, last_step_ms, "
-    "state, cause, coalesce(seq, 0) AS seq, ended_seq, coalesce(restore_tier, '')";
+    "state, cause, coalesce(seq, 0) AS seq, ended_seq, coalesce(restore_tier, ''), coalesce(mesh, '')";
 constexpr const char kCheckpointCols[] =
     "run_id, step, path, bytes, world_size, attempt, generation, committed_ms, state, reason, "
     "state_ms, coalesce(seq, 0) AS seq, state_seq, metrics, owner";
@@ -1090,6 +1105,7 @@ struct LineageRows {
     g.seq = s.Int(10);
     g.ended_seq = s.OptInt(11);
     g.restore_tier = s.Text(12);
+    g.mesh = s.Text(13);
     return g;
   }
   static CheckpointRecord Checkpoint(Stmt& s) {

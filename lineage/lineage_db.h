@@ -119,6 +119,9 @@ struct GenerationRecord {
   int64_t start_step = 0;
   // Where the ranks restored it from: "none", "disk", "memory"; "" not reported.
   std::string restore_tier;
+  // The device mesh its ranks reported ("tp=2,pp=2,dp=2"); "" for data
+  // parallelism alone (or not reported).
+  std::string mesh;
   // The newest step the ranks reported; a generation that ends before its
   // first report ends with start_step here.
   std::optional<int64_t> last_step;
@@ -214,7 +217,7 @@ struct LineageOptions {
 class LineageDb {
  public:
   // Newest schema this build reads and writes.
-  static constexpr int kSchemaVersion = 8;
+  static constexpr int kSchemaVersion = 9;
 
   static Result<std::unique_ptr<LineageDb>> Open(const std::string& path,
                                                  const LineageOptions& options = {});
@@ -253,9 +256,10 @@ class LineageDb {
   // What the generation's ranks restored (all ranks agree on one step):
   // start_step becomes `start_step` (the step the daemon expected may have
   // been a snapshot the ranks passed over) and restore_tier `tier` ("none",
-  // "disk" or "memory"; anything else is refused).
+  // "disk" or "memory"; anything else is refused), with the device mesh the
+  // ranks reported (`mesh`, DeviceMesh::Layout; "" none; not a layout: refused).
   Status SetGenerationRestore(const std::string& run_id, int attempt, int generation, int64_t start_step,
-                              const std::string& tier);
+                              const std::string& tier, const std::string& mesh = "");
   // A generation that never reported a step ends with last_step = start_step.
   Status EndGeneration(const std::string& run_id, int attempt, int generation, RunState state,
                        const std::string& cause);

@@ -571,7 +571,7 @@ TEST_F(LineageDbTest, MigratesAVersion6FileWithTheGpusUnknown) {
     ASSERT_EQ(*db->StartAttempt(id, as), 1);
   }
   RawSql(db_path(),
-         "ALTER TABLE attempt DROP COLUMN gpus; ALTER TABLE generation DROP COLUMN restore_tier; "
+         "ALTER TABLE attempt DROP COLUMN gpus; ALTER TABLE generation DROP COLUMN restore_tier; ALTER TABLE generation DROP COLUMN mesh; "
          "PRAGMA user_version = 6");
   {
     auto reader = OpenReader();
@@ -600,7 +600,9 @@ TEST_F(LineageDbTest, MigratesAVersion7FileWithTheRestoreTierUnreported) {
     ASSERT_TRUE(db->StartAttempt(id, {}).ok());
     ASSERT_TRUE(db->StartGeneration(id, 1, 25).ok());
   }
-  RawSql(db_path(), "ALTER TABLE generation DROP COLUMN restore_tier; PRAGMA user_version = 7");
+  RawSql(db_path(),
+         "ALTER TABLE generation DROP COLUMN restore_tier; ALTER TABLE generation DROP COLUMN mesh; "
+         "PRAGMA user_version = 7");
   auto db = OpenWriter();
   EXPECT_EQ(RawSql(db_path(), "PRAGMA user_version"), std::to_string(LineageDb::kSchemaVersion));
   auto gens = *db->Generations("r-7");
@@ -629,6 +631,22 @@ TEST_F(LineageDbTest, AGenerationsRestoreReplacesTheExpectedStartStep) {
   EXPECT_EQ(gens[0].start_step, 10);
   EXPECT_EQ(gens[0].restore_tier, "disk");
   EXPECT_EQ(gens[0].last_step, 10);  // it ended before a step: where it really started
+  EXPECT_EQ(gens[0].mesh, "");        // data parallelism: no mesh
+}
+
+// A model-parallel generation's mesh is kept with its restore; text that is
+// not a layout is refused and changes nothing.
+TEST_F(LineageDbTest, AGenerationKeepsTheMeshItsRanksReported) {
+  auto db = OpenWriter();
+  const std::string id = *db->CreateRun(SampleRun("r-mesh"));
+  ASSERT_TRUE(db->StartAttempt(id, {}).ok());
+  ASSERT_TRUE(db->StartGeneration(id, 1, 0).ok());
+  EXPECT_EQ(db->SetGenerationRestore(id, 1, 0, 0, "none", "tp=2; DROP TABLE run").code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ((*db->Generations(id))[0].restore_tier, "");
+  ASSERT_TRUE(db->SetGenerationRestore(id, 1, 0, 0, "none", "tp=2,pp=2,dp=2").ok());
+  EXPECT_EQ((*db->Generations(id))[0].mesh, "tp=2,pp=2,dp=2");
+  EXPECT_EQ(RawSql(db_path(), "SELECT mesh FROM generation"), "tp=2,pp=2,dp=2");
 }
 
 TEST_F(LineageDbTest, AClockThatStepsBackDoesNotReorderTheRecord) {

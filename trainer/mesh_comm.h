@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "common/mesh.h"
 #include "common/status.h"
 #include "trainer/comm/communicator.h"
-#include "common/mesh.h"
 
 namespace holdfast {
 

@@ -27,17 +27,17 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include "common/mesh.h"
 #include "common/progress_record.h"
 #include "trainer/adamw.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/comm/progress_communicator.h"
+#include "trainer/data/dataset.h"
 #include "trainer/device_stager.h"
 #include "trainer/gpu.h"
-#include "common/mesh.h"
-#include "trainer/data/dataset.h"
 #include "trainer/model.h"
-#include "trainer/pipeline.h"
 #include "trainer/objective.h"
+#include "trainer/pipeline.h"
 #include "trainer/progress_sink.h"
 #include "trainer/rl/grpo_objective.h"
 #include "trainer/tensor_parallel.h"

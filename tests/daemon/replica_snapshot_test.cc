@@ -10,9 +10,11 @@
 // run ends bit for bit.
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <thread>
 
 #include "checkpoint/checkpoint_loader.h"
 #include "tests/daemon/snapshot_folders.h"
@@ -63,23 +65,37 @@ class ReplicaSnapshotTest : public SupervisedRunTest {
   // SIGSTOPs every rank (the snapshots then stay as they are) and waits until
   // node 1's replica of node 0 and node 0's of node 1 hold node 0's newest
   // committed step. Returns the ranks' pids (rank order) and that step.
+  // Stops every rank (SIGSTOP) and waits until the newest committed step of
+  // node 0 is replicated both ways. A push that fails is not retried (the
+  // replica service goes on with the next step: docs/memory-snapshots.md), so
+  // on a loaded machine the step frozen on may never get its replica: then
+  // the ranks run on for a few steps and are frozen again, each wait well
+  // within the job's hang allowance (hang_min_s 60; a 60 s wait here had
+  // the run restarted as hung under CI load).
   std::pair<std::vector<pid_t>, int64_t> FreezeAndAwaitReplicas(ChildProcess& lead, const RunStatus& st,
                                                                 const std::string& zero, const std::string& one) {
     std::vector<pid_t> pids(2, 0);
     for (const auto& node : st.nodes) {
-      for (const auto& r : node.ranks) {
-        pids[static_cast<size_t>(r.rank)] = static_cast<pid_t>(r.pid);
-        EXPECT_EQ(kill(static_cast<pid_t>(r.pid), SIGSTOP), 0);
-      }
+      for (const auto& r : node.ranks) pids[static_cast<size_t>(r.rank)] = static_cast<pid_t>(r.pid);
     }
-    int64_t step = -1;
-    const bool replicated = testing::WaitUntil(lead, "both nodes' replicas of the newest committed step", 120, [&] {
-      step = NewestCommitted(zero);
+    auto replicated = [&](int64_t step) {
       return step >= 0 && fs::exists(one + "/replica-0/" + StepDirName(step) + "/" + kManifestFileName) &&
              fs::exists(zero + "/replica-1/" + StepDirName(step) + "/" + ShardFileName(1, 2));
-    });
-    EXPECT_TRUE(replicated) << ReadFile(dir_ / "daemon.log") << ReadFile(dir_ / "follower.log");
-    return {pids, step};
+    };
+    for (int attempt = 0; attempt < 5 && !lead.Exited(); ++attempt) {
+      for (pid_t pid : pids) EXPECT_EQ(kill(pid, SIGSTOP), 0);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (std::chrono::steady_clock::now() < until) {
+        const int64_t step = NewestCommitted(zero);
+        if (replicated(step)) return {pids, step};
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      for (pid_t pid : pids) EXPECT_EQ(kill(pid, SIGCONT), 0);
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+    }
+    ADD_FAILURE() << "no committed step was replicated both ways in 5 freezes of 20 s\n"
+                  << ReadFile(dir_ / "daemon.log") << ReadFile(dir_ / "follower.log");
+    return {pids, -1};
   }
   std::string RankLog(int generation, int rank) const {
     return ReadFile(RankLogPath(dir_ / "run", 1, generation, rank));

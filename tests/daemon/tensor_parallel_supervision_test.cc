@@ -194,6 +194,13 @@ TEST_F(TensorParallelSupervisionTest, SigkillOfAPipelineStageRestartsTheRunBitEx
   EXPECT_EQ(inc->rank, 6);
   EXPECT_NE(inc->summary.find("rank 6 killed by signal 9 (SIGKILL)"), std::string::npos) << inc->summary;
   EXPECT_NE(inc->action.find("restart generation 1 from step"), std::string::npos) << inc->action;
+  // Lineage keeps each generation's mesh, as its ranks reported it.
+  auto db = testing::OpenLineageReadOnly(dir_ / "run");
+  ASSERT_NE(db, nullptr);
+  auto gens = db->Generations(inc->run_id);
+  ASSERT_TRUE(gens.ok()) << gens.status().ToString();
+  ASSERT_EQ(gens->size(), 2u);
+  for (const GenerationRecord& g : *gens) EXPECT_EQ(g.mesh, "tp=2,pp=2,dp=2") << "generation " << g.generation;
 }
 
 // tp 2 x pp 2 x dp 2: rank 6 (tp 0, pp stage 1, dp 1) stops itself with
