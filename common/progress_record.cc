@@ -152,7 +152,7 @@ ProgressSnapshot ProgressReader::Read() const {
   ProgressSnapshot snap;
   const auto* rec = static_cast<const ProgressRecordLayout*>(map_);
   const uint32_t version = rec->version;
-  // A version 2 or 3 writer (an older Python module, today's) is read as far
+  // A version 2 or 3 writer (an older Python module) is read as far
   // as it goes: its record is a prefix of this one, the rest unreported (zero).
   if (LoadAcquire(&rec->magic) != kProgressMagic || (version != kProgressVersion && version != 2 && version != 3)) {
     return snap;
