@@ -111,6 +111,7 @@ const std::vector<KeyDef>& Schema() {
       HF_INT(dist, zero_stage, 0, 1, false),
       HF_INT(dist, tensor_parallel, 1, 1024, false),  // a layout, as the world size (checked on resume)
       HF_INT(dist, pipeline_parallel, 1, 1024, false),
+      HF_BOOL(dist, sequence_parallel, false),
       HF_STRING(dist, host, nullptr, false),
       HF_INT(dist, timeout_s, 1, 86400 * 7, false),
       HF_STRING(checkpoint, dir, nullptr, false),
@@ -368,6 +369,16 @@ namespace {
 // objective in float32 on the CPU.
 Status ValidateModelParallel(const TrainerConfig& c, const std::string& where) {
   const int tp = c.dist.tensor_parallel, pp = c.dist.pipeline_parallel;
+  if (c.dist.sequence_parallel && tp == 1) {
+    return InvalidArgumentError(where + ": dist.sequence_parallel splits the sequence over the tensor-parallel group, "
+                                "and dist.tensor_parallel is 1: set dist.tensor_parallel > 1 or "
+                                "dist.sequence_parallel = false");
+  }
+  if (c.dist.sequence_parallel && c.model.block_size % tp != 0) {
+    return InvalidArgumentError(where + ": dist.sequence_parallel over dist.tensor_parallel = " + std::to_string(tp) +
+                                " ranks needs model.block_size (" + std::to_string(c.model.block_size) +
+                                ") to be a multiple of it");
+  }
   if (tp == 1 && pp == 1) return Status::Ok();
   std::string head = where + ": ";
   if (tp > 1) head += "dist.tensor_parallel = " + std::to_string(tp);

@@ -92,6 +92,12 @@ struct DistConfig {
   // tensor_parallel: world = tensor_parallel x pipeline_parallel x data
   // parallel groups (common/mesh.h); not in the config hash.
   int pipeline_parallel = 1;
+  // Sequence parallelism within each tensor-parallel group (Megatron-LM's):
+  // between the split regions (LayerNorms, residual stream) each tp rank
+  // holds T / tensor_parallel positions; the same results as without it.
+  // Needs tensor_parallel > 1 and model.block_size a multiple of it. A
+  // layout, not in the config hash.
+  bool sequence_parallel = false;
   // The address this rank's Gloo connections and a local launcher's store bind:
   // "" = the node's address from its supervisor (HOLDFAST_NODE_ADDR), else 127.0.0.1.
   std::string host;

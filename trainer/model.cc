@@ -229,9 +229,11 @@ void KvCache::Select(const torch::Tensor& rows) {
   batch_ = r.size(0);
 }
 
-GptImpl::GptImpl(const ModelConfig& cfg, ComputeOptions compute, Communicator* tensor_parallel)
+GptImpl::GptImpl(const ModelConfig& cfg, ComputeOptions compute, Communicator* tensor_parallel,
+                 bool sequence_parallel)
     : cfg_(cfg), compute_(compute),
-      tp_(tensor_parallel != nullptr && tensor_parallel->world_size() > 1 ? tensor_parallel : nullptr) {
+      tp_(tensor_parallel != nullptr && tensor_parallel->world_size() > 1 ? tensor_parallel : nullptr),
+      sequence_(sequence_parallel && tp_ != nullptr) {
   TORCH_CHECK(tp_ == nullptr || !compute.bf16, "tensor parallelism runs in float32 for now: set train.precision = fp32");
   wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.n_embd));
   wpe_ = register_module("wpe", torch::nn::Embedding(cfg.block_size, cfg.n_embd));
@@ -241,7 +243,7 @@ GptImpl::GptImpl(const ModelConfig& cfg, ComputeOptions compute, Communicator* t
       h_->push_back(Block(cfg, compute));
       continue;
     }
-    Result<std::shared_ptr<ParallelBlockImpl>> block = ParallelBlockImpl::Create(cfg, tp_);
+    Result<std::shared_ptr<ParallelBlockImpl>> block = ParallelBlockImpl::Create(cfg, tp_, sequence_);
     TORCH_CHECK(block.ok(), block.status().ToString());
     h_->push_back(*block);
   }
@@ -280,9 +282,11 @@ torch::Tensor GptImpl::Logits(const torch::Tensor& idx) {
   const int64_t T = idx.size(1);
   auto x = wte_(idx) + wpe_(pos_.slice(0, 0, T));
   if (cfg_.dropout > 0 && is_training()) x = F::dropout(x, F::DropoutFuncOptions().p(cfg_.dropout).training(true));
+  if (sequence_) x = SplitSequence(x, tp_);
   for (const auto& block : *h_) {
     x = tp_ != nullptr ? block->as<ParallelBlockImpl>()->forward(x) : block->as<Block>()->forward(x);
   }
+  if (sequence_) x = GatherSequence(x, tp_, /*reduce_grad=*/false);  // ln_f and the head replicated
   x = ln_f_(x);
   torch::Tensor logits;  // tied lm_head
   if (compute_.bf16) {

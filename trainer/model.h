@@ -144,7 +144,11 @@ class GptImpl : public torch::nn::Module {
   // (LoadFromFull); its incremental decoding is not built yet (c10::Error).
   // A config that does not split is a c10::Error naming it
   // (ParallelBlockImpl::Create says so as a Status first).
-  explicit GptImpl(const ModelConfig& cfg, ComputeOptions compute = {}, Communicator* tensor_parallel = nullptr);
+  // `sequence_parallel` (with a tp group): the blocks run sequence parallel,
+  // each tp rank holding its T / S positions between the embeddings and
+  // ln_f (trainer/tensor_parallel.h); sequences must split evenly.
+  explicit GptImpl(const ModelConfig& cfg, ComputeOptions compute = {}, Communicator* tensor_parallel = nullptr,
+                   bool sequence_parallel = false);
 
   // idx, targets: int64 [B, T]. Returns the mean cross-entropy over targets != -1.
   torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& targets);
@@ -183,6 +187,7 @@ class GptImpl : public torch::nn::Module {
   ModelConfig cfg_;
   ComputeOptions compute_;
   Communicator* tp_ = nullptr;  // set only for a group of 2 or more
+  bool sequence_ = false;        // sequence parallel over tp_
   torch::nn::Embedding wte_{nullptr};
   torch::nn::Embedding wpe_{nullptr};
   torch::nn::ModuleList h_{nullptr};

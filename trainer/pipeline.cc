@@ -55,25 +55,28 @@ Result<int> FirstStageHolding(const ModelConfig& cfg, int stages, const std::str
 }
 
 Result<std::shared_ptr<GptStageImpl>> GptStageImpl::Create(const ModelConfig& cfg, int stage, int stages,
-                                                           Communicator* tensor_parallel) {
+                                                           Communicator* tensor_parallel, bool sequence_parallel) {
   HF_ASSIGN_OR_RETURN(PipelineStageSpec spec, PipelineStageOf(cfg, stage, stages));
   if (stages > 1 && cfg.dropout > 0) {
     return InvalidArgumentError("pipeline parallelism runs without dropout for now (its random stream would depend "
                                 "on the layout): set model.dropout = 0");
   }
   if (tensor_parallel != nullptr && tensor_parallel->world_size() > 1) {
-    HF_RETURN_IF_ERROR(ParallelBlockImpl::Create(cfg, tensor_parallel).status());  // says what does not split
+    // says what does not split
+    HF_RETURN_IF_ERROR(ParallelBlockImpl::Create(cfg, tensor_parallel, sequence_parallel).status());
   }
   try {
-    return std::make_shared<GptStageImpl>(cfg, spec, tensor_parallel);
+    return std::make_shared<GptStageImpl>(cfg, spec, tensor_parallel, sequence_parallel);
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("building pipeline stage ") + std::to_string(stage) + ": " + e.what());
   }
 }
 
-GptStageImpl::GptStageImpl(const ModelConfig& cfg, const PipelineStageSpec& spec, Communicator* tensor_parallel)
+GptStageImpl::GptStageImpl(const ModelConfig& cfg, const PipelineStageSpec& spec, Communicator* tensor_parallel,
+                           bool sequence_parallel)
     : cfg_(cfg), spec_(spec),
-      tp_(tensor_parallel != nullptr && tensor_parallel->world_size() > 1 ? tensor_parallel : nullptr) {
+      tp_(tensor_parallel != nullptr && tensor_parallel->world_size() > 1 ? tensor_parallel : nullptr),
+      sequence_(sequence_parallel && tp_ != nullptr) {
   // Registered in the whole model's order (wte, wpe, h, ln_f), so that the
   // stages' parameters, put together, are GptImpl's in its own order.
   if (spec_.first() || spec_.last()) wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.n_embd));
@@ -84,7 +87,7 @@ GptStageImpl::GptStageImpl(const ModelConfig& cfg, const PipelineStageSpec& spec
       h_->push_back(Block(cfg, ComputeOptions{}));
       continue;
     }
-    Result<std::shared_ptr<ParallelBlockImpl>> block = ParallelBlockImpl::Create(cfg, tp_);
+    Result<std::shared_ptr<ParallelBlockImpl>> block = ParallelBlockImpl::Create(cfg, tp_, sequence_);
     TORCH_CHECK(block.ok(), block.status().ToString());
     h_->push_back(*block);
   }
@@ -102,9 +105,13 @@ torch::Tensor GptStageImpl::forward(const torch::Tensor& input) {
   } else {
     x = input;
   }
+  if (sequence_) x = SplitSequence(x, tp_);
   for (const auto& block : *h_) {
     x = tp_ != nullptr ? block->as<ParallelBlockImpl>()->forward(x) : block->as<Block>()->forward(x);
   }
+  // The whole sequence again: what the next stage receives, or what ln_f and
+  // the head (replicated) take.
+  if (sequence_) x = GatherSequence(x, tp_, /*reduce_grad=*/false);
   if (!spec_.last()) return x;
   return torch::matmul(ln_f_(x), wte_->weight.t());  // the tied lm head
 }

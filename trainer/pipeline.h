@@ -63,8 +63,13 @@ class GptStageImpl : public torch::nn::Module {
   // kInvalidArgument when the model cannot be cut (PipelineStageOf), asks
   // for what is not built yet (dropout, bf16) or its blocks cannot be split
   // over `tensor_parallel` (not owned; null or a group of one = none).
+  // `sequence_parallel` (with a tp group): the stage's blocks run sequence
+  // parallel, each tp rank holding its T / S positions between them; what a
+  // stage sends and receives stays the whole [B, T, C] (the same on every
+  // rank of the tp group, as without it).
   static Result<std::shared_ptr<GptStageImpl>> Create(const ModelConfig& cfg, int stage, int stages,
-                                                      Communicator* tensor_parallel = nullptr);
+                                                      Communicator* tensor_parallel = nullptr,
+                                                      bool sequence_parallel = false);
 
   // The first stage takes tokens (int64 [B, T]), the others the previous
   // stage's output (float32 [B, T, C]); the last stage returns the logits
@@ -84,12 +89,14 @@ class GptStageImpl : public torch::nn::Module {
   torch::Tensor tied_embedding() const;
 
   // Use Create.
-  GptStageImpl(const ModelConfig& cfg, const PipelineStageSpec& spec, Communicator* tensor_parallel);
+  GptStageImpl(const ModelConfig& cfg, const PipelineStageSpec& spec, Communicator* tensor_parallel,
+               bool sequence_parallel = false);
 
  private:
   ModelConfig cfg_;
   PipelineStageSpec spec_;
   Communicator* tp_ = nullptr;  // set only for a group of 2 or more
+  bool sequence_ = false;        // sequence parallel over tp_
   torch::nn::Embedding wte_{nullptr};
   torch::nn::Embedding wpe_{nullptr};  // first stage only
   torch::nn::ModuleList h_{nullptr};

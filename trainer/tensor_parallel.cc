@@ -48,6 +48,91 @@ class ReduceFromTp : public torch::autograd::Function<ReduceFromTp> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) { return {grads[0], torch::Tensor()}; }
 };
 
+// Sequence parallelism's data movement. Activations are [B, T, ...]; a
+// rank's part is positions [r*T/S, (r+1)*T/S). The collectives work on
+// contiguous parts in rank order, so they run on sequence-major copies
+// ([T, B, ...]) in fresh buffers (ReduceScatterAsync scribbles on the parts
+// that are not the rank's).
+std::vector<size_t> EqualCounts(int64_t part, int size) {
+  return std::vector<size_t>(static_cast<size_t>(size), static_cast<size_t>(part));
+}
+
+int64_t PartLength(const torch::Tensor& whole, Communicator* tp, const char* what) {
+  TORCH_CHECK(whole.dim() >= 2 && whole.scalar_type() == torch::kFloat32 && whole.is_cpu(),
+              "sequence parallel ", what, ": needs a float32 CPU tensor [B, T, ...]");
+  const int64_t S = tp->world_size(), T = whole.size(1);
+  TORCH_CHECK(T % S == 0, "sequence parallel ", what, ": a sequence of ", T, " positions does not split over ", S,
+              " tensor-parallel ranks (use sequences whose length is a multiple of dist.tensor_parallel)");
+  return T / S;
+}
+
+torch::Tensor PartOfSequence(const torch::Tensor& whole, Communicator* tp, const char* what) {
+  const int64_t t = PartLength(whole, tp, what);
+  return whole.narrow(1, tp->rank() * t, t).clone(at::MemoryFormat::Contiguous);
+}
+
+torch::Tensor AllgatherParts(const torch::Tensor& part, Communicator* tp, const char* what) {
+  TORCH_CHECK(part.dim() >= 2 && part.scalar_type() == torch::kFloat32 && part.is_cpu(),
+              "sequence parallel ", what, ": needs a float32 CPU tensor [B, T, ...]");
+  const int64_t S = tp->world_size(), t = part.size(1);
+  std::vector<int64_t> sizes = part.transpose(0, 1).sizes().vec();
+  sizes[0] *= S;
+  torch::Tensor whole = torch::empty(sizes, part.options());
+  whole.narrow(0, tp->rank() * t, t).copy_(part.transpose(0, 1));
+  Status s = tp->AllgatherAsync(whole.data_ptr<float>(), EqualCounts(part.numel(), static_cast<int>(S)))->Wait();
+  TORCH_CHECK(s.ok(), "sequence parallel ", what, " (all-gather over the tp group): ", s.ToString());
+  return whole.transpose(0, 1).contiguous();
+}
+
+torch::Tensor ReduceScatterParts(const torch::Tensor& whole, Communicator* tp, const char* what) {
+  const int64_t t = PartLength(whole, tp, what);
+  torch::Tensor major = torch::empty(whole.transpose(0, 1).sizes(), whole.options());
+  major.copy_(whole.transpose(0, 1));
+  Status s = tp->ReduceScatterAsync(major.data_ptr<float>(), EqualCounts(major.numel() / tp->world_size(),
+                                                                         tp->world_size()),
+                                    ReduceOp::kSum)->Wait();
+  TORCH_CHECK(s.ok(), "sequence parallel ", what, " (reduce-scatter over the tp group): ", s.ToString());
+  return major.narrow(0, tp->rank() * t, t).transpose(0, 1).clone(at::MemoryFormat::Contiguous);
+}
+
+class SplitSeq : public torch::autograd::Function<SplitSeq> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return PartOfSequence(x, FromHandle(c10::IValue(comm)), "split");
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {AllgatherParts(grads[0], FromHandle(ctx->saved_data["comm"]), "split backward"), torch::Tensor()};
+  }
+};
+
+class GatherSeq : public torch::autograd::Function<GatherSeq> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t comm, bool reduce_grad) {
+    ctx->saved_data["comm"] = comm;
+    ctx->saved_data["reduce"] = reduce_grad;
+    return AllgatherParts(x, FromHandle(c10::IValue(comm)), "gather");
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Communicator* tp = FromHandle(ctx->saved_data["comm"]);
+    torch::Tensor g = ctx->saved_data["reduce"].toBool() ? ReduceScatterParts(grads[0], tp, "gather backward")
+                                                         : PartOfSequence(grads[0], tp, "gather backward");
+    return {g, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+class ReduceScatterSeq : public torch::autograd::Function<ReduceScatterSeq> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return ReduceScatterParts(x, FromHandle(c10::IValue(comm)), "reduce-scatter");
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {AllgatherParts(grads[0], FromHandle(ctx->saved_data["comm"]), "reduce-scatter backward"),
+            torch::Tensor()};
+  }
+};
+
 Status NotSplit(const std::string& name, const torch::Tensor& full, int size) {
   std::string shape;
   for (int64_t d : full.sizes()) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
@@ -68,6 +153,18 @@ torch::Tensor CopyToTensorParallel(const torch::Tensor& x, Communicator* tp) {
 
 torch::Tensor ReduceFromTensorParallel(const torch::Tensor& x, Communicator* tp) {
   return tp->world_size() == 1 ? x : ReduceFromTp::apply(x, Handle(tp));
+}
+
+torch::Tensor SplitSequence(const torch::Tensor& x, Communicator* tp) {
+  return tp->world_size() == 1 ? x : SplitSeq::apply(x, Handle(tp));
+}
+
+torch::Tensor GatherSequence(const torch::Tensor& x, Communicator* tp, bool reduce_grad) {
+  return tp->world_size() == 1 ? x : GatherSeq::apply(x, Handle(tp), reduce_grad);
+}
+
+torch::Tensor ReduceScatterSequence(const torch::Tensor& x, Communicator* tp) {
+  return tp->world_size() == 1 ? x : ReduceScatterSeq::apply(x, Handle(tp));
 }
 
 namespace {
@@ -142,7 +239,8 @@ Result<torch::Tensor> GptTensorParallelFullOf(const std::string& name, const std
   return torch::cat(pieces, rule.dim).contiguous();
 }
 
-Result<std::shared_ptr<ParallelBlockImpl>> ParallelBlockImpl::Create(const ModelConfig& cfg, Communicator* tp) {
+Result<std::shared_ptr<ParallelBlockImpl>> ParallelBlockImpl::Create(const ModelConfig& cfg, Communicator* tp,
+                                                                     bool sequence_parallel) {
   if (tp == nullptr) return InvalidArgumentError("tensor parallel: no tp communicator");
   const int s = tp->world_size();
   if (cfg.n_head % s != 0 || (4 * cfg.n_embd) % s != 0 || cfg.n_embd % cfg.n_head != 0) {
@@ -155,11 +253,15 @@ Result<std::shared_ptr<ParallelBlockImpl>> ParallelBlockImpl::Create(const Model
                                 "): dropout that does not depend on the layout comes with sequence parallelism "
                                 "(docs/parallelism.md)");
   }
-  return std::shared_ptr<ParallelBlockImpl>(new ParallelBlockImpl(cfg, tp));
+  if (sequence_parallel && cfg.block_size % s != 0) {
+    return InvalidArgumentError("sequence parallel over " + std::to_string(s) + " ranks needs model.block_size (" +
+                                std::to_string(cfg.block_size) + ") divisible by it");
+  }
+  return std::shared_ptr<ParallelBlockImpl>(new ParallelBlockImpl(cfg, tp, sequence_parallel));
 }
 
-ParallelBlockImpl::ParallelBlockImpl(const ModelConfig& cfg, Communicator* tp)
-    : cfg_(cfg), tp_(tp), local_heads_(cfg.n_head / tp->world_size()) {
+ParallelBlockImpl::ParallelBlockImpl(const ModelConfig& cfg, Communicator* tp, bool sequence_parallel)
+    : cfg_(cfg), tp_(tp), sequence_(sequence_parallel), local_heads_(cfg.n_head / tp->world_size()) {
   const int64_t C = cfg.n_embd, S = tp->world_size(), c = C / S, hidden = 4 * C / S;
   auto ln_1 = Holder(*this, "ln_1"), ln_2 = Holder(*this, "ln_2");
   auto attn = Holder(*this, "attn"), mlp = Holder(*this, "mlp");
@@ -184,6 +286,7 @@ ParallelBlockImpl::ParallelBlockImpl(const ModelConfig& cfg, Communicator* tp)
 }
 
 torch::Tensor ParallelBlockImpl::forward(torch::Tensor x) {
+  if (sequence_) return ForwardSequenceParallel(std::move(x));
   namespace F = torch::nn::functional;
   const int64_t C = cfg_.n_embd;
   auto h = CopyToTensorParallel(torch::layer_norm(x, {C}, ln_1_w_, ln_1_b_, 1e-5), tp_);
@@ -193,6 +296,21 @@ torch::Tensor ParallelBlockImpl::forward(torch::Tensor x) {
   h = CopyToTensorParallel(torch::layer_norm(x, {C}, ln_2_w_, ln_2_b_, 1e-5), tp_);
   y = ReduceFromTensorParallel(F::linear(torch::gelu(F::linear(h, fc_w_, fc_b_)), mlp_proj_w_), tp_);
   return x + (mlp_proj_b_.defined() ? y + mlp_proj_b_ : y);
+}
+
+torch::Tensor ParallelBlockImpl::ForwardSequenceParallel(torch::Tensor x) {
+  namespace F = torch::nn::functional;
+  const int64_t C = cfg_.n_embd;
+  // A replicated parameter used on this rank's positions only: its gradient
+  // is summed over the tp group (f's backward on the parameter itself).
+  auto whole_grad = [this](const torch::Tensor& p) { return p.defined() ? CopyToTensorParallel(p, tp_) : p; };
+  auto h = GatherSequence(torch::layer_norm(x, {C}, whole_grad(ln_1_w_), whole_grad(ln_1_b_), 1e-5), tp_, true);
+  auto y = CausalAttention(F::linear(h, attn_w_, attn_b_), local_heads_, mask_);
+  y = ReduceScatterSequence(F::linear(y, attn_proj_w_), tp_);
+  x = x + (attn_proj_b_.defined() ? y + whole_grad(attn_proj_b_) : y);
+  h = GatherSequence(torch::layer_norm(x, {C}, whole_grad(ln_2_w_), whole_grad(ln_2_b_), 1e-5), tp_, true);
+  y = ReduceScatterSequence(F::linear(torch::gelu(F::linear(h, fc_w_, fc_b_)), mlp_proj_w_), tp_);
+  return x + (mlp_proj_b_.defined() ? y + whole_grad(mlp_proj_b_) : y);
 }
 
 Status ParallelBlockImpl::LoadFromFull(const torch::nn::Module& full) {

@@ -17,9 +17,23 @@
 // backward allreduce makes the LayerNorms' input gradient whole), so the
 // data-parallel reduction treats them like any other.
 //
+// Sequence parallelism (Megatron-LM's, Korthikanti et al. 2022), when asked
+// for: between the tensor-parallel regions (the LayerNorms, the residual
+// stream, the output projections' biases) each tp rank holds only its
+// T / S positions of the sequence, so those activations take 1/S of the
+// memory; f becomes an all-gather along the sequence (its backward a
+// reduce-scatter) and g a reduce-scatter (its backward an all-gather): the
+// same bytes on the wire as the two allreduces they replace. The
+// replicated parameters used in the sequence-parallel region see only
+// their rank's positions, so their gradients are summed over the tp group
+// (CopyToTensorParallel applied to the parameter itself: one allreduce per
+// parameter backward).
+//
+//   x_t = x_t + rs(attn(ag(ln_1(x_t))) W_proj_t^T) + b_proj      (x_t: rank t's positions)
+//
 // Float32 only, without dropout, for now: a layout-independent dropout
-// (the RNG drawn over the full tensor) and bf16 come with sequence
-// parallelism. This header includes LibTorch.
+// (the RNG drawn over the full tensor) and bf16 are not built yet. This
+// header includes LibTorch.
 //
 // Thread-safety: one thread per module, as trainer/model.h; the communicator
 // is the tp group's and is used only from that thread.
@@ -42,6 +56,20 @@ namespace holdfast {
 torch::Tensor CopyToTensorParallel(const torch::Tensor& x, Communicator* tp);
 // Megatron's g: allreduced over `tp` forward, the identity backward.
 torch::Tensor ReduceFromTensorParallel(const torch::Tensor& x, Communicator* tp);
+
+// Sequence parallelism's collectives over `tp`, on [B, T, C] activations split
+// along T (dim 1) into `tp->world_size()` equal parts in rank order:
+// SplitSequence keeps this rank's part (backward: the parts' gradients
+// all-gathered); GatherSequence all-gathers the parts into [B, T, C]
+// (backward: the gradient reduce-scattered when `reduce_grad`, as before a
+// column-parallel product whose every rank contributes to it; else this
+// rank's part of it, for a replicated consumer whose gradient is the same on
+// every rank); ReduceScatterSequence sums the ranks' [B, T, C] and keeps
+// this rank's part (backward: all-gather). A T that does not split is a
+// c10::Error naming it. Identities for a group of one.
+torch::Tensor SplitSequence(const torch::Tensor& x, Communicator* tp);
+torch::Tensor GatherSequence(const torch::Tensor& x, Communicator* tp, bool reduce_grad);
+torch::Tensor ReduceScatterSequence(const torch::Tensor& x, Communicator* tp);
 
 // Tp rank `rank` of `size`'s part of a full block parameter named as in
 // BlockImpl ("attn.c_attn.weight", "mlp.c_fc.bias", "ln_1.weight", ...): a
@@ -72,17 +100,23 @@ class ParallelBlockImpl : public torch::nn::Module {
   // kInvalidArgument when cfg cannot be split over tp->world_size() ranks
   // (n_head and 4 * n_embd must divide) or asks for what is not built yet
   // (dropout). `tp` is not owned and must outlive the module.
-  static Result<std::shared_ptr<ParallelBlockImpl>> Create(const ModelConfig& cfg, Communicator* tp);
+  // `sequence_parallel`: forward takes and returns this rank's positions
+  // ([B, T / S, C], SplitSequence's part) instead of the whole sequence.
+  static Result<std::shared_ptr<ParallelBlockImpl>> Create(const ModelConfig& cfg, Communicator* tp,
+                                                           bool sequence_parallel = false);
 
   torch::Tensor forward(torch::Tensor x);
+  bool sequence_parallel() const { return sequence_; }
   // Copies this rank's part of every parameter of `full` (a BlockImpl's
   // named_parameters()) into this module's.
   Status LoadFromFull(const torch::nn::Module& full);
 
  private:
-  ParallelBlockImpl(const ModelConfig& cfg, Communicator* tp);
+  ParallelBlockImpl(const ModelConfig& cfg, Communicator* tp, bool sequence_parallel);
+  torch::Tensor ForwardSequenceParallel(torch::Tensor x);
   ModelConfig cfg_;
   Communicator* tp_;
+  bool sequence_;
   int64_t local_heads_;
   torch::Tensor ln_1_w_, ln_1_b_, ln_2_w_, ln_2_b_;
   torch::Tensor attn_w_, attn_b_, attn_proj_w_, attn_proj_b_;

@@ -95,11 +95,57 @@ TEST_P(TensorParallelTest, TheSplitBlockIsTheFullBlock) {
 INSTANTIATE_TEST_SUITE_P(Sizes, TensorParallelTest,
                          ::testing::Combine(::testing::Values(2, 4), ::testing::Values(true, false)));
 
+// Sequence parallel: rank r takes positions [r*T/S, (r+1)*T/S) of the input
+// and gives the same positions of the full block's output and input
+// gradient; every parameter's gradient (the replicated LayerNorms' and
+// biases' summed over the group) is its shard of the full one. Without the
+// sum over the group those gradients are one rank's positions' only.
+TEST_P(TensorParallelTest, TheSequenceParallelBlockIsTheFullBlock) {
+  const auto [size, bias] = GetParam();
+  torch::set_num_threads(1);
+  torch::manual_seed(9);
+  const ModelConfig cfg = SmallConfig(bias);
+  Block full(cfg, ComputeOptions{});
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : full->named_parameters()) {
+      if (p.key().rfind("ln_", 0) == 0) p.value().add_(0.1 * torch::randn_like(p.value()));
+    }
+  }
+  const Reference ref = RunFull(full, cfg);
+  const int64_t t = cfg.block_size / size;
+
+  RunTpRanks(size, [&, size = size](int r, Communicator& tp) {
+    auto block = ParallelBlockImpl::Create(cfg, &tp, /*sequence_parallel=*/true);
+    ASSERT_TRUE(block.ok()) << block.status().ToString();
+    ASSERT_TRUE((*block)->LoadFromFull(*full).ok());
+    auto mine = [&](const torch::Tensor& whole) { return whole.narrow(1, r * t, t).contiguous(); };
+    auto x = mine(ref.x).requires_grad_(true);
+    auto y = (*block)->forward(x);
+    ASSERT_EQ(y.size(1), t) << "a sequence-parallel block returns its rank's positions";
+    (y * mine(ref.out_weight)).sum().backward();
+    EXPECT_LT(RelativeDiff(y, mine(ref.y)), 1e-5) << "output, tp rank " << r;
+    EXPECT_LT(RelativeDiff(x.grad(), mine(ref.x_grad)), 1e-5) << "input gradient, tp rank " << r;
+    size_t checked = 0;
+    for (const auto& p : (*block)->named_parameters()) {
+      auto want = TensorParallelShardOf(p.key(), ref.grads.at(p.key()), r, size);
+      ASSERT_TRUE(want.ok()) << want.status().ToString();
+      ASSERT_TRUE(p.value().grad().defined()) << p.key();
+      EXPECT_LT(RelativeDiff(p.value().grad(), *want), 1e-5) << p.key() << ", tp rank " << r;
+      ++checked;
+    }
+    EXPECT_EQ(checked, ref.grads.size());
+  });
+}
+
 // The whole model, tp 2 against one process: the same initial weights (the
 // split model loads its shards from the full one), the same batches, AdamW
 // on both. The first step's every parameter gradient, and the loss of each
 // of 50 steps, within 1e-5 relative.
-TEST(TensorParallelGptTest, FiftyStepsOfTp2AreTheSingleProcessRun) {
+class TensorParallelGptTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TensorParallelGptTest, FiftyStepsOfTp2AreTheSingleProcessRun) {
+  const bool sequence_parallel = GetParam();
   torch::set_num_threads(1);
   ModelConfig cfg = SmallConfig(true);
   cfg.n_layer = 2;
@@ -134,7 +180,7 @@ TEST(TensorParallelGptTest, FiftyStepsOfTp2AreTheSingleProcessRun) {
   EXPECT_LT(ref_loss.back(), ref_loss.front() - 0.1) << "the reference run learns";
 
   RunTpRanks(kTp, [&](int r, Communicator& tp) {
-    Gpt model(cfg, ComputeOptions{}, &tp);
+    Gpt model(cfg, ComputeOptions{}, &tp, sequence_parallel);
     ASSERT_TRUE(model->tensor_parallel());
     ASSERT_TRUE(model->LoadFromFull(*start).ok());
     torch::optim::AdamW opt(model->parameters(), options);
@@ -157,6 +203,11 @@ TEST(TensorParallelGptTest, FiftyStepsOfTp2AreTheSingleProcessRun) {
     }
   });
 }
+
+INSTANTIATE_TEST_SUITE_P(SequenceParallel, TensorParallelGptTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "SequenceParallel" : "TensorParallelOnly");
+                         });
 
 #endif  // HOLDFAST_HAVE_GLOO
 
@@ -218,6 +269,29 @@ TEST(TensorParallelShardTest, ALayoutThatDoesNotSplitIsRefusedBeforeAnyCollectiv
   EXPECT_NE(dropout.status().message().find("model.dropout = 0"), std::string::npos);
   EXPECT_FALSE(ParallelBlockImpl::Create(cfg, nullptr).ok());
 }
+
+#if HOLDFAST_HAVE_GLOO
+// A sequence that does not split over the group is refused: at Create for
+// the block size, and as an error naming it for a shorter batch.
+TEST(TensorParallelShardTest, ASequenceThatDoesNotSplitIsRefused) {
+  ModelConfig cfg = SmallConfig(true);
+  RunTpRanks(2, [&](int, Communicator& tp) {
+    ModelConfig odd = cfg;
+    odd.block_size = 15;
+    auto refused = ParallelBlockImpl::Create(odd, &tp, /*sequence_parallel=*/true);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("model.block_size (15)"), std::string::npos)
+        << refused.status().message();
+    try {
+      SplitSequence(torch::zeros({1, 7, cfg.n_embd}), &tp);
+      ADD_FAILURE() << "7 positions over 2 ranks split";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("a sequence of 7 positions does not split over 2"), std::string::npos)
+          << e.what();
+    }
+  });
+}
+#endif
 
 }  // namespace
 }  // namespace holdfast

@@ -914,13 +914,15 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, Tr
       // This rank's stage (its part of it over the tp group) of the whole
       // model, initialised as one process would; the whole model goes.
       HF_ASSIGN_OR_RETURN(std::shared_ptr<GptStageImpl> stage,
-                          GptStageImpl::Create(config.model, impl->pp_rank(), impl->pp_size(), impl->tp_comm.get()));
+                          GptStageImpl::Create(config.model, impl->pp_rank(), impl->pp_size(), impl->tp_comm.get(),
+                                               config.dist.sequence_parallel));
       HF_RETURN_IF_ERROR(stage->LoadFromFull(*impl->model).WithContext("cutting the model into pipeline stages"));
       impl->stage = GptStage(stage);
       impl->model = Gpt(nullptr);
     } else if (impl->tp_comm != nullptr) {
       // This rank's part of the whole model, initialised as one process would.
-      Gpt split(config.model, ComputeOptions{config.train.precision == "bf16"}, impl->tp_comm.get());
+      Gpt split(config.model, ComputeOptions{config.train.precision == "bf16"}, impl->tp_comm.get(),
+                config.dist.sequence_parallel);
       HF_RETURN_IF_ERROR(split->LoadFromFull(*impl->model).WithContext("splitting the model over the tp group"));
       impl->model = split;
     }
