@@ -2,7 +2,7 @@
 """The pipeline's bubble and every layout's memory per rank, for holdfast-train on this machine.
 
   bench/parallel_bench.sh [--holdfast-train PATH] [--rounds 3] [--steps 20] [--skip 4]
-                          [--micro 1,2,4,8] [--no-docs]
+                          [--layout-steps 12] [--micro 1,2,4,8] [--no-docs]
 
 The model of bench/trainer_bench.toml made smaller so that a run takes seconds (4 layers, 128 wide,
 context 128, byte vocabulary; 1 thread per rank, float32 CPU, Gloo), a global batch of 8 samples.
@@ -13,9 +13,11 @@ context 128, byte vocabulary; 1 thread per rank, float32 CPU, Gloo), a global ba
    waiting for the other stage (comm_wait_ms: the pipeline's messages; no data parallelism here). The
    idle share of stage 0 (wait / step) is set against 1F1B's (S - 1) / (M + S - 1) for equal stages.
    Two processes on two cores: each stage has a core, the one process has one.
-2. Memory: for pp 1, 2, 4, tp 2, tp 2 x pp 2 and tp 2 x pp 2 x dp 2 (2 steps each, no timing): the
-   parameters each rank holds (the trainer's "model part" line) and its AdamW state, against the
-   formula from the model's shapes (below), the largest rank shown.
+2. Layouts: for pp 1, 2, 4, tp 2, tp 2 x pp 2 and tp 2 x pp 2 x dp 2, and tp 2 and tp 2 x pp 2 x dp 2
+   sequence parallel (`layout_steps` steps each, one run): tokens/s (the median over the steps after
+   `skip`; every layout's ranks share the machine's cores, so this is what the layout costs here, not
+   on a core or a GPU per rank), the parameters each rank holds (the trainer's "model part" line)
+   and its AdamW state, against the formula from the model's shapes (below), the largest rank shown.
 
 Prints the tables and rewrites the "## Pipeline and tensor parallelism" section of docs/benchmarks.md.
 """
@@ -93,19 +95,25 @@ def expected_params(tp, pp):
 
 def memory(args, sets, tmp):
     out = []
-    for nproc, tp, pp in [(1, 1, 1), (2, 1, 2), (4, 1, 4), (2, 2, 1), (4, 2, 2), (8, 2, 2)]:
+    for nproc, tp, pp, sp in [(1, 1, 1, False), (2, 1, 2, False), (4, 1, 4, False), (2, 2, 1, False),
+                              (4, 2, 2, False), (8, 2, 2, False), (2, 2, 1, True), (8, 2, 2, True)]:
         dp = nproc // (tp * pp)
         micro = max(1, GLOBAL_BATCH // (4 * dp))
-        tag = f"mem-tp{tp}-pp{pp}-dp{dp}"
-        _, log = run(args, nproc, tp, pp, micro, GLOBAL_BATCH // (micro * dp), 2, sets, tmp, tag)
+        tag = f"mem-tp{tp}-pp{pp}-dp{dp}" + ("-sp" if sp else "")
+        extra = ["dist.sequence_parallel=true"] if sp else []
+        rows, log = run(args, nproc, tp, pp, micro, GLOBAL_BATCH // (micro * dp), args.layout_steps, sets + extra,
+                        tmp, tag)
+        kept = [r for r in rows if r["step"] > args.skip] or rows
+        tok = statistics.median(r["tokens_per_s"] for r in kept)
         parts = [int(x) for x in re.findall(r"model part on this rank \([^)]*\): (\d+) parameters", log)]
         if not parts:
             parts = [int(x) for x in re.findall(r"model: (\d+) parameters", log)]
         state = [int(b) for b in re.findall(r"AdamW state (\d+) bytes on (?:this|every) rank", log)]
-        out.append({"tp": tp, "pp": pp, "dp": dp, "params": max(parts), "want": expected_params(tp, pp),
-                    "state": max(state) if state else 0})
-        print(f"memory tp={tp} pp={pp} dp={dp}: {max(parts)} parameters on the largest rank "
-              f"(formula {expected_params(tp, pp)}), AdamW state {max(state) if state else 0} B", flush=True)
+        out.append({"tp": tp, "pp": pp, "dp": dp, "sp": sp, "params": max(parts), "want": expected_params(tp, pp),
+                    "state": max(state) if state else 0, "tok_s": tok, "micro": micro})
+        print(f"layout tp={tp} pp={pp} dp={dp}{' sp' if sp else ''}: {tok:,.0f} tokens/s, {max(parts)} parameters "
+              f"on the largest rank (formula {expected_params(tp, pp)}), AdamW state "
+              f"{max(state) if state else 0} B", flush=True)
     return out
 
 
@@ -138,13 +146,17 @@ def render(bubble, mem, args, info, data_desc, command):
         tok = statistics.median(r["tok_s"] for r in two)
         lines.append(f"| {m} | {s1:.1f} | {s2:.1f} | {s2 / s1:.2f} | {tok:,.0f} | {idle:.2f} | "
                      f"{1 / (m + 1):.2f} |")
-    lines += ["", "Memory per rank (2 steps of each layout; the largest rank; the formula counts nanoGPT's "
-              "shapes: a block's split matrices and biases / tp plus its LayerNorms and output biases, the "
-              "embeddings on stage 0, ln_f and a copy of the tied wte on the last stage):", "",
-              "| layout | parameters (largest rank) | formula | parameters + gradients MB | AdamW state MB |",
-              "| --- | ---: | ---: | ---: | ---: |"]
+    lines += ["", f"Layouts ({args.layout_steps} steps each, one run; tokens/s the median over the steps after "
+              f"{args.skip}, all ranks of a layout on this machine's cores; memory of the largest rank; the "
+              "formula counts nanoGPT's shapes: a block's split matrices and biases / tp plus its LayerNorms and "
+              "output biases, the embeddings on stage 0, ln_f and a copy of the tied wte on the last stage):", "",
+              "| layout | ranks | micro-batches per step | tokens/s | parameters (largest rank) | formula | "
+              "parameters + gradients MB | AdamW state MB |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in mem:
-        lines.append(f"| tp={r['tp']},pp={r['pp']},dp={r['dp']} | {r['params']:,} | {r['want']:,} | "
+        name = f"tp={r['tp']},pp={r['pp']},dp={r['dp']}" + (", sequence parallel" if r["sp"] else "")
+        lines.append(f"| {name} | {r['tp'] * r['pp'] * r['dp']} | {GLOBAL_BATCH // (r['micro'] * r['dp'])} | "
+                     f"{r['tok_s']:,.0f} | {r['params']:,} | {r['want']:,} | "
                      f"{r['params'] * 8 / 1e6:.2f} | {r['state'] / 1e6:.2f} |")
     lines += ["", "AdamW state is 8 bytes per parameter the rank holds, divided over its data-parallel group by "
               "ZeRO-1 (dp > 1).", "", "Command:", "", "```", command, "```", ""]
@@ -159,6 +171,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--skip", type=int, default=4)
+    ap.add_argument("--layout-steps", type=int, default=12)
     ap.add_argument("--micro", default="1,2,4,8", help="comma-separated micro-batch counts (dividing 8)")
     ap.add_argument("--no-docs", action="store_true")
     args = ap.parse_args()
