@@ -114,6 +114,10 @@ const char* MessageKindName(MessageKind kind) {
     case MessageKind::kActivations: return "activations";
     case MessageKind::kGradients: return "gradients";
     case MessageKind::kTiedEmbedding: return "tied embedding gradient";
+    case MessageKind::kTokens: return "tokens for its experts";
+    case MessageKind::kTokenGradients: return "routed tokens' gradients";
+    case MessageKind::kExpertOutputs: return "expert outputs";
+    case MessageKind::kExpertOutputGradients: return "expert outputs' gradients";
   }
   return "unknown";
 }

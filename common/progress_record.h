@@ -57,8 +57,13 @@ inline constexpr int kCollectiveGroups = 6;  // kWorld .. kExpertData
 const char* CollectiveGroupName(CollectiveGroup group);  // "world", "dp", "tp", "pp", "ep", "edp"
 
 // What a point-to-point message carries (version 4; layout values).
-enum class MessageKind : uint8_t { kNone = 0, kActivations = 1, kGradients = 2, kTiedEmbedding = 3 };
-// "activations", "gradients", "tied embedding gradient"
+// Values 4-7: expert parallelism's all-to-all (tokens routed to the experts a
+// rank holds, those experts' outputs, and their gradients going back).
+enum class MessageKind : uint8_t { kNone = 0, kActivations = 1, kGradients = 2, kTiedEmbedding = 3, kTokens = 4,
+                                   kTokenGradients = 5, kExpertOutputs = 6, kExpertOutputGradients = 7 };
+inline constexpr uint8_t kMaxMessageKind = 7;  // the largest value a record may hold
+// "activations", "gradients", "tied embedding gradient", "tokens for its
+// experts", ...
 const char* MessageKindName(MessageKind kind);
 
 // How a collective is labelled when issued: its group and, for kSendRecv,

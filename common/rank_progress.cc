@@ -13,7 +13,6 @@ namespace {
 constexpr uint32_t kMaxPhase = static_cast<uint32_t>(Phase::kDone);
 constexpr uint32_t kMaxCollectiveKind = static_cast<uint32_t>(CollectiveKind::kSendRecv);
 constexpr uint32_t kMaxRestoreTier = static_cast<uint32_t>(RestoreTier::kMemory);
-constexpr uint8_t kMaxMessageKind = static_cast<uint8_t>(MessageKind::kTiedEmbedding);
 // A mesh dimension past this is not a mesh a writer can mean.
 constexpr int32_t kMaxMeshSize = 1 << 20;
 

@@ -18,7 +18,7 @@ constexpr size_t kMaxCheckpointErrorBytes = kProgressErrorSize - 1;
 constexpr uint32_t kMaxPhase = static_cast<uint32_t>(Phase::kDone);
 constexpr uint32_t kMaxCollectiveKind = static_cast<uint32_t>(CollectiveKind::kSendRecv);
 constexpr int64_t kMaxGroup = kCollectiveGroups;
-constexpr int64_t kMaxMessage = static_cast<int64_t>(MessageKind::kTiedEmbedding);
+constexpr int64_t kMaxMessage = kMaxMessageKind;
 constexpr int64_t kMaxMesh = 1 << 20;  // as common/rank_progress.cc decodes a record
 static_assert(kMaxRecordedRank == kMaxClusterWorldSize - 1, "a record's peers are ranks the protocol carries");
 constexpr uint32_t kMaxRestoreTier = static_cast<uint32_t>(RestoreTier::kMemory);

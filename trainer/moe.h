@@ -1,8 +1,7 @@
 // A mixture-of-experts MLP (issue 26; docs/parallelism.md, "Experts"): the
 // GPT block's MLP replaced by E expert MLPs and a router that sends each
-// token to k of them. One process holds every expert for now; spreading them
-// over an expert-parallel group (all-to-all dispatch and combine) builds on
-// the routing below, which is what decides where each token goes.
+// token to k of them, either all held by this process or spread over an
+// expert-parallel group (below).
 //
 // The routing, Switch Transformer / GShard style, for the block input x
 // [B, T, C] flattened to N = B*T tokens:
@@ -25,7 +24,24 @@
 //       mean of p_te over the tokens (Switch's load-balancing loss, with f
 //       over all k choices). The caller adds aux_loss_coef * aux to the loss.
 // Each expert is nanoGPT's MLP (c_fc, GELU, c_proj), named
-// "experts.<e>.c_fc.weight" and so on.
+// "experts.<e>.c_fc.weight" and so on (e the expert's number in the layer).
+//
+// Expert parallel (an `ep` group of EP ranks, E a multiple of EP): rank r
+// holds experts [r*E/EP, (r+1)*E/EP) (the router is replicated) and routes
+// its own tokens as above; then GShard's dispatch: every rank writes each
+// expert's kept tokens into a [E, capacity, C] buffer (zero rows past an
+// expert's count), an all-to-all sends each owner its experts' rows from
+// every rank, the owner runs each expert once over all ranks' rows
+// ([EP * capacity, C]), and the reverse all-to-all brings the outputs back,
+// combined as above (in expert order, as one process adds them). The
+// all-to-all is EP - 1 pairwise exchanges over SendRecvLabelled (rank r
+// sends to r + k and receives from r - k in round k), labelled as tokens
+// and expert outputs for the progress record; in backward the same
+// exchanges carry the gradients the other way. Padding rows are computed
+// and get no gradient (the combine never reads them). Each rank's output,
+// input gradient, router gradient and auxiliary loss are those of one
+// process routing that rank's tokens; an expert's gradient is the sum over
+// the ranks' tokens (trainer_moe_test checks both).
 //
 // tests/trainer/moe_test.cc checks the routing, the output, the auxiliary
 // loss and the gradients against a float64 implementation written with plain
@@ -43,6 +59,8 @@
 #include "trainer/model.h"
 
 namespace holdfast {
+
+class Communicator;
 
 struct MoeOptions {
   int experts = 4;               // E
@@ -64,21 +82,36 @@ class MoeMlpImpl : public torch::nn::Module {
   // kInvalidArgument naming the key for an impossible option (no experts,
   // k outside 1..E, a capacity factor that is not positive) or for what is
   // not built yet (dropout).
+  // With `ep` (not owned, must outlive the module; null or a group of one =
+  // every expert here): experts spread over it, kInvalidArgument when
+  // moe.experts is not a multiple of its size.
   static Result<std::shared_ptr<MoeMlpImpl>> Create(const ModelConfig& cfg, const MoeOptions& options,
-                                                    ComputeOptions compute = {});
+                                                    ComputeOptions compute = {}, Communicator* ep = nullptr);
 
   // x [B, T, C] -> [B, T, C]; sets aux_loss() and routing().
   torch::Tensor forward(const torch::Tensor& x);
   // The last forward's load-balancing loss (a scalar with its graph).
   const torch::Tensor& aux_loss() const { return aux_; }
   const MoeRouting& routing() const { return routing_; }
+  // The experts this rank holds: [first_expert(), first_expert() + local_experts()).
+  int first_expert() const { return first_; }
+  int local_experts() const { return static_cast<int>(experts_.size()); }
+  // This module's part of every parameter of `full` (a layer of the same
+  // options holding every expert), by name.
+  Status LoadFromFull(const torch::nn::Module& full);
 
  private:
-  MoeMlpImpl(const ModelConfig& cfg, const MoeOptions& options, ComputeOptions compute);
+  MoeMlpImpl(const ModelConfig& cfg, const MoeOptions& options, ComputeOptions compute, Communicator* ep);
+  // The expert-parallel path's dispatch, expert compute and combine of the
+  // kept assignments (rows: expert * capacity + place, in expert order).
+  torch::Tensor DispatchCombine(const torch::Tensor& xf, const torch::Tensor& rows, const torch::Tensor& tokens,
+                                const torch::Tensor& gates, int64_t capacity);
 
   MoeOptions options_;
+  Communicator* ep_ = nullptr;  // set only for a group of 2 or more
+  int first_ = 0;
   torch::nn::Linear router_{nullptr};
-  std::vector<Mlp> experts_;
+  std::vector<Mlp> experts_;  // this rank's
   torch::Tensor aux_;
   MoeRouting routing_;
 };

@@ -8,11 +8,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <tuple>
 #include <cmath>
 #include <map>
 #include <numeric>
 #include <string>
 #include <vector>
+
+#if HOLDFAST_HAVE_GLOO
+#include "trainer/gloo_ranks_test_util.h"
+#endif
 
 namespace holdfast {
 namespace {
@@ -278,6 +283,114 @@ TEST(MoeTest, ImpossibleOptionsAreRefusedNamingTheKey) {
   cfg.dropout = 0.1;
   EXPECT_NE(MoeMlpImpl::Create(cfg, {4, 2, 1.25}).status().message().find("model.dropout"), std::string::npos);
 }
+
+#if HOLDFAST_HAVE_GLOO
+
+double RelativeDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  const double scale = b.abs().max().item<double>();
+  return (a - b).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
+}
+
+// Expert parallel (EP ranks as threads, a Gloo group over loopback), float32:
+// each rank routes its own 16 tokens; its output, input gradient, router
+// gradient, auxiliary loss and routing are one process's routing the same
+// tokens with every expert (within 1e-5), and the gradient of each expert it
+// holds is the sum over every rank's tokens of one process's gradients. The
+// loss differentiated is sum(y * w) + aux on each rank.
+class MoeExpertParallelTest : public ::testing::TestWithParam<std::tuple<int, Case>> {};
+
+TEST_P(MoeExpertParallelTest, EachRankIsOneProcessRoutingItsTokens) {
+  const auto [ep_size, c] = GetParam();
+  torch::set_num_threads(1);
+  torch::manual_seed(21);
+  ModelConfig cfg = Small();
+  cfg.n_embd = 16;
+  const MoeOptions options{c.experts, c.top_k, c.capacity_factor};
+  auto full = MoeMlpImpl::Create(cfg, options);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  struct Want {
+    torch::Tensor x, w, y, x_grad, router_grad;
+    double aux = 0;
+    std::vector<int64_t> kept;
+  };
+  std::vector<Want> want(static_cast<size_t>(ep_size));
+  std::map<std::string, torch::Tensor> expert_grads;  // summed over the ranks' tokens
+  int64_t dropped = 0;
+  for (Want& r : want) {
+    r.x = torch::randn({2, 8, cfg.n_embd});
+    r.w = torch::randn({2, 8, cfg.n_embd});
+    for (auto& p : (*full)->parameters()) p.mutable_grad() = torch::Tensor();
+    auto x = r.x.clone().requires_grad_(true);
+    r.y = (*full)->forward(x);
+    ((r.y * r.w).sum() + (*full)->aux_loss()).backward();
+    r.y = r.y.detach();
+    r.x_grad = x.grad().clone();
+    r.aux = (*full)->aux_loss().item<double>();
+    r.kept = (*full)->routing().kept;
+    dropped += (*full)->routing().dropped;
+    for (const auto& p : (*full)->named_parameters()) {
+      if (p.key() == "router.weight") {
+        r.router_grad = p.value().grad().clone();
+      } else if (p.value().grad().defined()) {
+        auto& sum = expert_grads[p.key()];
+        sum = sum.defined() ? sum + p.value().grad() : p.value().grad().clone();
+      }
+    }
+  }
+  if (c.capacity_factor < 1) EXPECT_GT(dropped, 0) << "this case is meant to drop assignments";
+
+  RunGlooRanks(ep_size, [&, ep_size = ep_size, c = c](int r, Communicator& ep) {
+    auto layer = MoeMlpImpl::Create(cfg, options, ComputeOptions{}, &ep);
+    ASSERT_TRUE(layer.ok()) << layer.status().ToString();
+    ASSERT_TRUE((*layer)->LoadFromFull(**full).ok());
+    const int local = c.experts / ep_size;
+    EXPECT_EQ((*layer)->local_experts(), local);
+    EXPECT_EQ((*layer)->first_expert(), r * local);
+    const Want& ref = want[static_cast<size_t>(r)];
+    auto x = ref.x.clone().requires_grad_(true);
+    auto y = (*layer)->forward(x);
+    ((y * ref.w).sum() + (*layer)->aux_loss()).backward();
+    EXPECT_LT(RelativeDiff(y, ref.y), 1e-5) << "output, ep rank " << r;
+    EXPECT_LT(RelativeDiff(x.grad(), ref.x_grad), 1e-5) << "input gradient, ep rank " << r;
+    EXPECT_NEAR((*layer)->aux_loss().item<double>(), ref.aux, 1e-6 * std::fabs(ref.aux)) << "ep rank " << r;
+    EXPECT_EQ((*layer)->routing().kept, ref.kept) << "ep rank " << r;
+    size_t experts_checked = 0;
+    for (const auto& p : (*layer)->named_parameters()) {
+      ASSERT_TRUE(p.value().grad().defined()) << p.key();
+      if (p.key() == "router.weight") {
+        EXPECT_LT(RelativeDiff(p.value().grad(), ref.router_grad), 1e-5) << "router, ep rank " << r;
+        continue;
+      }
+      const int e = std::stoi(p.key().substr(std::string("experts.").size()));
+      EXPECT_GE(e, r * local) << p.key() << " on ep rank " << r;
+      EXPECT_LT(e, (r + 1) * local) << p.key() << " on ep rank " << r;
+      auto sum = expert_grads.find(p.key());
+      if (sum == expert_grads.end()) {
+        EXPECT_EQ(p.value().grad().abs().max().item<double>(), 0.0) << p.key() << ": no token chose it";
+      } else {
+        EXPECT_LT(RelativeDiff(p.value().grad(), sum->second), 1e-5) << p.key() << ", ep rank " << r;
+      }
+      ++experts_checked;
+    }
+    EXPECT_EQ(experts_checked, static_cast<size_t>(local) * 4) << "c_fc and c_proj, weight and bias, per expert";
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MoeExpertParallelTest,
+                         ::testing::Values(std::make_tuple(2, Case{4, 2, 1.25}), std::make_tuple(2, Case{4, 1, 0.5}),
+                                           std::make_tuple(4, Case{8, 2, 1.25}), std::make_tuple(4, Case{4, 2, 0.75})));
+
+TEST(MoeExpertParallelRefusalTest, ExpertsThatDoNotSpreadAreRefused) {
+  RunGlooRanks(2, [](int, Communicator& ep) {
+    auto layer = MoeMlpImpl::Create(Small(), {3, 1, 1.0}, ComputeOptions{}, &ep);
+    ASSERT_FALSE(layer.ok());
+    EXPECT_NE(layer.status().message().find("moe.experts = 3 does not spread over 2 expert-parallel ranks"),
+              std::string::npos)
+        << layer.status().message();
+  });
+}
+
+#endif  // HOLDFAST_HAVE_GLOO
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MoeTest,
                          ::testing::Values(Case{4, 1, 1.25}, Case{4, 2, 1.25}, Case{4, 2, 0.5}, Case{3, 3, 1.0},

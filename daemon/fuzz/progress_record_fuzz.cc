@@ -100,7 +100,7 @@ bool KnownToThisBuild(const ProgressRecordLayout& p) {
   if (p.collective_kind > static_cast<uint32_t>(CollectiveKind::kSendRecv)) return false;
   if (p.restore_tier > static_cast<uint32_t>(RestoreTier::kMemory)) return false;
   const uint64_t n = std::min<uint64_t>(p.ring_head, kProgressRingSize);
-  constexpr uint8_t kMaxWhat = static_cast<uint8_t>(MessageKind::kTiedEmbedding);
+  constexpr uint8_t kMaxWhat = kMaxMessageKind;
   for (uint64_t i = 0; i < n; ++i) {
     const uint64_t slot = (p.ring_head - n + i) % kProgressRingSize;
     if (p.ring[slot].kind > static_cast<uint32_t>(CollectiveKind::kSendRecv)) return false;
