@@ -70,6 +70,17 @@ InFlightPolicy ParseInFlightPolicy(const std::string& s) { return s == "skip" ? 
   KeyDef{#sec, #field, Kind::kString, 0, 0, choices, math,                                    \
          [](TrainerConfig& c, const Value& v) { c.sec.field = parse(std::get<std::string>(v)); }, \
          [](const TrainerConfig& c) -> Value { return std::string(name(c.sec.field)); }}
+// A key of section `sec` stored at c.path (the [moe] section lives in the model config).
+#define HF_INT_AT(sec, field, path, lo, hi, math)                                             \
+  KeyDef{sec, #field, Kind::kInt, lo, hi, nullptr, math,                                      \
+         [](TrainerConfig& c, const Value& v) {                                               \
+           c.path = static_cast<decltype(c.path)>(std::get<int64_t>(v));                     \
+         },                                                                                   \
+         [](const TrainerConfig& c) -> Value { return static_cast<int64_t>(c.path); }}
+#define HF_FLOAT_AT(sec, field, path, lo, hi, math)                                           \
+  KeyDef{sec, #field, Kind::kFloat, lo, hi, nullptr, math,                                    \
+         [](TrainerConfig& c, const Value& v) { c.path = std::get<double>(v); },              \
+         [](const TrainerConfig& c) -> Value { return c.path; }}
 #define HF_STRING(sec, field, choices, math)                                                  \
   KeyDef{#sec, #field, Kind::kString, 0, 0, choices, math,                                    \
          [](TrainerConfig& c, const Value& v) { c.sec.field = std::get<std::string>(v); },    \
@@ -84,6 +95,10 @@ const std::vector<KeyDef>& Schema() {
       HF_INT(model, vocab_size, 2, 1 << 20, true),
       HF_FLOAT(model, dropout, 0.0, 0.999, true),
       HF_BOOL(model, bias, true),
+      HF_INT_AT("moe", experts, model.moe.experts, 0, 4096, 2),
+      HF_INT_AT("moe", top_k, model.moe.top_k, 1, 4096, 2),
+      HF_FLOAT_AT("moe", capacity_factor, model.moe.capacity_factor, 1e-6, 1e6, 2),
+      HF_FLOAT_AT("moe", aux_loss_coef, model.moe.aux_loss_coef, 0.0, 1e6, 2),
       HF_STRING(data, format, "text|bin|sft|preference", true),
       HF_STRING(data, path, nullptr, false),
       HF_INT(train, steps, 1, 1e15, true),
@@ -112,6 +127,7 @@ const std::vector<KeyDef>& Schema() {
       HF_INT(dist, tensor_parallel, 1, 1024, false),  // a layout, as the world size (checked on resume)
       HF_INT(dist, pipeline_parallel, 1, 1024, false),
       HF_BOOL(dist, sequence_parallel, false),
+      HF_INT(dist, expert_parallel, 1, 1024, false),
       HF_STRING(dist, host, nullptr, false),
       HF_INT(dist, timeout_s, 1, 86400 * 7, false),
       HF_STRING(checkpoint, dir, nullptr, false),
@@ -411,6 +427,49 @@ Status ValidateModelParallel(const TrainerConfig& c, const std::string& where) {
   return Status::Ok();
 }
 
+// The [moe] section and dist.expert_parallel (docs/parallelism.md): what
+// the MoE layer needs, and what is not built yet (experts under tensor or
+// pipeline parallelism, dropout, the sequence objectives, bf16 across an
+// expert group, GPUs for expert parallelism).
+Status ValidateMoe(const TrainerConfig& c, const std::string& where) {
+  const MoeConfig& m = c.model.moe;
+  const int ep = c.dist.expert_parallel;
+  if (m.experts == 0) {
+    if (ep > 1) {
+      return InvalidArgumentError(where + ": dist.expert_parallel = " + std::to_string(ep) + " spreads the experts of "
+                                  "a mixture-of-experts model, and moe.experts is 0 (a dense MLP): set moe.experts "
+                                  "(a multiple of " + std::to_string(ep) + ") or dist.expert_parallel = 1");
+    }
+    return Status::Ok();
+  }
+  const std::string head = where + ": moe.experts = " + std::to_string(m.experts);
+  if (m.top_k > m.experts) {
+    return InvalidArgumentError(where + ": moe.top_k = " + std::to_string(m.top_k) + " must be between 1 and "
+                                "moe.experts (" + std::to_string(m.experts) + ")");
+  }
+  if (m.experts % ep != 0) {
+    return InvalidArgumentError(head + " does not spread over dist.expert_parallel = " + std::to_string(ep) +
+                                " ranks: use a multiple of it");
+  }
+  if (c.dist.tensor_parallel > 1 || c.dist.pipeline_parallel > 1) {
+    return InvalidArgumentError(head + ": mixture-of-experts blocks run data and expert parallel only for now: set "
+                                "dist.tensor_parallel = 1 and dist.pipeline_parallel = 1");
+  }
+  if (c.model.dropout > 0) {
+    return InvalidArgumentError(head + ": the MoE layer has no dropout yet: set model.dropout = 0");
+  }
+  if (c.train.objective != "lm") {
+    return InvalidArgumentError(head + ": only train.objective = \"lm\" trains a mixture-of-experts model so far "
+                                "(got \"" + c.train.objective + "\"); set moe.experts = 0");
+  }
+  if (ep > 1 && (c.train.precision != "fp32" || c.train.device == "cuda" || c.dist.backend == "nccl")) {
+    return InvalidArgumentError(where + ": dist.expert_parallel = " + std::to_string(ep) + " runs on the CPU in "
+                                "float32 for now (Gloo): set train.device = \"cpu\", train.precision = \"fp32\", "
+                                "dist.backend = \"gloo\"");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateTrainerConfig(const TrainerConfig& c) {
@@ -451,6 +510,7 @@ Status ValidateTrainerConfig(const TrainerConfig& c) {
                                 "\"gloo\" to train on CPUs");
   }
   HF_RETURN_IF_ERROR(ValidateModelParallel(c, where));
+  HF_RETURN_IF_ERROR(ValidateMoe(c, where));
   const bool preference = c.data.format == "preference";
   if (c.train.objective == "dpo" && !preference) {
     return InvalidArgumentError(where + ": train.objective = \"dpo\" trains on preference pairs: set data.format = "

@@ -17,6 +17,16 @@
 
 namespace holdfast {
 
+// The job file's [moe] (docs/parallelism.md, "The mixture-of-experts
+// layer"): every block's MLP replaced by `experts` expert MLPs and a top-k
+// router (trainer/moe.h). Part of the model (and of the config hash when set).
+struct MoeConfig {
+  int experts = 0;               // 0 = a dense MLP
+  int top_k = 2;                 // experts per token, 1..experts
+  double capacity_factor = 1.25;  // an expert takes ceil(factor x tokens x top_k / experts) assignments
+  double aux_loss_coef = 0.01;   // weight of the load-balancing loss, summed over the blocks
+};
+
 struct ModelConfig {
   int n_layer = 4;
   int n_head = 4;
@@ -25,6 +35,7 @@ struct ModelConfig {
   int vocab_size = 256;
   double dropout = 0.0;
   bool bias = true;
+  MoeConfig moe;  // the [moe] section
 };
 
 struct DataConfig {
@@ -98,6 +109,14 @@ struct DistConfig {
   // Needs tensor_parallel > 1 and model.block_size a multiple of it. A
   // layout, not in the config hash.
   bool sequence_parallel = false;
+  // Ranks per expert-parallel group (with moe.experts > 0): the data-parallel
+  // ranks split into groups of this many consecutive ones (common/mesh.h),
+  // each rank computing moe.experts / expert_parallel of every block's
+  // experts for the tokens of its whole group (all-to-all dispatch and
+  // combine). Every rank still holds every expert's parameters (averaged
+  // over the data-parallel group like the rest), so checkpoints do not
+  // depend on it. A layout, not in the config hash.
+  int expert_parallel = 1;
   // The address this rank's Gloo connections and a local launcher's store bind:
   // "" = the node's address from its supervisor (HOLDFAST_NODE_ADDR), else 127.0.0.1.
   std::string host;

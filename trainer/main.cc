@@ -126,12 +126,12 @@ Result<TrainerComms> MakeTrainerComms(const TrainerConfig& cfg, int rank, int wo
   TrainerComms out;
   out.rank = rank;
   out.world_size = world;
-  const int tp = cfg.dist.tensor_parallel, pp = cfg.dist.pipeline_parallel;
-  if (tp == 1 && pp == 1) {
+  const int tp = cfg.dist.tensor_parallel, pp = cfg.dist.pipeline_parallel, ep = cfg.dist.expert_parallel;
+  if (tp == 1 && pp == 1 && ep == 1) {
     HF_ASSIGN_OR_RETURN(out.data, MakeCommunicator(cfg, rank, world, std::move(store), placement));
     return out;
   }
-  HF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(world, MeshShape{tp, pp, 1}));
+  HF_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Create(world, MeshShape{tp, pp, ep}));
   CommunicatorOptions opts;
   opts.rank = rank;
   opts.world_size = world;
@@ -143,11 +143,13 @@ Result<TrainerComms> MakeTrainerComms(const TrainerConfig& cfg, int rank, int wo
   if (tp > 1) groups.push_back(MeshGroup::kTensor);
   groups.push_back(MeshGroup::kData);
   if (pp > 1) groups.push_back(MeshGroup::kPipeline);
+  if (ep > 1) groups.push_back(MeshGroup::kExpert);
   HF_ASSIGN_OR_RETURN(MeshCommunicators comms, MakeMeshCommunicators(mesh, opts, cfg.dist.backend, groups));
   spdlog::info("rank {}: {} of mesh {}", rank, mesh.Describe(rank), mesh.Layout());
   out.data = std::move(comms.data);
   out.tensor = std::move(comms.tensor);
   out.pipeline = std::move(comms.pipeline);
+  out.expert = std::move(comms.expert);
   return out;
 }
 

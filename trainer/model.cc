@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "trainer/comm/communicator.h"
+#include "trainer/moe.h"
 #include "trainer/tensor_parallel.h"
 
 namespace holdfast {
@@ -193,23 +194,32 @@ torch::Tensor MlpImpl::ForwardNoDropout(const torch::Tensor& x) {
   return Project(c_proj_, torch::gelu(Project(c_fc_, x, compute_)), compute_);
 }
 
-BlockImpl::BlockImpl(const ModelConfig& cfg, ComputeOptions compute) {
+BlockImpl::BlockImpl(const ModelConfig& cfg, ComputeOptions compute, Communicator* expert_parallel) {
   ln_1_ = register_module("ln_1", LayerNorm(cfg.n_embd, cfg.bias));
   attn_ = register_module("attn", CausalSelfAttention(cfg, compute));
   ln_2_ = register_module("ln_2", LayerNorm(cfg.n_embd, cfg.bias));
-  mlp_ = register_module("mlp", Mlp(cfg, compute));
+  if (cfg.moe.experts > 0) {
+    Result<std::shared_ptr<MoeMlpImpl>> moe =
+        MoeMlpImpl::Create(cfg, cfg.moe, compute, expert_parallel, /*hold_every_expert=*/true);
+    TORCH_CHECK(moe.ok(), moe.status().ToString());
+    moe_ = register_module("mlp", *moe);
+  } else {
+    mlp_ = register_module("mlp", Mlp(cfg, compute));
+  }
 }
 
 torch::Tensor BlockImpl::forward(torch::Tensor x) {
   x = x + attn_(ln_1_(x));
-  x = x + mlp_(ln_2_(x));
+  x = x + (moe_ ? moe_->forward(ln_2_(x)) : mlp_(ln_2_(x)));
   return x;
 }
+
+torch::Tensor BlockImpl::aux_loss() const { return moe_ ? moe_->aux_loss() : torch::Tensor(); }
 
 torch::Tensor BlockImpl::ForwardCached(torch::Tensor x, const torch::Tensor& k, const torch::Tensor& v,
                                        int64_t start, const torch::Tensor& mask) {
   x = x + attn_->ForwardCached(ln_1_(x), k, v, start, mask);
-  x = x + mlp_->ForwardNoDropout(ln_2_(x));
+  x = x + (moe_ ? moe_->forward(ln_2_(x)) : mlp_->ForwardNoDropout(ln_2_(x)));
   return x;
 }
 
@@ -230,17 +240,20 @@ void KvCache::Select(const torch::Tensor& rows) {
 }
 
 GptImpl::GptImpl(const ModelConfig& cfg, ComputeOptions compute, Communicator* tensor_parallel,
-                 bool sequence_parallel)
+                 bool sequence_parallel, Communicator* expert_parallel)
     : cfg_(cfg), compute_(compute),
       tp_(tensor_parallel != nullptr && tensor_parallel->world_size() > 1 ? tensor_parallel : nullptr),
-      sequence_(sequence_parallel && tp_ != nullptr) {
+      sequence_(sequence_parallel && tp_ != nullptr),
+      ep_(expert_parallel != nullptr && expert_parallel->world_size() > 1 ? expert_parallel : nullptr) {
+  TORCH_CHECK(cfg.moe.experts == 0 || tp_ == nullptr,
+              "mixture-of-experts blocks are not split over a tensor-parallel group yet");
   TORCH_CHECK(tp_ == nullptr || !compute.bf16, "tensor parallelism runs in float32 for now: set train.precision = fp32");
   wte_ = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.n_embd));
   wpe_ = register_module("wpe", torch::nn::Embedding(cfg.block_size, cfg.n_embd));
   h_ = register_module("h", torch::nn::ModuleList());
   for (int i = 0; i < cfg.n_layer; ++i) {
     if (tp_ == nullptr) {
-      h_->push_back(Block(cfg, compute));
+      h_->push_back(Block(cfg, compute, ep_));
       continue;
     }
     Result<std::shared_ptr<ParallelBlockImpl>> block = ParallelBlockImpl::Create(cfg, tp_, sequence_);
@@ -274,9 +287,19 @@ void GptImpl::InitWeights() {
 
 torch::Tensor GptImpl::forward(const torch::Tensor& idx, const torch::Tensor& targets) {
   auto logits = Logits(idx);
-  return F::cross_entropy(logits.view({-1, logits.size(-1)}), targets.view({-1}),
-                          F::CrossEntropyFuncOptions().ignore_index(-1));
+  auto loss = F::cross_entropy(logits.view({-1, logits.size(-1)}), targets.view({-1}),
+                               F::CrossEntropyFuncOptions().ignore_index(-1));
+  if (cfg_.moe.experts == 0 || !is_training()) return loss;
+  torch::Tensor aux;  // the blocks' load-balancing losses, summed in block order
+  for (const auto& block : *h_) {
+    const torch::Tensor a = block->as<Block>()->aux_loss();
+    aux = aux.defined() ? aux + a : a;
+  }
+  last_aux_ = aux.detach();
+  return loss + cfg_.moe.aux_loss_coef * aux;
 }
+
+double GptImpl::last_aux_loss() const { return last_aux_.defined() ? last_aux_.item<double>() : 0.0; }
 
 torch::Tensor GptImpl::Logits(const torch::Tensor& idx) {
   const int64_t T = idx.size(1);
@@ -306,6 +329,7 @@ Status GptImpl::LoadFromFull(const GptImpl& full) {
 
 torch::Tensor GptImpl::Prefill(const torch::Tensor& idx, KvCache* cache, int64_t capacity, const torch::Tensor& pad) {
   TORCH_CHECK(tp_ == nullptr, "Prefill: incremental decoding of a tensor-parallel model is not built yet");
+  TORCH_CHECK(ep_ == nullptr, "Prefill: incremental decoding of an expert-parallel model is not built yet");
   torch::NoGradGuard no_grad;
   TORCH_CHECK(cache != nullptr, "Prefill: cache is null");
   TORCH_CHECK(idx.dim() == 2 && idx.size(0) >= 1 && idx.size(1) >= 1,
@@ -359,6 +383,7 @@ torch::Tensor GptImpl::Prefill(const torch::Tensor& idx, KvCache* cache, int64_t
 torch::Tensor GptImpl::DecodeStep(const torch::Tensor& tokens, KvCache* cache) {
   torch::NoGradGuard no_grad;
   TORCH_CHECK(tp_ == nullptr, "DecodeStep: incremental decoding of a tensor-parallel model is not built yet");
+  TORCH_CHECK(ep_ == nullptr, "DecodeStep: incremental decoding of an expert-parallel model is not built yet");
   TORCH_CHECK(cache != nullptr && cache->batch_ > 0, "DecodeStep: the cache is empty; call Prefill first");
   const int64_t B = cache->batch_, slot = cache->length_;
   TORCH_CHECK(tokens.numel() == B && (tokens.dim() == 1 || (tokens.dim() == 2 && tokens.size(1) == 1)),

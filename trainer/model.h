@@ -93,10 +93,17 @@ class MlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+class MoeMlpImpl;
+
 class BlockImpl : public torch::nn::Module {
  public:
-  BlockImpl(const ModelConfig& cfg, ComputeOptions compute);
+  // With cfg.moe.experts > 0 the MLP is a mixture of experts (trainer/moe.h,
+  // holding every expert's parameters), computed over `expert_parallel`
+  // (not owned; null or a group of one: every expert here).
+  BlockImpl(const ModelConfig& cfg, ComputeOptions compute, Communicator* expert_parallel = nullptr);
   torch::Tensor forward(torch::Tensor x);
+  // The last forward's load-balancing loss of the MoE MLP; undefined for a dense one.
+  torch::Tensor aux_loss() const;
   // forward with CausalSelfAttentionImpl::ForwardCached's attention.
   torch::Tensor ForwardCached(torch::Tensor x, const torch::Tensor& k, const torch::Tensor& v, int64_t start,
                               const torch::Tensor& mask);
@@ -105,7 +112,8 @@ class BlockImpl : public torch::nn::Module {
   LayerNorm ln_1_{nullptr};
   CausalSelfAttention attn_{nullptr};
   LayerNorm ln_2_{nullptr};
-  Mlp mlp_{nullptr};
+  Mlp mlp_{nullptr};                  // dense
+  std::shared_ptr<MoeMlpImpl> moe_;  // or mixture of experts
 };
 TORCH_MODULE(Block);
 
@@ -147,11 +155,18 @@ class GptImpl : public torch::nn::Module {
   // `sequence_parallel` (with a tp group): the blocks run sequence parallel,
   // each tp rank holding its T / S positions between the embeddings and
   // ln_f (trainer/tensor_parallel.h); sequences must split evenly.
+  // `expert_parallel` (with cfg.moe.experts > 0): the MoE blocks' experts
+  // computed over that group (every expert's parameters still held here).
   explicit GptImpl(const ModelConfig& cfg, ComputeOptions compute = {}, Communicator* tensor_parallel = nullptr,
-                   bool sequence_parallel = false);
+                   bool sequence_parallel = false, Communicator* expert_parallel = nullptr);
 
-  // idx, targets: int64 [B, T]. Returns the mean cross-entropy over targets != -1.
+  // idx, targets: int64 [B, T]. Returns the mean cross-entropy over targets
+  // != -1; for a mixture-of-experts model in training mode plus
+  // moe.aux_loss_coef x the sum of its blocks' load-balancing losses.
   torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& targets);
+  // The sum of the blocks' load-balancing losses of the last training
+  // forward (0 for a dense model).
+  double last_aux_loss() const;
   // idx: int64 [B, T]. The next-token logits, float32 [B, T, vocab_size]
   // (what forward's cross-entropy reads): the sequence-level objectives (DPO,
   // GRPO) take log-probabilities of chosen tokens from these.
@@ -188,6 +203,8 @@ class GptImpl : public torch::nn::Module {
   ComputeOptions compute_;
   Communicator* tp_ = nullptr;  // set only for a group of 2 or more
   bool sequence_ = false;        // sequence parallel over tp_
+  Communicator* ep_ = nullptr;  // the MoE blocks' expert-parallel group (2 or more)
+  torch::Tensor last_aux_;
   torch::nn::Embedding wte_{nullptr};
   torch::nn::Embedding wpe_{nullptr};
   torch::nn::ModuleList h_{nullptr};

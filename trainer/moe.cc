@@ -58,7 +58,8 @@ torch::Tensor ExchangeWithGrad(const torch::Tensor& x, Communicator* ep, Message
 }  // namespace
 
 Result<std::shared_ptr<MoeMlpImpl>> MoeMlpImpl::Create(const ModelConfig& cfg, const MoeOptions& options,
-                                                       ComputeOptions compute, Communicator* ep) {
+                                                       ComputeOptions compute, Communicator* ep,
+                                                       bool hold_every_expert) {
   if (options.experts < 1) {
     return InvalidArgumentError("moe.experts = " + std::to_string(options.experts) + ": a MoE layer needs 1 or more");
   }
@@ -82,10 +83,11 @@ Result<std::shared_ptr<MoeMlpImpl>> MoeMlpImpl::Create(const ModelConfig& cfg, c
   if (ep != nullptr && ep->world_size() > 1 && compute.bf16) {
     return InvalidArgumentError("expert parallelism runs in float32 for now: set train.precision = \"fp32\"");
   }
-  return std::shared_ptr<MoeMlpImpl>(new MoeMlpImpl(cfg, options, compute, ep));
+  return std::shared_ptr<MoeMlpImpl>(new MoeMlpImpl(cfg, options, compute, ep, hold_every_expert));
 }
 
-MoeMlpImpl::MoeMlpImpl(const ModelConfig& cfg, const MoeOptions& options, ComputeOptions compute, Communicator* ep)
+MoeMlpImpl::MoeMlpImpl(const ModelConfig& cfg, const MoeOptions& options, ComputeOptions compute, Communicator* ep,
+                       bool hold_every_expert)
     : options_(options), ep_(ep != nullptr && ep->world_size() > 1 ? ep : nullptr) {
   router_ = register_module("router", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, options.experts).bias(false)));
   // A plain holder rather than a ModuleList, so that an expert keeps its
@@ -93,9 +95,12 @@ MoeMlpImpl::MoeMlpImpl(const ModelConfig& cfg, const MoeOptions& options, Comput
   auto holder = register_module("experts", std::make_shared<torch::nn::Module>());
   const int local = ep_ != nullptr ? options.experts / ep_->world_size() : options.experts;
   first_ = ep_ != nullptr ? ep_->rank() * local : 0;
-  for (int e = first_; e < first_ + local; ++e) {
-    experts_.push_back(Mlp(cfg, compute));
-    holder->register_module(std::to_string(e), experts_.back().ptr());
+  for (int e = 0; e < options.experts; ++e) {
+    const bool mine = e >= first_ && e < first_ + local;
+    if (!mine && !hold_every_expert) continue;
+    Mlp expert(cfg, compute);  // constructed (and so drawn from the generator) in the same order on every layout
+    holder->register_module(std::to_string(e), expert.ptr());
+    if (mine) experts_.push_back(expert);
   }
 }
 
@@ -166,10 +171,29 @@ torch::Tensor MoeMlpImpl::DispatchCombine(const torch::Tensor& xf, const torch::
   torch::Tensor queues = torch::zeros({E * capacity, C}, xf.options()).index_copy(0, rows, xf.index_select(0, tokens));
   torch::Tensor arrived = ExchangeWithGrad(queues.view({EP, local, capacity, C}), ep_, MessageKind::kTokens,
                                            MessageKind::kTokenGradients);  // [source rank, local expert, place, C]
-  std::vector<torch::Tensor> outputs;
+  // How many rows of each queue are tokens: the owner runs an expert over
+  // exactly one source's tokens at a time, the product one process computes
+  // for those tokens (the same rows, so the same bits: a product over other
+  // rows can round an ulp apart, and an ulp can move a token between two
+  // experts it is balanced between).
+  const torch::Tensor counts = ExchangeBlocks(
+      torch::bincount(rows.div(capacity, "floor"), {}, E).to(torch::kLong).view({EP, local}), ep_,
+      MessageKind::kTokens);
+  const torch::Tensor pad = torch::zeros({capacity, C}, xf.options());
+  std::vector<torch::Tensor> outputs;  // per local expert: [source rank, place, C]
   for (int64_t l = 0; l < local; ++l) {
-    const torch::Tensor in = arrived.select(1, l).reshape({EP * capacity, C});
-    outputs.push_back(experts_[static_cast<size_t>(l)]->forward(in).view({EP, capacity, C}));
+    std::vector<torch::Tensor> per_source;
+    for (int64_t src = 0; src < EP; ++src) {
+      const int64_t n = counts[src][l].item<int64_t>();
+      // No tokens: an empty slice of `arrived` keeps the combine's input tied
+      // to it, so that every rank's backward runs both exchanges (a rank whose
+      // experts got no token would otherwise skip them and its peers would
+      // wait for it forever).
+      torch::Tensor out = n > 0 ? experts_[static_cast<size_t>(l)]->forward(arrived[src][l].narrow(0, 0, n))
+                                : arrived[src][l].narrow(0, 0, 0);
+      per_source.push_back(n == capacity ? out : torch::cat({out, pad.narrow(0, 0, capacity - n)}));
+    }
+    outputs.push_back(torch::stack(per_source));
   }
   // Combine: every source rank's outputs back to it, [owner, local expert, place, C] = [E, capacity, C].
   torch::Tensor back = ExchangeWithGrad(torch::stack(outputs, 1), ep_, MessageKind::kExpertOutputs,

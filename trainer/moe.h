@@ -62,11 +62,9 @@ namespace holdfast {
 
 class Communicator;
 
-struct MoeOptions {
-  int experts = 4;               // E
-  int top_k = 2;                 // k, 1 <= k <= E
-  double capacity_factor = 1.25;  // > 0
-};
+// E = experts, k = top_k (1 <= k <= E), capacity_factor > 0; aux_loss_coef
+// is the caller's (GptImpl adds coef x the sum of its blocks' aux).
+using MoeOptions = MoeConfig;
 
 // What the last forward's routing did, for the progress record and the
 // bench (an expert that gets most tokens is a straggler's cause).
@@ -84,16 +82,21 @@ class MoeMlpImpl : public torch::nn::Module {
   // not built yet (dropout).
   // With `ep` (not owned, must outlive the module; null or a group of one =
   // every expert here): experts spread over it, kInvalidArgument when
-  // moe.experts is not a multiple of its size.
+  // moe.experts is not a multiple of its size. `hold_every_expert`: the
+  // module still holds every expert's parameters (computing only its own),
+  // so that its parameters are one process's (holdfast-train's data-parallel
+  // buffers and checkpoints; the experts it does not compute get no gradient
+  // here, and the data-parallel average makes every expert's gradient whole).
   static Result<std::shared_ptr<MoeMlpImpl>> Create(const ModelConfig& cfg, const MoeOptions& options,
-                                                    ComputeOptions compute = {}, Communicator* ep = nullptr);
+                                                    ComputeOptions compute = {}, Communicator* ep = nullptr,
+                                                    bool hold_every_expert = false);
 
   // x [B, T, C] -> [B, T, C]; sets aux_loss() and routing().
   torch::Tensor forward(const torch::Tensor& x);
   // The last forward's load-balancing loss (a scalar with its graph).
   const torch::Tensor& aux_loss() const { return aux_; }
   const MoeRouting& routing() const { return routing_; }
-  // The experts this rank holds: [first_expert(), first_expert() + local_experts()).
+  // The experts this rank computes: [first_expert(), first_expert() + local_experts()).
   int first_expert() const { return first_; }
   int local_experts() const { return static_cast<int>(experts_.size()); }
   // This module's part of every parameter of `full` (a layer of the same
@@ -101,7 +104,8 @@ class MoeMlpImpl : public torch::nn::Module {
   Status LoadFromFull(const torch::nn::Module& full);
 
  private:
-  MoeMlpImpl(const ModelConfig& cfg, const MoeOptions& options, ComputeOptions compute, Communicator* ep);
+  MoeMlpImpl(const ModelConfig& cfg, const MoeOptions& options, ComputeOptions compute, Communicator* ep,
+             bool hold_every_expert);
   // The expert-parallel path's dispatch, expert compute and combine of the
   // kept assignments (rows: expert * capacity + place, in expert order).
   torch::Tensor DispatchCombine(const torch::Tensor& xf, const torch::Tensor& rows, const torch::Tensor& tokens,
@@ -111,7 +115,7 @@ class MoeMlpImpl : public torch::nn::Module {
   Communicator* ep_ = nullptr;  // set only for a group of 2 or more
   int first_ = 0;
   torch::nn::Linear router_{nullptr};
-  std::vector<Mlp> experts_;  // this rank's
+  std::vector<Mlp> experts_;  // the ones this rank computes
   torch::Tensor aux_;
   MoeRouting routing_;
 };

@@ -339,46 +339,108 @@ TEST_P(MoeExpertParallelTest, EachRankIsOneProcessRoutingItsTokens) {
   }
   if (c.capacity_factor < 1) EXPECT_GT(dropped, 0) << "this case is meant to drop assignments";
 
+  // Twice: holding only its own experts, and holding every expert (as
+  // holdfast-train does), computing its own.
   RunGlooRanks(ep_size, [&, ep_size = ep_size, c = c](int r, Communicator& ep) {
-    auto layer = MoeMlpImpl::Create(cfg, options, ComputeOptions{}, &ep);
-    ASSERT_TRUE(layer.ok()) << layer.status().ToString();
-    ASSERT_TRUE((*layer)->LoadFromFull(**full).ok());
-    const int local = c.experts / ep_size;
-    EXPECT_EQ((*layer)->local_experts(), local);
-    EXPECT_EQ((*layer)->first_expert(), r * local);
-    const Want& ref = want[static_cast<size_t>(r)];
-    auto x = ref.x.clone().requires_grad_(true);
-    auto y = (*layer)->forward(x);
-    ((y * ref.w).sum() + (*layer)->aux_loss()).backward();
-    EXPECT_LT(RelativeDiff(y, ref.y), 1e-5) << "output, ep rank " << r;
-    EXPECT_LT(RelativeDiff(x.grad(), ref.x_grad), 1e-5) << "input gradient, ep rank " << r;
-    EXPECT_NEAR((*layer)->aux_loss().item<double>(), ref.aux, 1e-6 * std::fabs(ref.aux)) << "ep rank " << r;
-    EXPECT_EQ((*layer)->routing().kept, ref.kept) << "ep rank " << r;
-    size_t experts_checked = 0;
-    for (const auto& p : (*layer)->named_parameters()) {
-      ASSERT_TRUE(p.value().grad().defined()) << p.key();
-      if (p.key() == "router.weight") {
-        EXPECT_LT(RelativeDiff(p.value().grad(), ref.router_grad), 1e-5) << "router, ep rank " << r;
-        continue;
+    for (bool hold_every : {false, true}) {
+      SCOPED_TRACE(hold_every ? "holding every expert" : "holding its own experts");
+      auto layer = MoeMlpImpl::Create(cfg, options, ComputeOptions{}, &ep, hold_every);
+      ASSERT_TRUE(layer.ok()) << layer.status().ToString();
+      ASSERT_TRUE((*layer)->LoadFromFull(**full).ok());
+      const int local = c.experts / ep_size;
+      EXPECT_EQ((*layer)->local_experts(), local);
+      EXPECT_EQ((*layer)->first_expert(), r * local);
+      const Want& ref = want[static_cast<size_t>(r)];
+      auto x = ref.x.clone().requires_grad_(true);
+      auto y = (*layer)->forward(x);
+      ((y * ref.w).sum() + (*layer)->aux_loss()).backward();
+      EXPECT_LT(RelativeDiff(y, ref.y), 1e-5) << "output, ep rank " << r;
+      EXPECT_LT(RelativeDiff(x.grad(), ref.x_grad), 1e-5) << "input gradient, ep rank " << r;
+      EXPECT_NEAR((*layer)->aux_loss().item<double>(), ref.aux, 1e-6 * std::fabs(ref.aux)) << "ep rank " << r;
+      EXPECT_EQ((*layer)->routing().kept, ref.kept) << "ep rank " << r;
+      size_t experts_checked = 0, held = 0;
+      for (const auto& p : (*layer)->named_parameters()) {
+        if (p.key() == "router.weight") {
+          ASSERT_TRUE(p.value().grad().defined());
+          EXPECT_LT(RelativeDiff(p.value().grad(), ref.router_grad), 1e-5) << "router, ep rank " << r;
+          continue;
+        }
+        ++held;
+        const int e = std::stoi(p.key().substr(std::string("experts.").size()));
+        const bool mine = e >= r * local && e < (r + 1) * local;
+        if (!mine) {
+          EXPECT_TRUE(hold_every) << p.key() << " held on ep rank " << r;
+          EXPECT_FALSE(p.value().grad().defined()) << p.key() << " is not computed on ep rank " << r;
+          continue;
+        }
+        ASSERT_TRUE(p.value().grad().defined()) << p.key();
+        auto sum = expert_grads.find(p.key());
+        if (sum == expert_grads.end()) {
+          EXPECT_EQ(p.value().grad().abs().max().item<double>(), 0.0) << p.key() << ": no token chose it";
+        } else {
+          EXPECT_LT(RelativeDiff(p.value().grad(), sum->second), 1e-5) << p.key() << ", ep rank " << r;
+        }
+        ++experts_checked;
       }
-      const int e = std::stoi(p.key().substr(std::string("experts.").size()));
-      EXPECT_GE(e, r * local) << p.key() << " on ep rank " << r;
-      EXPECT_LT(e, (r + 1) * local) << p.key() << " on ep rank " << r;
-      auto sum = expert_grads.find(p.key());
-      if (sum == expert_grads.end()) {
-        EXPECT_EQ(p.value().grad().abs().max().item<double>(), 0.0) << p.key() << ": no token chose it";
-      } else {
-        EXPECT_LT(RelativeDiff(p.value().grad(), sum->second), 1e-5) << p.key() << ", ep rank " << r;
-      }
-      ++experts_checked;
+      EXPECT_EQ(experts_checked, static_cast<size_t>(local) * 4) << "c_fc and c_proj, weight and bias, per expert";
+      EXPECT_EQ(held, static_cast<size_t>(hold_every ? c.experts : local) * 4);
     }
-    EXPECT_EQ(experts_checked, static_cast<size_t>(local) * 4) << "c_fc and c_proj, weight and bias, per expert";
   });
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MoeExpertParallelTest,
                          ::testing::Values(std::make_tuple(2, Case{4, 2, 1.25}), std::make_tuple(2, Case{4, 1, 0.5}),
                                            std::make_tuple(4, Case{8, 2, 1.25}), std::make_tuple(4, Case{4, 2, 0.75})));
+
+// A rank whose experts no token chooses (the router sends every token to
+// experts 0 and 1, held by ep rank 0) still runs both exchanges in backward:
+// without that its peer waits for it until the timeout. Outputs and input
+// gradients are one process's.
+TEST(MoeExpertParallelSkewTest, ARankWhoseExpertsGetNoTokenKeepsInStep) {
+  torch::set_num_threads(1);
+  torch::manual_seed(4);
+  ModelConfig cfg = Small();
+  cfg.n_embd = 16;
+  const MoeOptions options{4, 1, 2.0};
+  auto full = MoeMlpImpl::Create(cfg, options);
+  ASSERT_TRUE(full.ok());
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : (*full)->named_parameters()) {
+      if (p.key() != "router.weight") continue;
+      p.value().zero_();
+      p.value()[0][0] = 1.0;  // x[0] is around +5: experts 0 and 1 win, 2 and 3 lose
+      p.value()[1][0] = 1.0;
+      p.value()[1][1] = 0.5;
+      p.value()[2][0] = -1.0;
+      p.value()[3][0] = -1.0;
+    }
+  }
+  std::vector<torch::Tensor> xs, ys, grads;
+  for (int r = 0; r < 2; ++r) {
+    auto x = torch::randn({2, 8, cfg.n_embd});
+    x.select(2, 0).add_(5.0);
+    xs.push_back(x);
+    auto xr = x.clone().requires_grad_(true);
+    auto y = (*full)->forward(xr);
+    EXPECT_EQ((*full)->routing().kept[2] + (*full)->routing().kept[3], 0) << "experts 2 and 3 get no token";
+    y.sum().backward();
+    ys.push_back(y.detach());
+    grads.push_back(xr.grad().clone());
+  }
+  RunGlooRanks(2, [&](int r, Communicator& ep) {
+    auto layer = MoeMlpImpl::Create(cfg, options, ComputeOptions{}, &ep);
+    ASSERT_TRUE(layer.ok());
+    ASSERT_TRUE((*layer)->LoadFromFull(**full).ok());
+    for (int step = 0; step < 2; ++step) {  // twice: the exchanges stay paired
+      auto x = xs[static_cast<size_t>(r)].clone().requires_grad_(true);
+      auto y = (*layer)->forward(x);
+      y.sum().backward();
+      EXPECT_LT(RelativeDiff(y, ys[static_cast<size_t>(r)]), 1e-5) << "ep rank " << r;
+      EXPECT_LT(RelativeDiff(x.grad(), grads[static_cast<size_t>(r)]), 1e-5) << "ep rank " << r;
+    }
+  });
+}
 
 TEST(MoeExpertParallelRefusalTest, ExpertsThatDoNotSpreadAreRefused) {
   RunGlooRanks(2, [](int, Communicator& ep) {

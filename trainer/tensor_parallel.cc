@@ -248,6 +248,10 @@ Result<std::shared_ptr<ParallelBlockImpl>> ParallelBlockImpl::Create(const Model
                                 std::to_string(cfg.n_head) + ") divisible by it, and n_embd (" +
                                 std::to_string(cfg.n_embd) + ") by n_head");
   }
+  if (cfg.moe.experts > 0) {
+    return InvalidArgumentError("tensor parallel: mixture-of-experts blocks are not split over a tp group yet "
+                                "(set moe.experts = 0 or dist.tensor_parallel = 1)");
+  }
   if (cfg.dropout > 0) {
     return InvalidArgumentError("tensor parallel needs model.dropout = 0 for now (got " + std::to_string(cfg.dropout) +
                                 "): dropout that does not depend on the layout comes with sequence parallelism "

@@ -203,6 +203,7 @@ struct Trainer::Impl {
   std::unique_ptr<ProgressCommunicator> comm;  // the data-parallel group (the world without tensor parallelism)
   std::unique_ptr<ProgressCommunicator> tp_comm;  // the tensor-parallel group; null for dist.tensor_parallel 1
   std::unique_ptr<ProgressCommunicator> pp_comm;  // the pipeline (rank = stage); null for dist.pipeline_parallel 1
+  std::unique_ptr<ProgressCommunicator> ep_comm;  // the MoE all-to-all group; null for dist.expert_parallel 1
   int global_rank = 0;   // this rank in the world (TrainerComms::rank)
   int global_world = 1;
   // Tensor parallel: the whole model's parameter names in its registration
@@ -797,6 +798,13 @@ namespace {
 Status CheckTrainerComms(const TrainerConfig& config, const TrainerComms& c, const DevicePlacement& placement) {
   const int tp = config.dist.tensor_parallel, pp = config.dist.pipeline_parallel;
   if (c.data == nullptr) return InvalidArgumentError("Trainer::Create: no data-parallel communicator");
+  const int ep = config.dist.expert_parallel;
+  if (ep > 1 && (c.expert == nullptr || c.expert->world_size() != ep)) {
+    return InvalidArgumentError("Trainer::Create: dist.expert_parallel = " + std::to_string(ep) +
+                                " but the expert-parallel group has " +
+                                (c.expert == nullptr ? std::string("no communicator")
+                                                     : std::to_string(c.expert->world_size()) + " ranks"));
+  }
   if (tp == 1 && pp == 1) {
     if (c.data->world_size() != c.world_size || c.data->rank() != c.rank) {
       return InvalidArgumentError("Trainer::Create: without model parallelism the data-parallel group is the world");
@@ -837,7 +845,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, Tr
   // numbers them per group; a send/recv names its peers as global ranks).
   HF_ASSIGN_OR_RETURN(DeviceMesh mesh,
                       DeviceMesh::Create(comms.world_size, MeshShape{config.dist.tensor_parallel,
-                                                                     config.dist.pipeline_parallel, 1}));
+                                                                     config.dist.pipeline_parallel,
+                                                                     config.dist.expert_parallel}));
   auto recorded = [&](CollectiveGroup kind, MeshGroup group) {
     return RecordedGroup{kind, mesh.GroupOf(group, comms.rank)};
   };
@@ -850,6 +859,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, Tr
   if (config.dist.pipeline_parallel > 1) {
     impl->pp_comm = std::make_unique<ProgressCommunicator>(std::move(comms.pipeline), NoProgress(),
                                                            recorded(CollectiveGroup::kPipeline, MeshGroup::kPipeline));
+  }
+  if (config.dist.expert_parallel > 1) {
+    impl->ep_comm = std::make_unique<ProgressCommunicator>(std::move(comms.expert), NoProgress(),
+                                                           recorded(CollectiveGroup::kExpert, MeshGroup::kExpert));
   }
   impl->global_rank = comms.rank;
   impl->global_world = comms.world_size;
@@ -890,7 +903,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, Tr
   }
   try {
     torch::manual_seed(config.train.seed);
-    impl->model = Gpt(config.model, ComputeOptions{config.train.precision == "bf16"});
+    // Expert parallel: every rank holds (and initialises) every expert, as
+    // one process, and computes its own over the expert group.
+    impl->model = Gpt(config.model, ComputeOptions{config.train.precision == "bf16"}, nullptr, false,
+                      impl->ep_comm.get());
     impl->model->InitWeights();  // on the CPU generator: the same weights on every device
     // train.init_from replaces the initial weights (a resume then overwrites
     // them with the checkpoint's, like any initial weights).
@@ -1001,10 +1017,12 @@ std::map<std::string, double> Trainer::LatestEvalMetrics() const {
 
 void Trainer::SetProgressSink(ProgressSink& progress) {
   impl_->progress = &progress;
-  progress.SetMesh(impl_->cfg.dist.tensor_parallel, impl_->cfg.dist.pipeline_parallel, 1);
+  progress.SetMesh(impl_->cfg.dist.tensor_parallel, impl_->cfg.dist.pipeline_parallel,
+                   impl_->cfg.dist.expert_parallel);
   impl_->comm->SetProgressSink(progress);
   if (impl_->tp_comm != nullptr) impl_->tp_comm->SetProgressSink(progress);
   if (impl_->pp_comm != nullptr) impl_->pp_comm->SetProgressSink(progress);
+  if (impl_->ep_comm != nullptr) impl_->ep_comm->SetProgressSink(progress);
 }
 void Trainer::SetBeforeUpdateHook(std::function<void()> hook) { impl_->before_update = std::move(hook); }
 void Trainer::SetInterruptCheck(std::function<bool()> check) { impl_->objective->SetInterruptCheck(std::move(check)); }

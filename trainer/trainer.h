@@ -80,6 +80,7 @@ struct TrainerComms {
   std::unique_ptr<Communicator> data;
   std::unique_ptr<Communicator> tensor;
   std::unique_ptr<Communicator> pipeline;
+  std::unique_ptr<Communicator> expert;  // dist.expert_parallel > 1: the MoE blocks' all-to-all group
   int rank = 0;
   int world_size = 1;
 };

@@ -418,6 +418,135 @@ TEST_F(TensorParallelTest, SequenceParallelCheckpointsResumeBitExactAndWithoutIt
       << alone.output;
 }
 
+// The largest relative difference of `key` between two metrics files.
+double WorstRelative(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b, const char* key) {
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const double want = a[i][key].get<double>(), got = b[i][key].get<double>();
+    worst = std::max(worst, std::fabs(got - want) / std::fabs(want));
+  }
+  return worst;
+}
+
+// Must-show 1 for experts: a 2-layer model whose MLPs are 4 experts (top 2,
+// capacity factor 1.0, so assignments are dropped), data parallel with the
+// experts computed over expert groups of 2 and 4 (all-to-all dispatch and
+// combine), against one process taking the same micro-batches (the
+// capacity and the load-balancing loss are a micro-batch's, so the one
+// process accumulates micro-batches of the data-parallel ranks' size):
+// every step's loss within 1e-5 relative, 50 steps. Routing is discrete: an
+// ulp can move a token between two experts it is balanced between, and
+// then the losses part by 1e-5 (plain data parallelism over 4 ranks, whose
+// gradient sums add in another order than one process's accumulation,
+// does so at step 2: 3.5e-5). dp 4 x ep 2 is therefore held to dp 4 with
+// every expert on every rank (1e-5) and to one process within 1e-4. A
+// checkpoint of ep 2 resumes bit-exactly on ep 2, and on ep 1 within 1e-4
+// (every rank holds every expert: the checkpoint does not depend on the
+// expert layout).
+TEST_F(TensorParallelTest, MixtureOfExpertsLayoutsMatchOneProcess) {
+  const std::vector<std::string> moe = {"--set", "moe.experts=4", "--set", "moe.top_k=2", "--set",
+                                        "moe.capacity_factor=1.0"};
+  auto with = [&](std::vector<std::string> a) {
+    a.insert(a.begin(), moe.begin(), moe.end());
+    return a;
+  };
+  for (int micro : {4, 2}) {
+    const std::string tag = "one-m" + std::to_string(micro);
+    ProcessResult one = Train(1, 1, with({"--set", "train.micro_batch=" + std::to_string(micro), "--set",
+                                          "train.grad_accum=" + std::to_string(8 / micro), "--metrics",
+                                          dir_ / (tag + ".jsonl")}));
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+  }
+  const auto ref4 = ReadMetrics(dir_ / "one-m4.jsonl"), ref2 = ReadMetrics(dir_ / "one-m2.jsonl");
+  ASSERT_EQ(ref4.size(), 50u);
+  EXPECT_LT(ref4.back()["loss"].get<double>(), ref4.front()["loss"].get<double>() - 1.0) << "the MoE model learns";
+  // Each layout against its reference: one process of the same micro-batches, or (dp 4 x ep 2) dp 4
+  // with every expert on every rank, whose data-parallel sums add in the same order.
+  struct Layout {
+    int nproc, ep;
+    const char* ref;
+    double loss_tol, norm_tol;  // relative; a norm_tol of 0: printed, not asserted
+  };
+  for (const Layout& l : {Layout{2, 1, "one-m4", 1e-5, 1e-4}, Layout{2, 2, "one-m4", 1e-5, 1e-4},
+                          Layout{4, 4, "one-m2", 1e-5, 1e-4}, Layout{4, 1, "one-m2", 1e-4, 0},
+                          Layout{4, 2, "dp4ep1", 1e-5, 1e-4}, Layout{4, 2, "one-m2", 1e-4, 0}}) {
+    const std::string tag = "dp" + std::to_string(l.nproc) + "ep" + std::to_string(l.ep);
+    SCOPED_TRACE(tag + " against " + l.ref);
+    if (!std::filesystem::exists(dir_ / (tag + ".jsonl"))) {
+      ProcessResult r = Train(l.nproc, 1, with({"--set", "dist.expert_parallel=" + std::to_string(l.ep), "--metrics",
+                                                dir_ / (tag + ".jsonl")}));
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      if (l.ep > 1) EXPECT_NE(r.output.find(",ep=" + std::to_string(l.ep)), std::string::npos) << r.output;
+    }
+    const auto ref = ReadMetrics(dir_ / (std::string(l.ref) + ".jsonl"));
+    const auto m = ReadMetrics(dir_ / (tag + ".jsonl"));
+    ASSERT_EQ(m.size(), ref.size());
+    for (size_t i = 0; i < m.size(); ++i) {
+      const double want = ref[i]["loss"].get<double>();
+      EXPECT_NEAR(m[i]["loss"].get<double>(), want, l.loss_tol * want) << "loss at step " << i + 1;
+      const double norm = ref[i]["grad_norm"].get<double>();
+      if (l.norm_tol > 0) {
+        EXPECT_NEAR(m[i]["grad_norm"].get<double>(), norm, l.norm_tol * norm) << "grad norm at step " << i + 1;
+      }
+    }
+    std::printf("%s against %s: max relative loss difference %.2g, grad norm %.2g\n", tag.c_str(), l.ref,
+                WorstRelative(ref, m, "loss"), WorstRelative(ref, m, "grad_norm"));
+  }
+
+  const std::vector<std::string> ck = {"--set", "train.steps=20", "--set", "checkpoint.dir=" + (dir_ / "ck"), "--set",
+                                       "checkpoint.every_steps=4", "--set", "dist.expert_parallel=2"};
+  auto resumable = [&](std::vector<std::string> a) {
+    a = with(std::move(a));
+    a.insert(a.end(), ck.begin(), ck.end());
+    return a;
+  };
+  ProcessResult full = Train(2, 1, with({"--set", "train.steps=20", "--set", "dist.expert_parallel=2", "--dump-final",
+                                         dir_ / "full", "--metrics", dir_ / "full.jsonl"}));
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  ProcessResult a = Train(2, 1, resumable({"--stop-after", "9"}));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  std::filesystem::copy(dir_ / "ck", dir_ / "ck-ep1", std::filesystem::copy_options::recursive);
+  ProcessResult b = Train(2, 1, resumable({"--dump-final", dir_ / "resumed", "--metrics", dir_ / "resumed.jsonl"}));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("(step 8)"), std::string::npos) << b.output;
+  EXPECT_TRUE(ReadFile(dir_ / "full/params.bin") == ReadFile(dir_ / "resumed/params.bin"))
+      << "resumed parameters differ from the uninterrupted run";
+  const auto fm = ReadMetrics(dir_ / "full.jsonl");
+  for (const auto& line : ReadMetrics(dir_ / "resumed.jsonl")) {
+    EXPECT_EQ(line["loss"], fm[line["step"].get<int64_t>() - 1]["loss"]) << "step " << line["step"];
+  }
+  ProcessResult ep1 = Train(2, 1, with({"--set", "train.steps=20", "--set", "checkpoint.dir=" + (dir_ / "ck-ep1"),
+                                        "--metrics", dir_ / "ep1.jsonl"}));
+  ASSERT_EQ(ep1.exit_code, 0) << ep1.output;
+  EXPECT_NE(ep1.output.find("(step 8)"), std::string::npos) << ep1.output;
+  const auto em = ReadMetrics(dir_ / "ep1.jsonl");
+  ASSERT_EQ(em.size(), 12u);
+  for (const auto& line : em) {
+    const double want = fm[line["step"].get<int64_t>() - 1]["loss"].get<double>();
+    EXPECT_NEAR(line["loss"].get<double>(), want, 1e-4 * want) << "step " << line["step"] << " on ep 1";
+  }
+}
+
+// What the expert layout cannot be is refused with exit 2 before a step.
+TEST_F(TensorParallelTest, ExpertLayoutsThatCannotRunAreRefusedClearly) {
+  ProcessResult dense = Train(2, 1, {"--set", "train.steps=2", "--set", "dist.expert_parallel=2"});
+  EXPECT_EQ(dense.exit_code, 2) << dense.output;
+  EXPECT_NE(dense.output.find("moe.experts is 0 (a dense MLP)"), std::string::npos) << dense.output;
+  ProcessResult odd = Train(2, 1, {"--set", "train.steps=2", "--set", "moe.experts=3", "--set",
+                                   "dist.expert_parallel=2"});
+  EXPECT_EQ(odd.exit_code, 2) << odd.output;
+  EXPECT_NE(odd.output.find("moe.experts = 3 does not spread over dist.expert_parallel = 2 ranks"),
+            std::string::npos)
+      << odd.output;
+  ProcessResult wide = Train(3, 1, {"--set", "train.steps=2", "--set", "moe.experts=4", "--set",
+                                    "dist.expert_parallel=2"});
+  EXPECT_EQ(wide.exit_code, 2) << wide.output;
+  ProcessResult tp = Train(2, 2, {"--set", "train.steps=2", "--set", "moe.experts=4"});
+  EXPECT_EQ(tp.exit_code, 2) << tp.output;
+  EXPECT_NE(tp.output.find("set dist.tensor_parallel = 1 and dist.pipeline_parallel = 1"), std::string::npos)
+      << tp.output;
+}
+
 // A pipeline with more stages than blocks is refused before anything
 // trains, saying what would run.
 TEST_F(TensorParallelTest, PipelinesThatCannotRunAreRefusedClearly) {
