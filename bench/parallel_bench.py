@@ -14,7 +14,8 @@ context 128, byte vocabulary; 1 thread per rank, float32 CPU, Gloo), a global ba
    idle share of stage 0 (wait / step) is set against 1F1B's (S - 1) / (M + S - 1) for equal stages.
    Two processes on two cores: each stage has a core, the one process has one.
 2. Layouts: for pp 1, 2, 4, tp 2, tp 2 x pp 2 and tp 2 x pp 2 x dp 2, and tp 2 and tp 2 x pp 2 x dp 2
-   sequence parallel (`layout_steps` steps each, one run): tokens/s (the median over the steps after
+   sequence parallel, and a 4-expert MoE model on 1 and 2 ranks and over expert groups of 2 and 4
+   (`layout_steps` steps each, one run): tokens/s (the median over the steps after
    `skip`; every layout's ranks share the machine's cores, so this is what the layout costs here, not
    on a core or a GPU per rank), the parameters each rank holds (the trainer's "model part" line)
    and its AdamW state, against the formula from the model's shapes (below), the largest rank shown.
@@ -93,14 +94,26 @@ def expected_params(tp, pp):
     return best
 
 
+def expected_moe_params(experts):
+    """Parameters of the model whose every MLP is `experts` experts and a router (every rank holds all)."""
+    c = MODEL["n_embd"]
+    mlp = 4 * c * c + 4 * c + 4 * c * c + c  # c_fc w+b, c_proj w+b
+    return expected_params(1, 1) + MODEL["n_layer"] * ((experts - 1) * mlp + experts * c)
+
+
 def memory(args, sets, tmp):
     out = []
-    for nproc, tp, pp, sp in [(1, 1, 1, False), (2, 1, 2, False), (4, 1, 4, False), (2, 2, 1, False),
-                              (4, 2, 2, False), (8, 2, 2, False), (2, 2, 1, True), (8, 2, 2, True)]:
+    # (ranks, tp, pp, sequence parallel, experts, expert parallel)
+    for nproc, tp, pp, sp, experts, ep in [(1, 1, 1, False, 0, 1), (2, 1, 2, False, 0, 1), (4, 1, 4, False, 0, 1),
+                                           (2, 2, 1, False, 0, 1), (4, 2, 2, False, 0, 1), (8, 2, 2, False, 0, 1),
+                                           (2, 2, 1, True, 0, 1), (8, 2, 2, True, 0, 1), (1, 1, 1, False, 4, 1),
+                                           (2, 1, 1, False, 4, 1), (2, 1, 1, False, 4, 2), (4, 1, 1, False, 4, 4)]:
         dp = nproc // (tp * pp)
         micro = max(1, GLOBAL_BATCH // (4 * dp))
-        tag = f"mem-tp{tp}-pp{pp}-dp{dp}" + ("-sp" if sp else "")
+        tag = f"mem-tp{tp}-pp{pp}-dp{dp}" + ("-sp" if sp else "") + (f"-moe{experts}-ep{ep}" if experts else "")
         extra = ["dist.sequence_parallel=true"] if sp else []
+        if experts:
+            extra += [f"moe.experts={experts}", "moe.top_k=2", f"dist.expert_parallel={ep}"]
         rows, log = run(args, nproc, tp, pp, micro, GLOBAL_BATCH // (micro * dp), args.layout_steps, sets + extra,
                         tmp, tag)
         kept = [r for r in rows if r["step"] > args.skip] or rows
@@ -109,11 +122,11 @@ def memory(args, sets, tmp):
         if not parts:
             parts = [int(x) for x in re.findall(r"model: (\d+) parameters", log)]
         state = [int(b) for b in re.findall(r"AdamW state (\d+) bytes on (?:this|every) rank", log)]
-        out.append({"tp": tp, "pp": pp, "dp": dp, "sp": sp, "params": max(parts), "want": expected_params(tp, pp),
-                    "state": max(state) if state else 0, "tok_s": tok, "micro": micro})
-        print(f"layout tp={tp} pp={pp} dp={dp}{' sp' if sp else ''}: {tok:,.0f} tokens/s, {max(parts)} parameters "
-              f"on the largest rank (formula {expected_params(tp, pp)}), AdamW state "
-              f"{max(state) if state else 0} B", flush=True)
+        want = expected_moe_params(experts) if experts else expected_params(tp, pp)
+        out.append({"tp": tp, "pp": pp, "dp": dp, "sp": sp, "experts": experts, "ep": ep, "params": max(parts),
+                    "want": want, "state": max(state) if state else 0, "tok_s": tok, "micro": micro})
+        print(f"layout {tag}: {tok:,.0f} tokens/s, {max(parts)} parameters on the largest rank (formula {want}), "
+              f"AdamW state {max(state) if state else 0} B", flush=True)
     return out
 
 
@@ -155,11 +168,17 @@ def render(bubble, mem, args, info, data_desc, command):
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in mem:
         name = f"tp={r['tp']},pp={r['pp']},dp={r['dp']}" + (", sequence parallel" if r["sp"] else "")
+        if r["experts"]:
+            name += f", {r['experts']} experts top 2" + (f", ep={r['ep']}" if r["ep"] > 1 else "")
         lines.append(f"| {name} | {r['tp'] * r['pp'] * r['dp']} | {GLOBAL_BATCH // (r['micro'] * r['dp'])} | "
                      f"{r['tok_s']:,.0f} | {r['params']:,} | {r['want']:,} | "
                      f"{r['params'] * 8 / 1e6:.2f} | {r['state'] / 1e6:.2f} |")
     lines += ["", "AdamW state is 8 bytes per parameter the rank holds, divided over its data-parallel group by "
-              "ZeRO-1 (dp > 1).", "", "Command:", "", "```", command, "```", ""]
+              "ZeRO-1 (dp > 1). The mixture-of-experts rows replace every block's MLP by 4 expert MLPs and a router "
+              "(moe.top_k 2, capacity factor 1.25: each token runs through 2 experts, about twice the dense MLP's "
+              "compute); with ep > 1 each rank computes 4 / ep of the experts for its expert group's tokens "
+              "(all-to-all), but every rank still holds every expert's parameters (the formula counts them all).",
+              "", "Command:", "", "```", command, "```", ""]
     return "\n".join(lines)
 
 

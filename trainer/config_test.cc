@@ -153,6 +153,42 @@ TEST(LearningRateTest, WarmupThenCosineToMin) {
   EXPECT_DOUBLE_EQ(LearningRateAt(o, 104, 500), 0.1);
 }
 
+// [moe] is read into the model config, printed back as its own section,
+// changes the hash when set (old checkpoints keep theirs), and the expert
+// layout is not in the hash.
+TEST_F(ConfigTest, MoeSectionReadsBackAndHashesOnlyWhenSet) {
+  auto moe = LoadTrainerConfig(Write("[data]\npath = \"x\"\n[moe]\nexperts = 8\ntop_k = 1\ncapacity_factor = 2.0\n"),
+                               {"dist.expert_parallel=4"});
+  ASSERT_TRUE(moe.ok()) << moe.status().ToString();
+  EXPECT_EQ(moe->model.moe.experts, 8);
+  EXPECT_EQ(moe->model.moe.top_k, 1);
+  EXPECT_EQ(moe->model.moe.capacity_factor, 2.0);
+  EXPECT_EQ(moe->dist.expert_parallel, 4);
+  EXPECT_TRUE(ValidateTrainerConfig(*moe).ok()) << ValidateTrainerConfig(*moe).ToString();
+  const std::string text = ConfigToToml(*moe);
+  EXPECT_NE(text.find("[moe]\nexperts = 8\ntop_k = 1\n"), std::string::npos) << text;
+  auto again = LoadTrainerConfig(Write(text), {});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(ConfigHash(*again), ConfigHash(*moe));
+  auto other_layout = LoadTrainerConfig(Write(text), {"dist.expert_parallel=1"});
+  ASSERT_TRUE(other_layout.ok());
+  EXPECT_EQ(ConfigHash(*other_layout), ConfigHash(*moe)) << "the expert layout is not the math";
+  auto dense = LoadTrainerConfig("", {"data.path=x"});
+  auto dense_written = LoadTrainerConfig("", {"data.path=x", "moe.experts=0", "moe.top_k=2"});
+  ASSERT_TRUE(dense.ok() && dense_written.ok());
+  EXPECT_EQ(ConfigHash(*dense), ConfigHash(*dense_written)) << "a dense model's hash is as before [moe]";
+  EXPECT_NE(ConfigHash(*dense), ConfigHash(*moe));
+  auto bad = LoadTrainerConfig("", {"data.path=x", "moe.experts=4", "moe.top_k=5"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("moe.top_k = 5 must be between 1 and moe.experts (4)"), std::string::npos)
+      << bad.status().message();
+  auto unknown = LoadTrainerConfig("", {"moe.expert=4"});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("known keys in [moe]: experts, top_k, capacity_factor, aux_loss_coef"),
+            std::string::npos)
+      << unknown.status().message();
+}
+
 }  // namespace
 }  // namespace holdfast
 

@@ -133,6 +133,45 @@ class ReduceScatterSeq : public torch::autograd::Function<ReduceScatterSeq> {
   }
 };
 
+// Megatron's f on several tensors at once (the sequence-parallel region's
+// replicated parameters): copies forward; backward, their gradients packed
+// into one vector, allreduced over `tp` once, and unpacked (an unused one's
+// as zeros).
+class SumGradsOverTp : public torch::autograd::Function<SumGradsOverTp> {
+ public:
+  // xs as a TensorList: autograd sees a std::vector argument as no tensor at all.
+  static variable_list forward(AutogradContext* ctx, at::TensorList xs, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    std::vector<int64_t> sizes;
+    variable_list out;
+    for (const torch::Tensor& x : xs) {
+      sizes.push_back(x.numel());
+      out.push_back(x.clone());
+    }
+    ctx->saved_data["sizes"] = sizes;
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
+    std::vector<torch::Tensor> flat;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      flat.push_back(grads[i].defined() ? grads[i].reshape({-1}) : torch::zeros({sizes[i]}));
+    }
+    torch::Tensor packed = torch::cat(flat).contiguous();
+    AllreduceInPlace(packed, FromHandle(ctx->saved_data["comm"]), "backward (f of the sequence-parallel parameters)");
+    variable_list out;
+    int64_t at = 0;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const torch::Tensor& like = grads[i].defined() ? grads[i] : torch::Tensor();
+      torch::Tensor g = packed.narrow(0, at, sizes[i]).clone();
+      out.push_back(like.defined() ? g.view(like.sizes()) : g);
+      at += sizes[i];
+    }
+    out.push_back(torch::Tensor());  // comm
+    return out;
+  }
+};
+
 Status NotSplit(const std::string& name, const torch::Tensor& full, int size) {
   std::string shape;
   for (int64_t d : full.sizes()) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
@@ -305,16 +344,26 @@ torch::Tensor ParallelBlockImpl::forward(torch::Tensor x) {
 torch::Tensor ParallelBlockImpl::ForwardSequenceParallel(torch::Tensor x) {
   namespace F = torch::nn::functional;
   const int64_t C = cfg_.n_embd;
-  // A replicated parameter used on this rank's positions only: its gradient
-  // is summed over the tp group (f's backward on the parameter itself).
-  auto whole_grad = [this](const torch::Tensor& p) { return p.defined() ? CopyToTensorParallel(p, tp_) : p; };
-  auto h = GatherSequence(torch::layer_norm(x, {C}, whole_grad(ln_1_w_), whole_grad(ln_1_b_), 1e-5), tp_, true);
+  // The replicated parameters used on this rank's positions only (both
+  // LayerNorms, both output biases, each [C]) get their gradient summed over
+  // the tp group: f's backward on the parameters themselves, packed into one
+  // vector so that a block's backward issues one allreduce for all of them.
+  variable_list replicated;
+  for (const torch::Tensor* p : {&ln_1_w_, &ln_1_b_, &attn_proj_b_, &ln_2_w_, &ln_2_b_, &mlp_proj_b_}) {
+    if (p->defined()) replicated.push_back(*p);
+  }
+  const variable_list summed = SumGradsOverTp::apply(at::TensorList(replicated), Handle(tp_));
+  size_t next = 0;
+  auto whole_grad = [&](const torch::Tensor& p) { return p.defined() ? summed[next++] : p; };
+  const torch::Tensor ln_1_w = whole_grad(ln_1_w_), ln_1_b = whole_grad(ln_1_b_), attn_proj_b = whole_grad(attn_proj_b_);
+  const torch::Tensor ln_2_w = whole_grad(ln_2_w_), ln_2_b = whole_grad(ln_2_b_), mlp_proj_b = whole_grad(mlp_proj_b_);
+  auto h = GatherSequence(torch::layer_norm(x, {C}, ln_1_w, ln_1_b, 1e-5), tp_, true);
   auto y = CausalAttention(F::linear(h, attn_w_, attn_b_), local_heads_, mask_);
   y = ReduceScatterSequence(F::linear(y, attn_proj_w_), tp_);
-  x = x + (attn_proj_b_.defined() ? y + whole_grad(attn_proj_b_) : y);
-  h = GatherSequence(torch::layer_norm(x, {C}, whole_grad(ln_2_w_), whole_grad(ln_2_b_), 1e-5), tp_, true);
+  x = x + (attn_proj_b.defined() ? y + attn_proj_b : y);
+  h = GatherSequence(torch::layer_norm(x, {C}, ln_2_w, ln_2_b, 1e-5), tp_, true);
   y = ReduceScatterSequence(F::linear(torch::gelu(F::linear(h, fc_w_, fc_b_)), mlp_proj_w_), tp_);
-  return x + (mlp_proj_b_.defined() ? y + whole_grad(mlp_proj_b_) : y);
+  return x + (mlp_proj_b.defined() ? y + mlp_proj_b : y);
 }
 
 Status ParallelBlockImpl::LoadFromFull(const torch::nn::Module& full) {

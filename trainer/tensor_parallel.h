@@ -26,8 +26,8 @@
 // same bytes on the wire as the two allreduces they replace. The
 // replicated parameters used in the sequence-parallel region see only
 // their rank's positions, so their gradients are summed over the tp group
-// (CopyToTensorParallel applied to the parameter itself: one allreduce per
-// parameter backward).
+// (CopyToTensorParallel applied to the parameters themselves, packed into
+// one vector: one allreduce per block backward).
 //
 //   x_t = x_t + rs(attn(ag(ln_1(x_t))) W_proj_t^T) + b_proj      (x_t: rank t's positions)
 //
