@@ -198,6 +198,32 @@ TEST(MeshTriageTest, AGroupWhoseMembersAllEnteredIsNamedAsStuck) {
 
 // Ranks that disagree on the mesh, or a run without model parallelism, are
 // triaged as before (one sequence of collectives).
+// dp 2 x ep 2 (a mixture-of-experts model): rank 1 stopped in its forward
+// before the dispatch; rank 0 waits in the all-to-all's exchange with it
+// (tokens for its experts out, rank 1's tokens in), on their ep group.
+TEST(MeshTriageTest, AnExpertParallelRankThatNeverDispatchesIsNamedWithTheTokensItsPeerWaitsFor) {
+  const MeshShape mesh{1, 1, 2};
+  std::vector<RankView> ranks = {
+      MeshRank(0, mesh, Phase::kCollective, 8, {12, 0, 0}),
+      MeshRank(1, mesh, Phase::kForward, 9, {12, 0, 0}, 'T'),
+  };
+  ranks[0].progress.group_issued[static_cast<size_t>(CollectiveGroup::kExpert) - 1] = 7;
+  ranks[1].progress.group_issued[static_cast<size_t>(CollectiveGroup::kExpert) - 1] = 6;
+  CollectiveLabel exchange{CollectiveGroup::kExpert};
+  exchange.send_to = 1;
+  exchange.recv_from = 1;
+  exchange.send_what = MessageKind::kTokens;
+  exchange.recv_what = MessageKind::kTokens;
+  WaitIn(&ranks[0], CollectiveKind::kSendRecv, exchange);
+  TriageReport inc = TriageHang(kNow, ranks, Hung(9, {1}));
+  EXPECT_EQ(inc.culprits, std::vector<int>{1});
+  EXPECT_NE(inc.summary.find("rank 1 (tp 0, pp stage 0, dp 1, ep 1)"), std::string::npos) << inc.summary;
+  EXPECT_NE(inc.summary.find("rank 0 (tp 0, pp stage 0, dp 0, ep 0) waiting 8.0 s to receive tokens for its experts "
+                             "from it"),
+            std::string::npos)
+      << inc.summary;
+}
+
 TEST(MeshTriageTest, WithoutAModelParallelMeshTheGlobalSequenceIsUsed) {
   std::vector<RankView> ranks = {
       MeshRank(0, MeshShape{1, 1, 1}, Phase::kCollective, 6, {7, 0, 0}),
