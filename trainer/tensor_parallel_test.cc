@@ -49,6 +49,20 @@ Reference RunFull(Block& full, const ModelConfig& cfg) {
   return r;
 }
 
+// Every parameter of `block` (tp rank `r` of `size`) has a gradient, its
+// shard of the full block's, within 1e-5 relative.
+void ExpectShardGradients(torch::nn::Module& block, const Reference& ref, int r, int size) {
+  size_t checked = 0;
+  for (const auto& p : block.named_parameters()) {
+    auto want = TensorParallelShardOf(p.key(), ref.grads.at(p.key()), r, size);
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_LT(RelativeDiff(p.value().grad(), *want), 1e-5) << p.key() << ", tp rank " << r;
+    ++checked;
+  }
+  EXPECT_EQ(checked, ref.grads.size());
+}
+
 #if HOLDFAST_HAVE_GLOO
 
 // Runs body(rank, tp) on `size` threads, each rank with a Gloo group of
@@ -80,15 +94,7 @@ TEST_P(TensorParallelTest, TheSplitBlockIsTheFullBlock) {
     (y * ref.out_weight).sum().backward();
     EXPECT_LT(RelativeDiff(y, ref.y), 1e-5) << "output, tp rank " << r;
     EXPECT_LT(RelativeDiff(x.grad(), ref.x_grad), 1e-5) << "input gradient, tp rank " << r;
-    size_t checked = 0;
-    for (const auto& p : (*block)->named_parameters()) {
-      auto want = TensorParallelShardOf(p.key(), ref.grads.at(p.key()), r, size);
-      ASSERT_TRUE(want.ok()) << want.status().ToString();
-      ASSERT_TRUE(p.value().grad().defined()) << p.key();
-      EXPECT_LT(RelativeDiff(p.value().grad(), *want), 1e-5) << p.key() << ", tp rank " << r;
-      ++checked;
-    }
-    EXPECT_EQ(checked, ref.grads.size());
+    ExpectShardGradients(**block, ref, r, size);
   });
 }
 
@@ -126,15 +132,7 @@ TEST_P(TensorParallelTest, TheSequenceParallelBlockIsTheFullBlock) {
     (y * mine(ref.out_weight)).sum().backward();
     EXPECT_LT(RelativeDiff(y, mine(ref.y)), 1e-5) << "output, tp rank " << r;
     EXPECT_LT(RelativeDiff(x.grad(), mine(ref.x_grad)), 1e-5) << "input gradient, tp rank " << r;
-    size_t checked = 0;
-    for (const auto& p : (*block)->named_parameters()) {
-      auto want = TensorParallelShardOf(p.key(), ref.grads.at(p.key()), r, size);
-      ASSERT_TRUE(want.ok()) << want.status().ToString();
-      ASSERT_TRUE(p.value().grad().defined()) << p.key();
-      EXPECT_LT(RelativeDiff(p.value().grad(), *want), 1e-5) << p.key() << ", tp rank " << r;
-      ++checked;
-    }
-    EXPECT_EQ(checked, ref.grads.size());
+    ExpectShardGradients(**block, ref, r, size);
   });
 }
 

@@ -131,6 +131,25 @@ class TensorParallelTest : public ::testing::Test {
     EXPECT_LT(max_diff, 1e-4);
   }
 
+  // `b` resumed the step-8 checkpoint of a 20-step run (--dump-final
+  // resumed/, --metrics resumed.jsonl): it ends bit-identical to the
+  // uninterrupted run (full/, full.jsonl), every loss of steps 9 to 20 equal
+  // (`lines` lines: 12, or 21 when the stopped run wrote there too).
+  void ExpectResumedBitExact(const ProcessResult& b, size_t lines = 12) {
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+    EXPECT_NE(b.output.find("(step 8)"), std::string::npos) << b.output;
+    EXPECT_EQ(b.output.find("DETERMINISM BROKEN"), std::string::npos) << b.output;
+    EXPECT_TRUE(ReadFile(dir_ / "full/params.bin") == ReadFile(dir_ / "resumed/params.bin"))
+        << "resumed parameters differ from the uninterrupted run";
+    const auto fm = ReadMetrics(dir_ / "full.jsonl");
+    const auto rm = ReadMetrics(dir_ / "resumed.jsonl");
+    ASSERT_EQ(rm.size(), lines);
+    for (const auto& line : rm) {
+      const int64_t step = line["step"].get<int64_t>();
+      EXPECT_EQ(line["loss"], fm[step - 1]["loss"]) << "step " << step;
+    }
+  }
+
   TempDir dir_;
   std::string cfg_;
 };
@@ -182,19 +201,7 @@ TEST_F(TensorParallelTest, ResumeOnTheSameLayoutIsBitExact) {
   EXPECT_NE(a.output.find("checkpoint step 8 committed"), std::string::npos) << a.output;
   std::vector<std::string> second = with({"--dump-final", dir_ / "resumed", "--metrics", dir_ / "resumed.jsonl"});
   second.insert(second.end(), ck.begin(), ck.end());
-  ProcessResult b = Train(4, 2, second);
-  ASSERT_EQ(b.exit_code, 0) << b.output;
-  EXPECT_NE(b.output.find("(step 8)"), std::string::npos) << b.output;
-  EXPECT_EQ(b.output.find("DETERMINISM BROKEN"), std::string::npos) << b.output;
-  EXPECT_TRUE(ReadFile(dir_ / "full/params.bin") == ReadFile(dir_ / "resumed/params.bin"))
-      << "resumed parameters differ from the uninterrupted run";
-  const auto fm = ReadMetrics(dir_ / "full.jsonl");
-  const auto rm = ReadMetrics(dir_ / "resumed.jsonl");
-  ASSERT_EQ(rm.size(), fm.size() + 1);  // step 9 again
-  for (const auto& line : rm) {
-    const int64_t step = line["step"].get<int64_t>();
-    EXPECT_EQ(line["loss"], fm[step - 1]["loss"]) << "step " << step;
-  }
+  ExpectResumedBitExact(Train(4, 2, second), 21);  // steps 1 to 9, then 9 to 20
 }
 
 // The data-parallel part of a tensor-parallel checkpoint reshards as a plain
@@ -335,18 +342,8 @@ TEST_F(TensorParallelTest, PipelineCheckpointsResumeBitExactOnTheirLayout) {
       << fewer.output;
 
   ProcessResult b = TrainPipeline(8, 2, 2, with({"--dump-final", dir_ / "resumed", "--metrics", dir_ / "resumed.jsonl"}));
-  ASSERT_EQ(b.exit_code, 0) << b.output;
-  EXPECT_NE(b.output.find("(step 8)"), std::string::npos) << b.output;
-  EXPECT_EQ(b.output.find("DETERMINISM BROKEN"), std::string::npos) << b.output;
-  EXPECT_TRUE(ReadFile(dir_ / "full/params.bin") == ReadFile(dir_ / "resumed/params.bin"))
-      << "resumed parameters differ from the uninterrupted run";
+  ExpectResumedBitExact(b);
   const auto fm = ReadMetrics(dir_ / "full.jsonl");
-  const auto rm = ReadMetrics(dir_ / "resumed.jsonl");
-  ASSERT_EQ(rm.size(), 12u);  // steps 9 to 20
-  for (const auto& line : rm) {
-    const int64_t step = line["step"].get<int64_t>();
-    EXPECT_EQ(line["loss"], fm[step - 1]["loss"]) << "step " << step;
-  }
   const auto fewer_m = ReadMetrics(dir_ / "fewer.jsonl");
   ASSERT_EQ(fewer_m.size(), 12u);
   for (const auto& line : fewer_m) {
@@ -380,20 +377,9 @@ TEST_F(TensorParallelTest, SequenceParallelCheckpointsResumeBitExactAndWithoutIt
   EXPECT_NE(a.output.find("checkpoint step 8 committed"), std::string::npos) << a.output;
   std::filesystem::copy(dir_ / "ck", dir_ / "ck-off", std::filesystem::copy_options::recursive);
 
-  ProcessResult b = TrainPipeline(8, 2, 2, with({"--dump-final", dir_ / "resumed", "--metrics", dir_ / "resumed.jsonl"},
-                                                "ck"));
-  ASSERT_EQ(b.exit_code, 0) << b.output;
-  EXPECT_NE(b.output.find("(step 8)"), std::string::npos) << b.output;
-  EXPECT_EQ(b.output.find("DETERMINISM BROKEN"), std::string::npos) << b.output;
-  EXPECT_TRUE(ReadFile(dir_ / "full/params.bin") == ReadFile(dir_ / "resumed/params.bin"))
-      << "resumed parameters differ from the uninterrupted run";
+  ExpectResumedBitExact(TrainPipeline(8, 2, 2, with({"--dump-final", dir_ / "resumed", "--metrics",
+                                                      dir_ / "resumed.jsonl"}, "ck")));
   const auto fm = ReadMetrics(dir_ / "full.jsonl");
-  const auto rm = ReadMetrics(dir_ / "resumed.jsonl");
-  ASSERT_EQ(rm.size(), 12u);  // steps 9 to 20
-  for (const auto& line : rm) {
-    const int64_t step = line["step"].get<int64_t>();
-    EXPECT_EQ(line["loss"], fm[step - 1]["loss"]) << "step " << step;
-  }
 
   ProcessResult off = TrainPipeline(8, 2, 2, {"--set", "train.steps=20", "--set", "checkpoint.dir=" + (dir_ / "ck-off"),
                                               "--metrics", dir_ / "off.jsonl"});
@@ -506,15 +492,8 @@ TEST_F(TensorParallelTest, MixtureOfExpertsLayoutsMatchOneProcess) {
   ProcessResult a = Train(2, 1, resumable({"--stop-after", "9"}));
   ASSERT_EQ(a.exit_code, 0) << a.output;
   std::filesystem::copy(dir_ / "ck", dir_ / "ck-ep1", std::filesystem::copy_options::recursive);
-  ProcessResult b = Train(2, 1, resumable({"--dump-final", dir_ / "resumed", "--metrics", dir_ / "resumed.jsonl"}));
-  ASSERT_EQ(b.exit_code, 0) << b.output;
-  EXPECT_NE(b.output.find("(step 8)"), std::string::npos) << b.output;
-  EXPECT_TRUE(ReadFile(dir_ / "full/params.bin") == ReadFile(dir_ / "resumed/params.bin"))
-      << "resumed parameters differ from the uninterrupted run";
+  ExpectResumedBitExact(Train(2, 1, resumable({"--dump-final", dir_ / "resumed", "--metrics", dir_ / "resumed.jsonl"})));
   const auto fm = ReadMetrics(dir_ / "full.jsonl");
-  for (const auto& line : ReadMetrics(dir_ / "resumed.jsonl")) {
-    EXPECT_EQ(line["loss"], fm[line["step"].get<int64_t>() - 1]["loss"]) << "step " << line["step"];
-  }
   ProcessResult ep1 = Train(2, 1, with({"--set", "train.steps=20", "--set", "checkpoint.dir=" + (dir_ / "ck-ep1"),
                                         "--metrics", dir_ / "ep1.jsonl"}));
   ASSERT_EQ(ep1.exit_code, 0) << ep1.output;
