@@ -15,6 +15,9 @@
 #   health    holdfast-health --checks gpu,nccl --json (the probes with their measured values)
 #   parity    check_parity.py on the GPU: fp32 (1e-4) and bf16 (1e-2) per-step loss against eager
 #             PyTorch running the same model, data and initial weights on the same GPU
+#   moe       the mixture-of-experts model ([moe], 4 experts, top 2; what one GPU runs of issue 26:
+#             tensor, pipeline and expert parallelism need several ranks and run on CPUs only)
+#             20 steps on the GPU in fp32 against the same on the CPU: per-step loss within 1e-3
 #   supervise holdfastd runs examples/gpu on the GPU with the memory snapshot tier on; the rank is
 #             SIGKILLed after its first checkpoint (step 100), at step 150 or later; the run must recover
 #             from its newest memory snapshot and finish; runctl status and lineage at the end
@@ -133,6 +136,29 @@ for prec in fp32 bf16; do
     step "parity-$prec" FAIL "$(grep -m1 -E 'max relative loss|FAIL' "$LOGS/parity_$prec.log")"
   fi
 done
+
+# ---- moe: the mixture-of-experts model on the GPU against the CPU ------------------------------
+MOE=$LOGS/moe
+mkdir -p "$MOE"
+cat docs/*.md README.md >"$MOE/corpus.txt"
+moe_run() {  # moe_run DEVICE
+  run_logged "moe_$1.log" 300 "$BUILD/trainer/holdfast-train" --config examples/quickstart.toml \
+    --set data.path="$MOE/corpus.txt" --set output.dir="$MOE/$1" --set train.steps=20 --set train.device="$1" \
+    --set train.precision=fp32 --set moe.experts=4 --set moe.top_k=2 \
+    --metrics "$MOE/$1.jsonl"
+}
+if moe_run cpu && moe_run cuda; then
+  if note=$("$PY" - "$MOE/cpu.jsonl" "$MOE/cuda.jsonl" <<'PYEOF'
+import json, sys
+cpu, gpu = ([json.loads(l) for l in open(p) if l.strip()] for p in sys.argv[1:3])
+worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(cpu, gpu))
+print(f"{len(gpu)} steps, max relative loss difference GPU vs CPU {worst:.2g}")
+sys.exit(0 if len(cpu) == len(gpu) == 20 and worst < 1e-3 else 1)
+PYEOF
+  ); then step moe PASS "$note"; else step moe FAIL "${note:-the metrics do not compare} (moe_cpu.log, moe_cuda.log)"; fi
+else
+  step moe FAIL "a MoE run failed (moe_cpu.log, moe_cuda.log)"
+fi
 
 # ---- supervise: a supervised GPU run that survives a SIGKILL ---------------------------------
 RUN=$ROOT/runs/gpu
