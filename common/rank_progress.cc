@@ -13,8 +13,6 @@ namespace {
 constexpr uint32_t kMaxPhase = static_cast<uint32_t>(Phase::kDone);
 constexpr uint32_t kMaxCollectiveKind = static_cast<uint32_t>(CollectiveKind::kSendRecv);
 constexpr uint32_t kMaxRestoreTier = static_cast<uint32_t>(RestoreTier::kMemory);
-// A mesh dimension past this is not a mesh a writer can mean.
-constexpr int32_t kMaxMeshSize = 1 << 20;
 
 // A peer rank as recorded: one past the largest world a run has (the
 // cluster protocol's) is no rank, as -1 is.
@@ -118,6 +116,30 @@ std::optional<DeviceMesh> ModelParallelMesh(const std::vector<RankView>& ranks) 
     if (r.rank < 0 || r.rank >= mesh->world()) return std::nullopt;
   }
   return *mesh;
+}
+
+bool MeshGroupOf(CollectiveGroup g, MeshGroup* out) {
+  switch (g) {
+    case CollectiveGroup::kData: *out = MeshGroup::kData; return true;
+    case CollectiveGroup::kTensor: *out = MeshGroup::kTensor; return true;
+    case CollectiveGroup::kPipeline: *out = MeshGroup::kPipeline; return true;
+    case CollectiveGroup::kExpert: *out = MeshGroup::kExpert; return true;
+    case CollectiveGroup::kExpertData: *out = MeshGroup::kExpertData; return true;
+    case CollectiveGroup::kUnknown:
+    case CollectiveGroup::kWorld: return false;
+  }
+  return false;
+}
+
+CollectiveGroup CollectiveGroupOf(MeshGroup group) {
+  switch (group) {
+    case MeshGroup::kData: return CollectiveGroup::kData;
+    case MeshGroup::kTensor: return CollectiveGroup::kTensor;
+    case MeshGroup::kPipeline: return CollectiveGroup::kPipeline;
+    case MeshGroup::kExpert: return CollectiveGroup::kExpert;
+    case MeshGroup::kExpertData: return CollectiveGroup::kExpertData;
+  }
+  return CollectiveGroup::kUnknown;
 }
 
 int64_t NewestStep(const std::vector<RankView>& ranks, int64_t at_least) {

@@ -124,6 +124,15 @@ struct RankView {
   uint64_t ring_since = 0;
 };
 
+// A mesh dimension past this is not a mesh a writer can mean (a record's
+// mesh, the cluster protocol's "mesh" item).
+inline constexpr int32_t kMaxMeshSize = 1 << 20;
+
+// The mesh's group a recorded collective's group is (false for the world
+// and unknown), and the recorded group of a mesh's group.
+bool MeshGroupOf(CollectiveGroup group, MeshGroup* out);
+CollectiveGroup CollectiveGroupOf(MeshGroup group);
+
 // The mesh the ranks reported (RankProgress::mesh) when the run has model
 // parallelism (TP, PP or EP > 1) and the mesh fits the ranks seen (their
 // number is the world); none for data parallelism alone, older writers, or

@@ -19,7 +19,6 @@ constexpr uint32_t kMaxPhase = static_cast<uint32_t>(Phase::kDone);
 constexpr uint32_t kMaxCollectiveKind = static_cast<uint32_t>(CollectiveKind::kSendRecv);
 constexpr int64_t kMaxGroup = kCollectiveGroups;
 constexpr int64_t kMaxMessage = kMaxMessageKind;
-constexpr int64_t kMaxMesh = 1 << 20;  // as common/rank_progress.cc decodes a record
 static_assert(kMaxRecordedRank == kMaxClusterWorldSize - 1, "a record's peers are ranks the protocol carries");
 constexpr uint32_t kMaxRestoreTier = static_cast<uint32_t>(RestoreTier::kMemory);
 
@@ -235,9 +234,9 @@ Result<RankView> ParseView(const json& j, const std::string& where, int64_t now)
   HF_ASSIGN_OR_RETURN(const json* mesh, f.Array("mesh", 3));
   if (!mesh->empty()) {
     int64_t tp = 0, pp = 0, ep = 0;
-    if (mesh->size() != 3 || !IntIn((*mesh)[0], 1, kMaxMesh, &tp) || !IntIn((*mesh)[1], 1, kMaxMesh, &pp) ||
-        !IntIn((*mesh)[2], 1, kMaxMesh, &ep)) {
-      return f.Error("\"mesh\" must be [] or [tensor, pipeline, expert], each in [1, " + std::to_string(kMaxMesh) +
+    if (mesh->size() != 3 || !IntIn((*mesh)[0], 1, kMaxMeshSize, &tp) || !IntIn((*mesh)[1], 1, kMaxMeshSize, &pp) ||
+        !IntIn((*mesh)[2], 1, kMaxMeshSize, &ep)) {
+      return f.Error("\"mesh\" must be [] or [tensor, pipeline, expert], each in [1, " + std::to_string(kMaxMeshSize) +
                      "], got " + Shown(*mesh));
     }
     p.mesh = MeshShape{static_cast<int>(tp), static_cast<int>(pp), static_cast<int>(ep)};

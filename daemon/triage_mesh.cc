@@ -25,19 +25,6 @@ namespace {
 // Culprits named one by one; more are folded into a count (512 ranks).
 constexpr size_t kDetailedCulprits = 4;
 
-bool MeshGroupOf(CollectiveGroup g, MeshGroup* out) {
-  switch (g) {
-    case CollectiveGroup::kData: *out = MeshGroup::kData; return true;
-    case CollectiveGroup::kTensor: *out = MeshGroup::kTensor; return true;
-    case CollectiveGroup::kPipeline: *out = MeshGroup::kPipeline; return true;
-    case CollectiveGroup::kExpert: *out = MeshGroup::kExpert; return true;
-    case CollectiveGroup::kExpertData: *out = MeshGroup::kExpertData; return true;
-    case CollectiveGroup::kUnknown:
-    case CollectiveGroup::kWorld: return false;
-  }
-  return false;
-}
-
 // "micro-batch 2's activations", "the tied embedding's gradient", "activations" (evaluation).
 std::string MessageWords(MessageKind what, int micro) {
   if (what == MessageKind::kTiedEmbedding) return "the tied embedding's gradient";

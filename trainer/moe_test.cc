@@ -337,7 +337,9 @@ TEST_P(MoeExpertParallelTest, EachRankIsOneProcessRoutingItsTokens) {
       }
     }
   }
-  if (c.capacity_factor < 1) EXPECT_GT(dropped, 0) << "this case is meant to drop assignments";
+  if (c.capacity_factor < 1) {
+    EXPECT_GT(dropped, 0) << "this case is meant to drop assignments";
+  }
 
   // Twice: holding only its own experts, and holding every expert (as
   // holdfast-train does), computing its own.

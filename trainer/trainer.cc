@@ -29,6 +29,7 @@
 
 #include "common/mesh.h"
 #include "common/progress_record.h"
+#include "common/rank_progress.h"  // CollectiveGroupOf
 #include "trainer/adamw.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/comm/progress_communicator.h"
@@ -847,22 +848,22 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, Tr
                       DeviceMesh::Create(comms.world_size, MeshShape{config.dist.tensor_parallel,
                                                                      config.dist.pipeline_parallel,
                                                                      config.dist.expert_parallel}));
-  auto recorded = [&](CollectiveGroup kind, MeshGroup group) {
-    return RecordedGroup{kind, mesh.GroupOf(group, comms.rank)};
+  auto recorded = [&](MeshGroup group) {
+    return RecordedGroup{CollectiveGroupOf(group), mesh.GroupOf(group, comms.rank)};
   };
   impl->comm = std::make_unique<ProgressCommunicator>(std::move(comms.data), NoProgress(),
-                                                      recorded(CollectiveGroup::kData, MeshGroup::kData));
+                                                      recorded(MeshGroup::kData));
   if (config.dist.tensor_parallel > 1) {
     impl->tp_comm = std::make_unique<ProgressCommunicator>(std::move(comms.tensor), NoProgress(),
-                                                           recorded(CollectiveGroup::kTensor, MeshGroup::kTensor));
+                                                           recorded(MeshGroup::kTensor));
   }
   if (config.dist.pipeline_parallel > 1) {
     impl->pp_comm = std::make_unique<ProgressCommunicator>(std::move(comms.pipeline), NoProgress(),
-                                                           recorded(CollectiveGroup::kPipeline, MeshGroup::kPipeline));
+                                                           recorded(MeshGroup::kPipeline));
   }
   if (config.dist.expert_parallel > 1) {
     impl->ep_comm = std::make_unique<ProgressCommunicator>(std::move(comms.expert), NoProgress(),
-                                                           recorded(CollectiveGroup::kExpert, MeshGroup::kExpert));
+                                                           recorded(MeshGroup::kExpert));
   }
   impl->global_rank = comms.rank;
   impl->global_world = comms.world_size;

@@ -462,7 +462,9 @@ TEST_F(TensorParallelTest, MixtureOfExpertsLayoutsMatchOneProcess) {
       ProcessResult r = Train(l.nproc, 1, with({"--set", "dist.expert_parallel=" + std::to_string(l.ep), "--metrics",
                                                 dir_ / (tag + ".jsonl")}));
       ASSERT_EQ(r.exit_code, 0) << r.output;
-      if (l.ep > 1) EXPECT_NE(r.output.find(",ep=" + std::to_string(l.ep)), std::string::npos) << r.output;
+      if (l.ep > 1) {
+        EXPECT_NE(r.output.find(",ep=" + std::to_string(l.ep)), std::string::npos) << r.output;
+      }
     }
     const auto ref = ReadMetrics(dir_ / (std::string(l.ref) + ".jsonl"));
     const auto m = ReadMetrics(dir_ / (tag + ".jsonl"));
