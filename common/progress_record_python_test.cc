@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/mesh.h"
 #include "common/progress_record.h"
 
 namespace holdfast {
@@ -223,6 +224,65 @@ TEST_F(ProgressRecordPythonTest, WithoutTheVariableTheModuleIsANoOp) {
                       "assert holdfast.issue_collective('allreduce', 8) == 0\n",
                       "", 0),
             0);
+}
+
+// With a declared mesh, the module labels collectives as holdfast-train's
+// ProgressWriter does (the same bytes), and its mesh groups are common/mesh.h's:
+// for world 16 as tp 2 x pp 2 x dp 4 with expert groups of 2, every rank's
+// every group (DeviceMesh::GroupOf) is named by holdfast.mesh_group() as that
+// group.
+TEST_F(ProgressRecordPythonTest, MeshLabelsAreProgressWritersAndGroupsAreDeviceMeshs) {
+  Result<DeviceMesh> mesh = DeviceMesh::Create(16, MeshShape{2, 2, 2});
+  ASSERT_TRUE(mesh.ok()) << mesh.status().ToString();
+  std::string cases;
+  for (int r = 0; r < 16; ++r) {
+    for (MeshGroup g : {MeshGroup::kData, MeshGroup::kTensor, MeshGroup::kPipeline, MeshGroup::kExpert,
+                        MeshGroup::kExpertData}) {
+      std::string ranks;
+      for (int m : mesh->GroupOf(g, r)) ranks += std::to_string(m) + ",";
+      cases += "(" + std::to_string(r) + ", \"" + MeshGroupName(g) + "\", [" + ranks + "]),\n";
+    }
+  }
+  const std::string py_path = TempPath("mesh_py");
+  ASSERT_TRUE(CreateProgressFile(py_path, 5).ok());
+  const std::string script = "import holdfast, sys\ncases = [\n" + cases + R"(]
+wrong = [(r, name, ranks, holdfast.mesh_group(16, r, ranks, (2, 2, 2))) for r, name, ranks in cases
+         if holdfast.mesh_group(16, r, ranks, (2, 2, 2)) != name]
+if wrong:
+    sys.exit("mesh_group disagrees with DeviceMesh: %r" % wrong[:4])
+holdfast.set_mesh(tensor=2, pipeline=2, expert=2)
+for kind, nbytes, group in [("allreduce", 64, "tp"), ("reduce_scatter", 128, "dp"), ("allreduce", 64, "tp"),
+                            ("barrier", 0, None), ("allgather", 32, "edp")]:
+    holdfast.issue_collective(kind, nbytes, group)
+)";
+  ASSERT_EQ(RunPython(script, py_path, 5), 0);
+
+  const std::string cc_path = TempPath("mesh_cc");
+  ASSERT_TRUE(CreateProgressFile(cc_path, 5).ok());
+  {
+    auto w = ProgressWriter::Open(cc_path, 5);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ProgressWriter& p = **w;
+    p.SetMesh(2, 2, 2);
+    p.IssueCollective(CollectiveKind::kAllreduce, 64, CollectiveLabel{CollectiveGroup::kTensor});
+    p.IssueCollective(CollectiveKind::kReduceScatter, 128, CollectiveLabel{CollectiveGroup::kData});
+    p.IssueCollective(CollectiveKind::kAllreduce, 64, CollectiveLabel{CollectiveGroup::kTensor});
+    p.IssueCollective(CollectiveKind::kBarrier, 0);
+    p.IssueCollective(CollectiveKind::kAllgather, 32, CollectiveLabel{CollectiveGroup::kExpertData});
+  }
+  ProgressSnapshot py = ReadRecord(py_path);
+  ProgressSnapshot cc = ReadRecord(cc_path);
+  ASSERT_TRUE(py.valid && cc.valid);
+  EXPECT_EQ(py.record.ring_detail[2].group_seq, 2u) << "the second tp collective";
+  const ProgressRecordLayout a = WithoutTimes(py.record);
+  const ProgressRecordLayout b = WithoutTimes(cc.record);
+  const auto* pa = reinterpret_cast<const unsigned char*>(&a);
+  const auto* pb = reinterpret_cast<const unsigned char*>(&b);
+  for (size_t i = 0; i < sizeof(ProgressRecordLayout); ++i) {
+    ASSERT_EQ(pa[i], pb[i]) << "first difference at byte offset " << i;
+  }
+  std::remove(py_path.c_str());
+  std::remove(cc_path.c_str());
 }
 
 }  // namespace

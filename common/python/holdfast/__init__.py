@@ -73,6 +73,7 @@ EXIT_STOPPED = 75
 JOB_CHECKPOINTS_DIR = "job-checkpoints"
 
 _rec = None  # the open _record._Record, or None: every call is a no-op
+_mesh = None  # (tensor, pipeline, expert) as set_mesh() declared it, or None
 
 
 def _warn(message):
@@ -298,14 +299,69 @@ def checkpoint_failed(step, message):
         rec.record_checkpoint_failure(step, message)
 
 
-def issue_collective(kind, nbytes=0):
+def set_mesh(tensor=1, pipeline=1, expert=1):
+    """Declares the job's device mesh, laid out as holdfast-train lays out its own
+    (docs/parallelism.md, "The device mesh"): rank = tp + TP x (dp + DP x pp), DP =
+    world / (TP x PP), expert groups of EP consecutive data-parallel ranks. The record
+    then carries it, and each collective the wrapped torch.distributed calls issue is
+    labelled with the mesh group its process group is (mesh_group()), so that
+    holdfastd's triage follows who waits on whom in which group. Sizes must be
+    integers from 1 to 2^20 (ValueError, nothing changed)."""
+    global _mesh
+    for name, v in (("tensor", tensor), ("pipeline", pipeline), ("expert", expert)):
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 1 << 20:
+            raise ValueError("holdfast.set_mesh: %s must be an integer from 1 to 2^20, got %r" % (name, v))
+    _mesh = (tensor, pipeline, expert)
+    rec = _rec
+    if rec is not None:
+        rec.set_mesh(tensor, pipeline, expert)
+
+
+def mesh_group(world, rank, ranks, mesh=None):
+    """The name of the group of `mesh` (default: set_mesh()'s) that `rank` of
+    `world` shares with exactly `ranks` (global ranks, any order): "dp", "tp",
+    "pp", "ep", "edp" (checked in that order: a process group whose ranks are those
+    of two mesh groups is the first), "world" for all of them; None without a mesh,
+    for a world the mesh does not divide, or for ranks that are no mesh group."""
+    mesh = mesh or _mesh
+    if mesh is None:
+        return None
+    tp, pp, ep = mesh
+    if world < 1 or world % (tp * pp) != 0 or (world // (tp * pp)) % ep != 0 or not 0 <= rank < world:
+        return None
+    dp_size = world // (tp * pp)
+    t, d, p = rank % tp, (rank // tp) % dp_size, rank // (tp * dp_size)
+
+    def at(t2, d2, p2):
+        return t2 + tp * (d2 + dp_size * p2)
+
+    first = (d // ep) * ep
+    groups = (
+        ("dp", [at(t, d2, p) for d2 in range(dp_size)]),
+        ("tp", [at(t2, d, p) for t2 in range(tp)]),
+        ("pp", [at(t, d, p2) for p2 in range(pp)]),
+        ("ep", [at(t, d2, p) for d2 in range(first, first + ep)]),
+        ("edp", [at(t, d2, p) for d2 in range(d % ep, dp_size, ep)]),
+        ("world", list(range(world))),
+    )
+    wanted = sorted(ranks)
+    for name, members in groups:
+        if sorted(members) == wanted:
+            return name
+    return None
+
+
+def issue_collective(kind, nbytes=0, group=None):
     """This rank entered a collective ("allreduce", "broadcast", "barrier",
-    "allgather", "reduce_scatter") of `nbytes`; returns its sequence number (0 when disabled)."""
+    "allgather", "reduce_scatter") of `nbytes`, on `group` ("dp", "tp", "pp", "ep",
+    "edp", "world"; None = not said); returns its sequence number (0 when disabled)."""
     value = _kind_value(kind)
+    if group is not None and group not in _record.GROUPS:
+        raise ValueError("holdfast: unknown group %r (one of %s)" % (group, ", ".join(_record.GROUPS)))
     rec = _rec
     if rec is None:
         return 0
-    return rec.issue_collective(value, nbytes)
+    return rec.issue_collective(value, nbytes, _record.GROUPS.get(group, 0))
 
 
 def wait_collective(seq, kind):

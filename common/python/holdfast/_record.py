@@ -56,8 +56,12 @@ OFF_RING_DETAIL = 1016  # 16 x 24 B, entry i describes ring[i]
 RING_DETAIL_SIZE = 24
 # Within a detail: {u64 group_seq, u8 group, u8 send_what, u8 recv_what, u8 pad,
 # i32 send_to, i32 recv_from, i16 send_micro, i16 recv_micro}. This module
-# labels no group: a collective is group 0 (unknown), no peers (-1).
+# labels a collective's group when the job declared its mesh (set_mesh);
+# otherwise group 0 (unknown). It labels no peers (-1): point-to-point
+# messages are not recorded.
 DETAIL_SEND_TO = 12
+# CollectiveGroup (common/progress_record.h): group_issued[g - 1] counts group g.
+GROUPS = {"world": 1, "dp": 2, "tp": 3, "pp": 4, "ep": 5, "edp": 6}
 # Within a ring entry: {u64 seq, u32 kind, u32 reserved, u64 bytes, i64 issued_ns, i64 completed_ns}.
 ENTRY_SEQ = 0
 ENTRY_KIND = 8
@@ -106,6 +110,8 @@ _FAILED_STEP = OFF_CHECKPOINT_FAILED_STEP // 8
 _RESTORED_STEP = OFF_RESTORED_STEP // 8
 _RESTORE_TIER = OFF_RESTORE_TIER // 4
 _RESTORE_SKIPPED = OFF_RESTORE_SKIPPED // 4
+_MESH = OFF_MESH // 4
+_GROUP_ISSUED = OFF_GROUP_ISSUED // 8
 
 _now = time.monotonic_ns  # CLOCK_MONOTONIC on Linux, as MonotonicNowNs() in C++
 
@@ -228,7 +234,15 @@ class _Record:
             i64[_PHASE_STARTED] = now
             self._end(now)
 
-    def issue_collective(self, kind, nbytes):
+    def set_mesh(self, tensor, pipeline, expert):
+        with self._lock:
+            self._begin()
+            i32 = self._i32
+            i32[_MESH], i32[_MESH + 1], i32[_MESH + 2] = tensor, pipeline, expert
+            self._end(_now())
+
+    def issue_collective(self, kind, nbytes, group=0):
+        """`group`: a GROUPS value (0 = unknown), counted in group_issued."""
         with self._lock:
             self._begin()
             now = _now()
@@ -244,6 +258,11 @@ class _Record:
             self._i64[e_completed] = 0
             d_begin, d_end = _DETAILS[head % RING_SIZE]
             self._mv[d_begin:d_end] = _UNLABELLED
+            if group:
+                count = u64[_GROUP_ISSUED + group - 1] + 1
+                u64[_GROUP_ISSUED + group - 1] = count
+                u64[d_begin // 8] = count
+                self._mv[d_begin + 8] = group
             u64[_RING_HEAD] = head + 1
             self._end(now)
         return seq

@@ -20,6 +20,10 @@ functions of torch.distributed:
 Only the names above are wrapped, only in the torch.distributed namespace
 (torch's own internal calls and DDP's broadcasts are not counted). Completion
 callbacks run on torch's threads; the record serialises them.
+
+After holdfast.set_mesh(), a wrapped call's collective is labelled with the
+mesh group its `group` argument is (holdfast.mesh_group() of the process
+group's ranks, looked up once per group), and counted in that group.
 """
 
 import functools
@@ -27,7 +31,7 @@ import inspect
 import threading
 
 import holdfast
-from holdfast._record import COLLECTIVE_KINDS
+from holdfast._record import COLLECTIVE_KINDS, GROUPS
 
 _WRAPPED = (
     ("all_reduce", COLLECTIVE_KINDS["allreduce"], "tensor"),
@@ -85,11 +89,47 @@ class _Work:
         return getattr(self._work, name)
 
 
-def _wrap(orig, kind, tensor_param):
+_labels = {}  # (id(process group), mesh) -> (the group, its GROUPS value); the group kept so the id stays its own
+_labels_lock = threading.Lock()
+
+
+def _group_ranks(dist, group, world):
+    """The global ranks of a process group (None / WORLD: every rank)."""
+    if group is None or group is getattr(getattr(dist, "GroupMember", None), "WORLD", None):
+        return list(range(world))
+    get = getattr(dist, "get_process_group_ranks", None)  # torch 2.x
+    if get is not None:
+        return list(get(group))
+    c10d = getattr(dist, "distributed_c10d", dist)
+    return list(c10d._pg_group_ranks[group].keys())  # torch 1.13: {global rank: group rank}
+
+
+def _group_label(dist, group):
+    """The GROUPS value of `group` under the declared mesh; 0 without one or when it is no mesh group."""
+    if holdfast._mesh is None:
+        return 0
+    key = (id(group), holdfast._mesh)
+    with _labels_lock:
+        hit = _labels.get(key)
+        if hit is not None and hit[0] is group:
+            return hit[1]
+    try:
+        world, rank = dist.get_world_size(), dist.get_rank()
+        name = holdfast.mesh_group(world, rank, _group_ranks(dist, group, world))
+    except Exception:  # noqa: BLE001 - a label is never worth failing the collective for
+        name = None
+    value = GROUPS.get(name, 0)
+    with _labels_lock:
+        _labels[key] = (group, value)
+    return value
+
+
+def _wrap(orig, kind, tensor_param, dist):
     sig = inspect.signature(orig)
     names = list(sig.parameters)
     async_pos = names.index("async_op") if "async_op" in names else None
     tensor_pos = names.index(tensor_param) if tensor_param in names else None
+    group_pos = names.index("group") if "group" in names else None
 
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
@@ -106,7 +146,11 @@ def _wrap(orig, kind, tensor_param):
                 nbytes = _tensor_bytes(kwargs[tensor_param])
             elif tensor_pos is not None and len(args) > tensor_pos:
                 nbytes = _tensor_bytes(args[tensor_pos])
-        seq = rec.issue_collective(kind, nbytes)
+        if "group" in kwargs:
+            group = kwargs["group"]
+        else:
+            group = args[group_pos] if group_pos is not None and len(args) > group_pos else None
+        seq = rec.issue_collective(kind, nbytes, _group_label(dist, group) if group_pos is not None else 0)
         if async_op:
             work = orig(*args, **kwargs)
             if work is None:  # this rank is not in the group: nothing to wait for
@@ -138,7 +182,7 @@ def instrument(dist=None):
         orig = getattr(dist, name, None)
         if orig is None or hasattr(orig, "_holdfast_original"):
             continue
-        setattr(dist, name, _wrap(orig, kind, tensor_param))
+        setattr(dist, name, _wrap(orig, kind, tensor_param, dist))
 
 
 def uninstrument(dist=None):

@@ -294,6 +294,52 @@ class CollectiveTest(RecordTestCase):
                          (PHASE["data"], 0, 2, 1))
 
 
+class MeshTest(RecordTestCase):
+    """set_mesh() and the groups it labels (docs/parallelism.md, "The device mesh")."""
+
+    def tearDown(self):
+        holdfast._mesh = None
+        super().tearDown()
+
+    def test_mesh_groups_are_holdfast_trains(self):
+        # world 16 as tp 2 x pp 2 x dp 4 with expert groups of 2: rank 13 is tp 1, dp 2, pp 1.
+        mesh = (2, 2, 2)
+        self.assertEqual(holdfast.mesh_group(16, 13, [12, 13], mesh), "tp")
+        self.assertEqual(holdfast.mesh_group(16, 13, [15, 9, 11, 13], mesh), "dp")
+        self.assertEqual(holdfast.mesh_group(16, 13, [5, 13], mesh), "pp")
+        self.assertEqual(holdfast.mesh_group(16, 13, [13, 15], mesh), "ep")
+        self.assertEqual(holdfast.mesh_group(16, 13, [9, 13], mesh), "edp")
+        self.assertEqual(holdfast.mesh_group(16, 13, list(range(16)), mesh), "world")
+        self.assertIsNone(holdfast.mesh_group(16, 13, [13, 14], mesh))
+        self.assertIsNone(holdfast.mesh_group(12, 3, [2, 3], (2, 2, 4)), "expert groups that do not divide dp")
+        self.assertIsNone(holdfast.mesh_group(16, 13, [12, 13]), "no mesh declared")
+
+    def test_labelled_collectives_count_per_group(self):
+        self.open()
+        holdfast.set_mesh(tensor=2, pipeline=2)
+        a = holdfast.issue_collective("allreduce", 64, group="tp")
+        b = holdfast.issue_collective("reduce_scatter", 64, group="dp")
+        c = holdfast.issue_collective("allreduce", 64, group="tp")
+        d = holdfast.issue_collective("barrier")
+        r = read_record(self.path)
+        self.assertEqual((a, b, c, d), (1, 2, 3, 4))
+        self.assertEqual(r["mesh"], (2, 2, 1))
+        self.assertEqual(r["group_issued"], (0, 1, 2, 0, 0, 0))  # world, dp, tp, pp, ep, edp
+        self.assertEqual([(e["group"], e["group_seq"]) for e in r["ring_detail"][:4]], [(3, 1), (2, 1), (3, 2), (0, 0)])
+        self.assertEqual([e["send_to"] for e in r["ring_detail"][:4]], [-1] * 4)
+
+    def test_bad_meshes_and_groups_are_refused_and_change_nothing(self):
+        self.open()
+        for bad in ({"tensor": 0}, {"pipeline": 2.0}, {"expert": True}, {"tensor": 1 << 21}):
+            with self.assertRaises(ValueError):
+                holdfast.set_mesh(**bad)
+        with self.assertRaises(ValueError):
+            holdfast.issue_collective("allreduce", 8, group="tensor")
+        r = read_record(self.path)
+        self.assertEqual((r["mesh"], r["collectives_issued"]), ((0, 0, 0), 0))
+        self.assertIsNone(holdfast._mesh)
+
+
 class FakeTensor:
     def __init__(self, n, width=4):
         self.n, self.width = n, width
@@ -493,6 +539,23 @@ class TorchTest(RecordTestCase):
         self.assertEqual(r["ring"][0]["bytes"], 32)
         self.assertTrue(all(e["completed_ns"] > 0 for e in r["ring"][:6]))
         self.assertEqual(r["phase"], PHASE["starting"])
+
+    def test_a_declared_mesh_labels_the_process_groups(self):
+        import torch
+        self.open()
+        holdfast.instrument_torch_distributed()
+        try:
+            holdfast.set_mesh()  # one rank: every group is {0}; dp is named first
+            t = torch.ones(4)
+            self.dist.all_reduce(t)
+            self.dist.all_reduce(t, group=self.dist.new_group([0]))
+            self.dist.barrier()
+            r = read_record(self.path)
+            self.assertEqual(r["mesh"], (1, 1, 1))
+            self.assertEqual([(e["group"], e["group_seq"]) for e in r["ring_detail"][:3]], [(2, 1), (2, 2), (2, 3)])
+            self.assertEqual(r["group_issued"][1], 3)
+        finally:
+            holdfast._mesh = None
 
     def test_ddp_comm_hook_records_each_bucket(self):
         import torch
