@@ -85,7 +85,9 @@ void PrintStateLine(std::ostream& os, const std::vector<const RankRow*>& all) {
   os << "\n";
 }
 
-// "waiting in collectives: 510 in #9001, 1 in #9002"; nothing when none waits.
+// "waiting in collectives: 510 in #9001, 1 in #9002"; with model parallelism
+// each group's own numbers, "2 in reduce_scatter #196 of dp, 1 in send/recv
+// #34 of pp"; nothing when none waits.
 void PrintCollectivesLine(std::ostream& os, const std::vector<const RankRow*>& all) {
   std::vector<const RankRow*> waiting;
   for (const RankRow* r : all) {
@@ -96,7 +98,11 @@ void PrintCollectivesLine(std::ostream& os, const std::vector<const RankRow*>& a
   const char* sep = " ";
   size_t shown = 0;
   const auto groups = GroupBy(waiting, [](const RankRow& r) {
-    return (r.waiting_kind.empty() ? std::string() : r.waiting_kind + " ") + "#" + std::to_string(r.waiting_on);
+    const std::string kind = r.waiting_kind.empty() ? std::string() : r.waiting_kind + " ";
+    if (!r.waiting_group.empty() && r.waiting_group_seq != 0) {
+      return kind + "#" + std::to_string(r.waiting_group_seq) + " of " + r.waiting_group;
+    }
+    return kind + "#" + std::to_string(r.waiting_on);
   });
   for (const auto& [what, rows] : groups) {
     if (shown++ == kMaxFoldLines) {
@@ -228,6 +234,9 @@ std::vector<RankRow> RankRows(const RunStatus& s) {
       row.report_age_s = r.report_age_s;
       row.steps_per_s = r.steps_per_s;
       row.waiting_on = r.waiting_on.value_or(0);
+      row.waiting_kind = r.waiting_kind;
+      row.waiting_group = r.waiting_group;
+      row.waiting_group_seq = r.waiting_group_seq.value_or(0);
       rows.push_back(std::move(row));
     }
   }

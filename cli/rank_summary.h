@@ -47,7 +47,9 @@ struct RankRow {
   double report_age_s = 0;
   std::optional<double> steps_per_s;     // live: its pace, once the daemon has one
   uint64_t waiting_on = 0;               // the collective it waits in; 0 none
-  std::string waiting_kind;              // "allreduce", ... (evidence only: the live status has no ring)
+  std::string waiting_kind;              // "allreduce", ...; "" unknown
+  std::string waiting_group;             // live: "dp", "tp", ... the collective's group; "" unknown
+  uint64_t waiting_group_seq = 0;        // live: its number in that group
   bool culprit = false;                  // the incident names it
   std::string proc_words;                // evidence: "in uninterruptible I/O (D)" ... beside a stopped process
 };

@@ -442,5 +442,27 @@ TEST(RankSummaryTest, RecordedRanksSummariseTheIncidentsEvidence) {
   EXPECT_TRUE(Has(out, "gpu-a17  137   20137  culprit, stopped (SIGSTOP)")) << out;
 }
 
+// A model-parallel run's waits are counted by group, in each group's own
+// numbers (the daemon's status names the ring entry's group): ranks of
+// different dp groups in their 196th reduce-scatter fold together.
+TEST(RankSummaryTest, ModelParallelWaitsAreCountedInTheirGroupsNumbers) {
+  RunStatus s = Live512();
+  for (NodeStatus& n : s.nodes) {
+    for (RankStatus& r : n.ranks) {
+      if (!r.waiting_on) continue;
+      const bool first_stage = r.rank < 256;
+      r.waiting_kind = first_stage ? "reduce_scatter" : "send/recv";
+      r.waiting_group = first_stage ? "dp" : "pp";
+      r.waiting_group_seq = first_stage ? 196 : 34;
+    }
+  }
+  s.nodes[0].ranks[0].waiting_group.clear();  // an unlabelled entry: the global number
+  s.nodes[0].ranks[0].waiting_group_seq.reset();
+  const std::string out = StatusText(s);
+  EXPECT_TRUE(Has(out, "waiting in collectives: 256 in send/recv #34 of pp, 254 in reduce_scatter #196 of dp, "
+                       "1 in reduce_scatter #9001\n"))
+      << out;
+}
+
 }  // namespace
 }  // namespace holdfast

@@ -198,6 +198,14 @@ struct RankStatus {
   double report_age_s = 0;
   std::optional<double> last_step_ms;     // unset before the first step
   std::optional<uint64_t> waiting_on;     // seq of the collective it waits in
+  // With model parallelism (the run reports a mesh), that collective as its
+  // ring entry names it: its kind ("reduce_scatter", "send/recv", ...), its
+  // group ("dp", "tp", "pp", "ep", "edp", "world") and its number there.
+  // ""/unset otherwise, when the entry is not in the ring or not labelled,
+  // and from older daemons.
+  std::string waiting_kind;
+  std::string waiting_group;
+  std::optional<uint64_t> waiting_group_seq;
   uint64_t collectives_issued = 0;
   // Its pace over the daemon's straggler window (daemon/straggler.h RankPace);
   // unset until the daemon has enough steps of it (and from older daemons).

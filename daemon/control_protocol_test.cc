@@ -233,7 +233,13 @@ RunStatus SampleStatus() {
   r0.compute_ms_p50 = 210.5;
   r0.wait_ms_p50 = 600.75;
   r0.place = "tp 0, pp stage 0, dp 0";
+  r0.waiting_kind = "allreduce";
+  r0.waiting_group = "tp";
+  r0.waiting_group_seq = 431;
   RankStatus r1 = r0;
+  r1.waiting_kind.clear();
+  r1.waiting_group.clear();
+  r1.waiting_group_seq.reset();
   r1.rank = 1;
   r1.place = "tp 1, pp stage 0, dp 0";
   r1.pid = 4243;
@@ -266,13 +272,25 @@ TEST(ControlProtocolTest, StatusCarriesTheMeshAndEachRanksPlace) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->mesh, "tp=2,pp=1,dp=1");
   EXPECT_EQ(back->nodes[0].ranks[1].place, "tp 1, pp stage 0, dp 0");
+  const RankStatus& waiting = back->nodes[0].ranks[0];
+  EXPECT_EQ(waiting.waiting_kind + " #" + std::to_string(waiting.waiting_group_seq.value_or(0)) + " of " +
+                waiting.waiting_group,
+            "allreduce #431 of tp");
+  EXPECT_FALSE(back->nodes[0].ranks[1].waiting_group_seq.has_value());
   json premesh = json::parse(text);
   premesh.erase("mesh");
-  premesh["nodes"][0]["ranks"][0].erase("place");
+  for (const char* key : {"place", "waiting_kind", "waiting_group", "waiting_group_seq"}) {
+    premesh["nodes"][0]["ranks"][0].erase(key);
+  }
   Result<RunStatus> before = ParseStatusResult(premesh.dump());
   ASSERT_TRUE(before.ok()) << before.status().ToString();
   EXPECT_EQ(before->mesh, "");
   EXPECT_EQ(before->nodes[0].ranks[0].place, "");
+  EXPECT_EQ(before->nodes[0].ranks[0].waiting_group, "");
+  EXPECT_FALSE(before->nodes[0].ranks[0].waiting_group_seq.has_value());
+  json bad = json::parse(text);
+  bad["nodes"][0]["ranks"][0]["waiting_group_seq"] = "many";
+  EXPECT_FALSE(ParseStatusResult(bad.dump()).ok()) << "a group number that is not one";
 }
 
 TEST(ControlProtocolTest, StatusResultRoundTrip) {

@@ -147,6 +147,9 @@ Result<RankStatus> ParseRank(const json& j, const std::string& where) {
   r.report_age_s = report_age.value_or(0);
   HF_RETURN_IF_ERROR(f.OptionalDouble("last_step_ms", &r.last_step_ms));
   HF_RETURN_IF_ERROR(f.OptionalInt("waiting_on", &r.waiting_on));
+  HF_RETURN_IF_ERROR(f.OptionalStringOr("waiting_kind", &r.waiting_kind));  // absent from older daemons
+  HF_RETURN_IF_ERROR(f.OptionalStringOr("waiting_group", &r.waiting_group));
+  HF_RETURN_IF_ERROR(f.OptionalInt("waiting_group_seq", &r.waiting_group_seq));
   HF_RETURN_IF_ERROR(f.Int("collectives_issued", &r.collectives_issued));
   HF_RETURN_IF_ERROR(f.OptionalDouble("steps_per_s", &r.steps_per_s));
   HF_RETURN_IF_ERROR(f.OptionalDouble("step_ms_p50", &r.step_ms_p50));
@@ -189,6 +192,9 @@ std::string EncodeStatusResult(const RunStatus& s) {
                        {"report_age_s", r.report_age_s},
                        {"last_step_ms", opt_int(r.last_step_ms)},
                        {"waiting_on", opt_int(r.waiting_on)},
+                       {"waiting_kind", r.waiting_kind},
+                       {"waiting_group", r.waiting_group},
+                       {"waiting_group_seq", opt_int(r.waiting_group_seq)},
                        {"collectives_issued", r.collectives_issued},
                        {"steps_per_s", opt_int(r.steps_per_s)},
                        {"step_ms_p50", opt_int(r.step_ms_p50)},

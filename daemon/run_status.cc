@@ -53,6 +53,16 @@ RunStatus BuildRunStatus(const RunController& controller, const RunRecorder& rec
       rs.heartbeat_age_s = p.heartbeat_ns > 0 ? static_cast<double>(now_ns - p.heartbeat_ns) / 1e9 : 0;
       if (p.last_step_ns > 0) rs.last_step_ms = static_cast<double>(p.last_step_ns) / 1e6;
       if (p.waiting_on != 0) rs.waiting_on = p.waiting_on;
+      // With model parallelism each group numbers its own collectives: say
+      // which one (without, the global number says it all, as before).
+      for (const CollectiveRecord& c : p.ring) {
+        if (!mesh || p.waiting_on == 0 || c.seq != p.waiting_on) continue;
+        rs.waiting_kind = CollectiveKindName(c.kind);
+        if (c.label.group != CollectiveGroup::kUnknown && c.group_seq != 0) {
+          rs.waiting_group = CollectiveGroupName(c.label.group);
+          rs.waiting_group_seq = c.group_seq;
+        }
+      }
       rs.collectives_issued = p.collectives_issued;
       if (auto pace = controller.stragglers().Pace(v.rank)) {
         rs.steps_per_s = pace->steps_per_s;

@@ -154,6 +154,17 @@ TEST_F(TensorParallelSupervisionTest, SigkillOfARankRestartsTheLayoutFromItsChec
 TEST_F(TensorParallelSupervisionTest, ARankStuckInComputeIsTheHangsCulprit) {
   WriteJob("hang@1:14");
   ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  // While it hangs, runctl status names the collective rank 0 waits in by
+  // its group and its number there.
+  auto hung = testing::WaitForStatus(daemon, dir_ / "run", "rank 0 waiting in its tp group behind rank 1", 300,
+                                     [](const RunStatus& s) {
+                                       if (s.nodes.empty() || s.nodes[0].ranks.size() < 2) return false;
+                                       const RankStatus& r0 = s.nodes[0].ranks[0];
+                                       const RankStatus& r1 = s.nodes[0].ranks[1];
+                                       return r1.step == 13 && !r1.waiting_on && r0.waiting_group == "tp" &&
+                                              r0.waiting_kind == "allreduce" && r0.waiting_group_seq.has_value();
+                                     });
+  ASSERT_TRUE(hung.has_value()) << ReadFile(dir_ / "daemon.log");
   ExpectFinishedBitExact(daemon);
   auto inc = LastIncident();
   ASSERT_TRUE(inc.has_value());
