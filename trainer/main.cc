@@ -144,12 +144,15 @@ Result<TrainerComms> MakeTrainerComms(const TrainerConfig& cfg, int rank, int wo
   groups.push_back(MeshGroup::kData);
   if (pp > 1) groups.push_back(MeshGroup::kPipeline);
   if (ep > 1) groups.push_back(MeshGroup::kExpert);
+  const bool expert_data = ep > 1 && mesh.GroupOf(MeshGroup::kExpertData, rank).size() > 1;
+  if (expert_data) groups.push_back(MeshGroup::kExpertData);
   HF_ASSIGN_OR_RETURN(MeshCommunicators comms, MakeMeshCommunicators(mesh, opts, cfg.dist.backend, groups));
   spdlog::info("rank {}: {} of mesh {}", rank, mesh.Describe(rank), mesh.Layout());
   out.data = std::move(comms.data);
   out.tensor = std::move(comms.tensor);
   out.pipeline = std::move(comms.pipeline);
   out.expert = std::move(comms.expert);
+  if (expert_data) out.expert_data = std::move(comms.expert_data);
   return out;
 }
 
@@ -197,7 +200,8 @@ std::vector<SavedShard> SavedShards(const LoadedCheckpoint& c) {
 std::string ModelParallelOf(const std::string& layout) {
   const size_t dp = layout.find("dp=");
   if (dp == std::string::npos || dp == 0) return "";
-  return layout.substr(0, dp > 0 && layout[dp - 1] == ',' ? dp - 1 : dp);
+  const size_t end = layout.find(',', dp);  // ",ep=..." after it
+  return layout.substr(0, dp - 1) + (end == std::string::npos ? "" : layout.substr(end));
 }
 
 // Restores the trainer's state from a checkpoint every rank accepted (`what`
@@ -489,10 +493,13 @@ void LogModelAndOptimizer(const TrainerConfig& cfg, const RankRun& run) {
   }
   if (trainer.model_parallel()) {
     // Every rank holds another part: say which and how big (the memory a layout costs per rank).
-    spdlog::info("model part on this rank (tp {} of {}, pp stage {} of {}): {} parameters, {} bytes of parameters "
+    const std::string experts = trainer.expert_parallel() > 1 ? fmt::format(", ep {} of {}", trainer.expert_rank(),
+                                                                               trainer.expert_parallel())
+                                                                 : std::string();
+    spdlog::info("model part on this rank (tp {} of {}, pp stage {} of {}{}): {} parameters, {} bytes of parameters "
                  "and {} of gradients",
                  trainer.tensor_rank(), trainer.tensor_parallel(), trainer.pipeline_stage(),
-                 trainer.pipeline_parallel(), trainer.num_params(), trainer.num_params() * 4,
+                 trainer.pipeline_parallel(), experts, trainer.num_params(), trainer.num_params() * 4,
                  trainer.num_params() * 4);
   }
   const double whole_mb = static_cast<double>(trainer.num_params()) * 8 / 1e6;

@@ -194,13 +194,14 @@ torch::Tensor MlpImpl::ForwardNoDropout(const torch::Tensor& x) {
   return Project(c_proj_, torch::gelu(Project(c_fc_, x, compute_)), compute_);
 }
 
-BlockImpl::BlockImpl(const ModelConfig& cfg, ComputeOptions compute, Communicator* expert_parallel) {
+BlockImpl::BlockImpl(const ModelConfig& cfg, ComputeOptions compute, Communicator* expert_parallel,
+                     bool hold_every_expert) {
   ln_1_ = register_module("ln_1", LayerNorm(cfg.n_embd, cfg.bias));
   attn_ = register_module("attn", CausalSelfAttention(cfg, compute));
   ln_2_ = register_module("ln_2", LayerNorm(cfg.n_embd, cfg.bias));
   if (cfg.moe.experts > 0) {
     Result<std::shared_ptr<MoeMlpImpl>> moe =
-        MoeMlpImpl::Create(cfg, cfg.moe, compute, expert_parallel, /*hold_every_expert=*/true);
+        MoeMlpImpl::Create(cfg, cfg.moe, compute, expert_parallel, hold_every_expert);
     TORCH_CHECK(moe.ok(), moe.status().ToString());
     moe_ = register_module("mlp", *moe);
   } else {
@@ -240,7 +241,7 @@ void KvCache::Select(const torch::Tensor& rows) {
 }
 
 GptImpl::GptImpl(const ModelConfig& cfg, ComputeOptions compute, Communicator* tensor_parallel,
-                 bool sequence_parallel, Communicator* expert_parallel)
+                 bool sequence_parallel, Communicator* expert_parallel, bool hold_every_expert)
     : cfg_(cfg), compute_(compute),
       tp_(tensor_parallel != nullptr && tensor_parallel->world_size() > 1 ? tensor_parallel : nullptr),
       sequence_(sequence_parallel && tp_ != nullptr),
@@ -253,7 +254,7 @@ GptImpl::GptImpl(const ModelConfig& cfg, ComputeOptions compute, Communicator* t
   h_ = register_module("h", torch::nn::ModuleList());
   for (int i = 0; i < cfg.n_layer; ++i) {
     if (tp_ == nullptr) {
-      h_->push_back(Block(cfg, compute, ep_));
+      h_->push_back(Block(cfg, compute, ep_, hold_every_expert));
       continue;
     }
     Result<std::shared_ptr<ParallelBlockImpl>> block = ParallelBlockImpl::Create(cfg, tp_, sequence_);

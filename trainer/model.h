@@ -97,10 +97,12 @@ class MoeMlpImpl;
 
 class BlockImpl : public torch::nn::Module {
  public:
-  // With cfg.moe.experts > 0 the MLP is a mixture of experts (trainer/moe.h,
-  // holding every expert's parameters), computed over `expert_parallel`
-  // (not owned; null or a group of one: every expert here).
-  BlockImpl(const ModelConfig& cfg, ComputeOptions compute, Communicator* expert_parallel = nullptr);
+  // With cfg.moe.experts > 0 the MLP is a mixture of experts (trainer/moe.h),
+  // computed over `expert_parallel` (not owned; null or a group of one: every
+  // expert here), holding every expert's parameters or, with
+  // hold_every_expert false, only this rank's experts'.
+  BlockImpl(const ModelConfig& cfg, ComputeOptions compute, Communicator* expert_parallel = nullptr,
+            bool hold_every_expert = true);
   torch::Tensor forward(torch::Tensor x);
   // The last forward's load-balancing loss of the MoE MLP; undefined for a dense one.
   torch::Tensor aux_loss() const;
@@ -156,9 +158,13 @@ class GptImpl : public torch::nn::Module {
   // each tp rank holding its T / S positions between the embeddings and
   // ln_f (trainer/tensor_parallel.h); sequences must split evenly.
   // `expert_parallel` (with cfg.moe.experts > 0): the MoE blocks' experts
-  // computed over that group (every expert's parameters still held here).
+  // computed over that group; every expert's parameters held here, or with
+  // hold_every_expert false only this rank's (trainer/moe.h: rank r of EP
+  // holds experts [r*E/EP, (r+1)*E/EP) of each block), which then takes its
+  // weights from a model holding them all (LoadFromFull).
   explicit GptImpl(const ModelConfig& cfg, ComputeOptions compute = {}, Communicator* tensor_parallel = nullptr,
-                   bool sequence_parallel = false, Communicator* expert_parallel = nullptr);
+                   bool sequence_parallel = false, Communicator* expert_parallel = nullptr,
+                   bool hold_every_expert = true);
 
   // idx, targets: int64 [B, T]. Returns the mean cross-entropy over targets
   // != -1; for a mixture-of-experts model in training mode plus

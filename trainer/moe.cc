@@ -57,6 +57,20 @@ torch::Tensor ExchangeWithGrad(const torch::Tensor& x, Communicator* ep, Message
 
 }  // namespace
 
+int ExpertOfParameter(const std::string& name) {
+  static const std::string kMark = "mlp.experts.";
+  const size_t at = name.find(kMark);
+  if (at == std::string::npos) return -1;
+  const size_t begin = at + kMark.size(), end = name.find('.', begin);
+  if (end == std::string::npos || end == begin || end - begin > 6) return -1;
+  int e = 0;
+  for (size_t i = begin; i < end; ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    e = e * 10 + (name[i] - '0');
+  }
+  return e;
+}
+
 Result<std::shared_ptr<MoeMlpImpl>> MoeMlpImpl::Create(const ModelConfig& cfg, const MoeOptions& options,
                                                        ComputeOptions compute, Communicator* ep,
                                                        bool hold_every_expert) {

@@ -52,6 +52,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -74,6 +75,10 @@ struct MoeRouting {
   int64_t capacity = 0;
   int64_t dropped = 0;            // sum(assigned) - sum(kept)
 };
+
+// The expert a parameter belongs to: e for a name with "mlp.experts.<e>." in
+// it (a MoE block's expert), -1 for any other parameter.
+int ExpertOfParameter(const std::string& name);
 
 class MoeMlpImpl : public torch::nn::Module {
  public:

@@ -37,6 +37,7 @@
 #include "trainer/device_stager.h"
 #include "trainer/gpu.h"
 #include "trainer/model.h"
+#include "trainer/moe.h"
 #include "trainer/objective.h"
 #include "trainer/pipeline.h"
 #include "trainer/progress_sink.h"
@@ -53,6 +54,13 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kStateFormat = "holdfast-train-state-v2";
 constexpr const char* kStateFormatV1 = "holdfast-train-state-v1";
 constexpr const char* kParamsFormat = "holdfast-params-v1";
+
+// A rank's model-parallel coordinate: the part of the model its flat
+// buffers hold (tp rank, pipeline stage, and with experts sharded its ep
+// rank), which the ranks of its slice group tile.
+struct Coordinate {
+  int tp = 1, tp_rank = 0, pp = 1, stage = 0, ep = 1, ep_rank = 0;
+};
 
 double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -154,6 +162,7 @@ struct Trainer::Impl {
     int64_t numel = 0;
     bool decay = false;
     bool split = false;  // a tensor-parallel shard (its peers in the tp group hold the other parts)
+    bool expert = false;  // an expert this rank holds of an expert-parallel run (its ep peers hold the others)
     // In the gradient norm: all but the last stage's copy of the tied wte
     // (the first stage's has the same gradient, counted there).
     bool counted = true;
@@ -164,6 +173,13 @@ struct Trainer::Impl {
     int64_t numel = 0;
     int total = 0;
     int pending = 0;
+    bool expert = false;  // of expert parameters: reduced over the expert-data group
+    // ZeRO-1 with experts sharded, the other parameters' bucket: its mean over
+    // the data-parallel group as a reduce-scatter by the data-parallel ranks'
+    // slices (the summation order of ZeRO-1 without experts sharded) and an
+    // allgather of the result (FinishGradSync), since this rank's slice is cut
+    // over the expert-data group.
+    std::vector<size_t> dp_parts;
     std::unique_ptr<Work> work;
     // ZeRO-1: the bucket cut by the ranks' slices (parts[r] elements are rank
     // r's, in rank order); this rank's part is [own_lo, own_hi) of the flat
@@ -205,6 +221,14 @@ struct Trainer::Impl {
   std::unique_ptr<ProgressCommunicator> tp_comm;  // the tensor-parallel group; null for dist.tensor_parallel 1
   std::unique_ptr<ProgressCommunicator> pp_comm;  // the pipeline (rank = stage); null for dist.pipeline_parallel 1
   std::unique_ptr<ProgressCommunicator> ep_comm;  // the MoE all-to-all group; null for dist.expert_parallel 1
+  // Expert parallel: the dp ranks holding this rank's experts; null when
+  // that is this rank alone (dp = ep) or without expert parallelism.
+  std::unique_ptr<ProgressCommunicator> edp_comm;
+  // Expert parallel: this rank holds only its own experts (trainer/moe.h),
+  // at the end of the flat buffers; they and every ZeRO-1 and checkpoint
+  // slice are cut over the expert-data group, and the ep rank is a model-
+  // parallel coordinate of the checkpoint, as a tp rank is.
+  bool experts_sharded = false;
   int global_rank = 0;   // this rank in the world (TrainerComms::rank)
   int global_world = 1;
   // Tensor parallel: the whole model's parameter names in its registration
@@ -274,16 +298,35 @@ struct Trainer::Impl {
   int tp_rank() const { return tp_comm ? tp_comm->rank() : 0; }
   int pp_size() const { return pp_comm ? pp_comm->world_size() : 1; }
   int pp_rank() const { return pp_comm ? pp_comm->rank() : 0; }
+  int ep_size() const { return ep_comm ? ep_comm->world_size() : 1; }
+  int ep_rank() const { return ep_comm ? ep_comm->rank() : 0; }
+  // The group the ZeRO-1 and checkpoint slices are cut over: the data-
+  // parallel group, or with experts sharded the expert-data group (the
+  // ranks holding the same experts).
+  Coordinate coordinate() const {
+    Coordinate c;
+    c.tp = tp_size();
+    c.tp_rank = tp_rank();
+    c.pp = pp_size();
+    c.stage = pp_rank();
+    if (experts_sharded) {
+      c.ep = ep_size();
+      c.ep_rank = ep_rank();
+    }
+    return c;
+  }
+  int slice_world() const { return experts_sharded ? (edp_comm ? edp_comm->world_size() : 1) : world(); }
+  int slice_rank() const { return experts_sharded ? (edp_comm ? edp_comm->rank() : 0) : rank(); }
   torch::nn::Module& trained() { return stage ? static_cast<torch::nn::Module&>(*stage) : *model; }
-  // Rank r's slice of n flat elements: [n*r/W, n*(r+1)/W).
-  int64_t SliceBegin(int64_t n, int r) const { return n * r / world(); }
+  // Slice r's part of n flat elements: [n*r/W, n*(r+1)/W), W = slice_world().
+  int64_t SliceBegin(int64_t n, int r) const { return n * r / slice_world(); }
   // Where element i of the flat buffers lives in exp_avg / exp_avg_sq, and
   // the end of the elements whose moments this rank holds.
   int64_t moments_base() const { return zero ? own_begin : 0; }
   int64_t moments_end() const { return moments_base() + exp_avg.numel(); }
   // The saved shard whose rank-local state (meta, RNG) this rank takes: its
   // own, or rank 0's when the checkpoint had fewer ranks (a reshard).
-  size_t own_shard(size_t shards) const { return static_cast<size_t>(rank()) < shards ? rank() : 0; }
+  size_t own_shard(size_t shards) const { return static_cast<size_t>(slice_rank()) < shards ? slice_rank() : 0; }
 
   void BuildFlatLayout() {
     torch::NoGradGuard no_grad;
@@ -292,6 +335,12 @@ struct Trainer::Impl {
       named.emplace_back(stage ? stage->GlobalName(item.key()) : item.key(), item.value());
     }
     std::reverse(named.begin(), named.end());  // gradients become ready roughly in this order
+    if (experts_sharded) {
+      // This rank's experts after every other parameter, so that buckets of
+      // each group's gradients are contiguous.
+      std::stable_partition(named.begin(), named.end(),
+                            [](const auto& item) { return ExpertOfParameter(item.first) < 0; });
+    }
     int64_t total = 0;
     for (auto& [name, p] : named) {
       Slot s;
@@ -302,14 +351,15 @@ struct Trainer::Impl {
       s.numel = p.numel();
       s.decay = p.dim() >= 2;
       s.split = tp_comm != nullptr && GptTensorParallelSplits(name);
+      s.expert = experts_sharded && ExpertOfParameter(name) >= 0;
       s.counted = !(stage && !stage->spec().first() && name == "wte.weight");
       total += s.numel;
       slots.push_back(std::move(s));
     }
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
     zero = cfg.dist.zero_stage >= 1 && world() > 1;
-    own_begin = SliceBegin(total, rank());
-    own_end = SliceBegin(total, rank() + 1);
+    own_begin = SliceBegin(total, slice_rank());
+    own_end = SliceBegin(total, slice_rank() + 1);
     const int64_t moments = zero ? own_end - own_begin : total;
     flat_params = torch::empty({total}, f32);
     flat_grads = torch::zeros({total}, f32);
@@ -331,9 +381,10 @@ struct Trainer::Impl {
     // Buckets: contiguous ranges of whole parameters, about bucket_mb each.
     bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(cfg.dist.bucket_mb * 1024 * 1024));
     for (size_t i = 0; i < slots.size(); ++i) {
-      if (buckets.empty() || buckets.back().numel * 4 >= bucket_bytes) {
+      if (buckets.empty() || buckets.back().numel * 4 >= bucket_bytes || buckets.back().expert != slots[i].expert) {
         Bucket b;
         b.offset = slots[i].offset;
+        b.expert = slots[i].expert;
         buckets.push_back(std::move(b));
       }
       buckets.back().numel += slots[i].numel;
@@ -343,7 +394,12 @@ struct Trainer::Impl {
     if (zero) {
       for (Bucket& b : buckets) {
         const int64_t end = b.offset + b.numel;
-        for (int r = 0; r < world(); ++r) {
+        for (int r = 0; experts_sharded && !b.expert && r < world(); ++r) {
+          const int64_t lo = std::max(b.offset, total * r / world());
+          const int64_t hi = std::min(end, total * (r + 1) / world());
+          b.dp_parts.push_back(static_cast<size_t>(std::max<int64_t>(0, hi - lo)));
+        }
+        for (int r = 0; r < slice_world(); ++r) {
           const int64_t lo = std::max(b.offset, SliceBegin(total, r));
           const int64_t hi = std::min(end, SliceBegin(total, r + 1));
           b.parts.push_back(static_cast<size_t>(std::max<int64_t>(0, hi - lo)));
@@ -376,8 +432,20 @@ struct Trainer::Impl {
     while (next_launch < static_cast<int>(buckets.size()) && buckets[next_launch].pending == 0) {
       Bucket& b = buckets[next_launch];
       float* grads = flat_grads.data_ptr<float>() + b.offset;
-      b.work = zero ? comm->ReduceScatterAsync(grads, b.parts, ReduceOp::kAvg)
-                    : comm->AllreduceAsync(grads, static_cast<size_t>(b.numel), ReduceOp::kAvg);
+      if (b.expert) {
+        // An expert's gradient here is the sum over its ep group's tokens of
+        // their ranks' losses: / EP, then the mean over the expert-data
+        // group, is the mean over the data-parallel world one process takes.
+        flat_grads.narrow(0, b.offset, b.numel).mul_(1.0 / ep_size());
+        if (edp_comm != nullptr) {
+          b.work = zero ? edp_comm->ReduceScatterAsync(grads, b.parts, ReduceOp::kAvg)
+                        : edp_comm->AllreduceAsync(grads, static_cast<size_t>(b.numel), ReduceOp::kAvg);
+        }
+      } else if (zero) {
+        b.work = comm->ReduceScatterAsync(grads, b.dp_parts.empty() ? b.parts : b.dp_parts, ReduceOp::kAvg);
+      } else {
+        b.work = comm->AllreduceAsync(grads, static_cast<size_t>(b.numel), ReduceOp::kAvg);
+      }
       ++next_launch;
     }
   }
@@ -388,6 +456,7 @@ struct Trainer::Impl {
     LaunchReadyBuckets();
     Status first;
     for (Bucket& b : buckets) {
+      if (b.work == nullptr) continue;  // an expert bucket held by this rank alone
       if (cuda) {
         // The update waits for the bucket on the device; the host goes on. The
         // step's loss allreduce, queued behind every bucket on the same
@@ -399,6 +468,9 @@ struct Trainer::Impl {
       }
       Status s = b.work->Wait();
       b.work.reset();
+      if (s.ok() && !b.dp_parts.empty()) {
+        s = comm->AllgatherAsync(flat_grads.data_ptr<float>() + b.offset, b.dp_parts)->Wait();
+      }
       if (!s.ok() && first.ok()) first = s;
     }
     *wait_ms = MsSince(t0);
@@ -425,6 +497,12 @@ struct Trainer::Impl {
       reduce = totals_dev.data_ptr<double>();
     } else if (tp_comm) {
       std::tie(totals[3], totals[4]) = SplitSumsOfSquares(own_begin, own_end);
+    } else if (experts_sharded) {
+      // The data-parallel world's slices hold every expert once (each ep
+      // rank's experts cut over its expert-data group) and the other
+      // parameters ep times: ep rank 0's slices count those.
+      const auto [experts, others] = SplitSumsOfSquares(own_begin, own_end);
+      totals[3] = experts + (ep_rank() == 0 ? others : 0.0);
     } else if (pp_comm) {
       const auto [split, replicated] = SplitSumsOfSquares(own_begin, own_end);
       totals[3] = split + replicated;
@@ -449,13 +527,14 @@ struct Trainer::Impl {
   }
 
   // Sums of squares of the gradient elements [lo, hi) of the flat buffers:
-  // {of tensor-parallel shards, of replicated parameters}, in float64.
+  // {of tensor-parallel shards or this rank's experts, of replicated
+  // parameters}, in float64.
   std::pair<double, double> SplitSumsOfSquares(int64_t lo, int64_t hi) const {
     double split = 0, replicated = 0;
     const float* g = flat_grads.data_ptr<float>();
     for (const Slot& s : slots) {
       const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
-      if (a < b && s.counted) (s.split ? split : replicated) += SumOfSquares(g + a, b - a);
+      if (a < b && s.counted) (s.split || s.expert ? split : replicated) += SumOfSquares(g + a, b - a);
     }
     return {split, replicated};
   }
@@ -465,10 +544,15 @@ struct Trainer::Impl {
   // replicated parameters' (the same bits on every rank of the group, counted
   // once) is the global norm²; the requests join it, so that every rank of
   // the world (dp groups agreed, then tp groups) acts after the same step.
+  // Expert parallel without ZeRO-1 alike over the ep group (each rank's
+  // experts are its part).
   Status ReduceOverTensorGroup(double split_sq, double replicated_sq, StepMetrics* m) {
+    return ReduceSplitOver(*tp_comm, split_sq, replicated_sq, m, "tensor-parallel gradient norm and requests");
+  }
+  Status ReduceSplitOver(Communicator& group, double split_sq, double replicated_sq, StepMetrics* m,
+                         const char* what) {
     double v[3] = {split_sq, m->stop ? 1.0 : 0.0, m->checkpoint ? 1.0 : 0.0};
-    HF_RETURN_IF_ERROR(
-        tp_comm->AllreduceDoubles(v, 3, ReduceOp::kSum).WithContext("tensor-parallel gradient norm and requests"));
+    HF_RETURN_IF_ERROR(group.AllreduceDoubles(v, 3, ReduceOp::kSum).WithContext(what));
     m->grad_norm = std::sqrt(v[0] + replicated_sq);
     m->stop = v[1] > 0;
     m->checkpoint = v[2] > 0;
@@ -559,7 +643,11 @@ struct Trainer::Impl {
           ApplyAdamW(a, b.own_decay_runs, n, grads + b.own_lo, params + b.own_lo, m1, m2);
         }
       }
-      b.gather = comm->AllgatherAsync(params + b.offset, b.parts);
+      if (experts_sharded) {
+        if (edp_comm != nullptr) b.gather = edp_comm->AllgatherAsync(params + b.offset, b.parts);
+      } else {
+        b.gather = comm->AllgatherAsync(params + b.offset, b.parts);
+      }
     }
     return Status::Ok();
   }
@@ -677,10 +765,12 @@ struct Trainer::Impl {
         grad_scale = cuda ? 1.0 : ClipCoefficient(m.grad_norm, cfg.optim.grad_clip);  // ReduceStepTotals
       } else if (cuda) {
         grad_norm.copy_(torch::linalg_vector_norm(flat_grads, 2, c10::nullopt, false, torch::kFloat64).view({1}));
-      } else if (tp_comm || pp_comm) {
+      } else if (tp_comm || pp_comm || experts_sharded) {
         const auto [split_sq, replicated_sq] = SplitSumsOfSquares(0, flat_grads.numel());
         if (tp_comm) {
           HF_RETURN_IF_ERROR(ReduceOverTensorGroup(split_sq, replicated_sq, &m));
+        } else if (experts_sharded) {
+          HF_RETURN_IF_ERROR(ReduceSplitOver(*ep_comm, split_sq, replicated_sq, &m, "expert-parallel gradient norm"));
         } else {
           m.grad_norm = std::sqrt(split_sq + replicated_sq);
         }
@@ -728,14 +818,21 @@ struct Trainer::Impl {
       torch::NoGradGuard no_grad;
       trained().eval();  // no dropout: evaluation draws nothing from the generators
       // A pipeline: each batch through the stages, the last one's sums (the others' are 0).
+      // Expert parallel: the ranks of an ep group run their experts over
+      // each other's tokens, so they evaluate the same batches (the same
+      // count and shapes; the expert-data group splits the samples) and
+      // only ep rank 0's sums count.
+      const int share = ep_comm ? rank() / ep_size() : rank();
+      const int shares = ep_comm ? world() / ep_size() : world();
       Result<std::vector<double>> part =
           stage ? objective->EvalPartialOf(
                       [this](const torch::Tensor& idx) { return PipelineForward(*stage, *pp_comm, idx); }, rank(),
                       world(), limit)
-                : objective->EvalPartial(model, rank(), world(), limit);
+                : objective->EvalPartial(model, share, shares, limit);
       trained().train();
       if (!part.ok()) return part.status();
       sums = std::move(part).value();
+      if (ep_rank() != 0) std::fill(sums.begin(), sums.end(), 0.0);
     }
     if (sums.size() != objective->EvalSumCount()) {
       return InternalError("objective returned " + std::to_string(sums.size()) + " eval sums, expected " +
@@ -806,6 +903,15 @@ Status CheckTrainerComms(const TrainerConfig& config, const TrainerComms& c, con
                                 (c.expert == nullptr ? std::string("no communicator")
                                                      : std::to_string(c.expert->world_size()) + " ranks"));
   }
+  if (ep > 1) {
+    const int edp = c.data->world_size() / ep;
+    const int have = c.expert_data ? c.expert_data->world_size() : 1;
+    if (have != edp || (c.expert_data && c.expert_data->rank() != c.data->rank() / ep)) {
+      return InvalidArgumentError("Trainer::Create: the expert-data group (the data-parallel ranks holding the same "
+                                  "experts) has " + std::to_string(have) + " ranks, the mesh makes it " +
+                                  std::to_string(edp));
+    }
+  }
   if (tp == 1 && pp == 1) {
     if (c.data->world_size() != c.world_size || c.data->rank() != c.rank) {
       return InvalidArgumentError("Trainer::Create: without model parallelism the data-parallel group is the world");
@@ -864,6 +970,11 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, Tr
   if (config.dist.expert_parallel > 1) {
     impl->ep_comm = std::make_unique<ProgressCommunicator>(std::move(comms.expert), NoProgress(),
                                                            recorded(MeshGroup::kExpert));
+    impl->experts_sharded = true;
+    if (comms.expert_data != nullptr) {
+      impl->edp_comm = std::make_unique<ProgressCommunicator>(std::move(comms.expert_data), NoProgress(),
+                                                              recorded(MeshGroup::kExpertData));
+    }
   }
   impl->global_rank = comms.rank;
   impl->global_world = comms.world_size;
@@ -904,8 +1015,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, Tr
   }
   try {
     torch::manual_seed(config.train.seed);
-    // Expert parallel: every rank holds (and initialises) every expert, as
-    // one process, and computes its own over the expert group.
+    // Every expert initialised as one process does; with expert
+    // parallelism the rank keeps its own (below).
     impl->model = Gpt(config.model, ComputeOptions{config.train.precision == "bf16"}, nullptr, false,
                       impl->ep_comm.get());
     impl->model->InitWeights();  // on the CPU generator: the same weights on every device
@@ -921,7 +1032,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, Tr
       if (!loaded.ok()) return loaded.status().WithContext("train.init_from");
       if (impl->global_rank == 0) spdlog::info("initial weights: {}", *loaded);
     }
-    if (impl->tp_comm != nullptr || impl->pp_comm != nullptr) {
+    if (impl->tp_comm != nullptr || impl->pp_comm != nullptr || impl->experts_sharded) {
       for (auto& item : impl->model->named_parameters()) {
         impl->full_order.push_back(item.key());
         impl->full_shapes[item.key()] = item.value().sizes().vec();
@@ -942,6 +1053,12 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, Tr
                 config.dist.sequence_parallel);
       HF_RETURN_IF_ERROR(split->LoadFromFull(*impl->model).WithContext("splitting the model over the tp group"));
       impl->model = split;
+    } else if (impl->experts_sharded) {
+      // This rank's experts (and every other parameter) of the whole model.
+      Gpt mine(config.model, ComputeOptions{config.train.precision == "bf16"}, nullptr, false, impl->ep_comm.get(),
+               /*hold_every_expert=*/false);
+      HF_RETURN_IF_ERROR(mine->LoadFromFull(*impl->model).WithContext("spreading the experts over the ep group"));
+      impl->model = mine;
     }
     impl->trained().to(impl->device);
     impl->trained().train();
@@ -1024,6 +1141,7 @@ void Trainer::SetProgressSink(ProgressSink& progress) {
   if (impl_->tp_comm != nullptr) impl_->tp_comm->SetProgressSink(progress);
   if (impl_->pp_comm != nullptr) impl_->pp_comm->SetProgressSink(progress);
   if (impl_->ep_comm != nullptr) impl_->ep_comm->SetProgressSink(progress);
+  if (impl_->edp_comm != nullptr) impl_->edp_comm->SetProgressSink(progress);
 }
 void Trainer::SetBeforeUpdateHook(std::function<void()> hook) { impl_->before_update = std::move(hook); }
 void Trainer::SetInterruptCheck(std::function<bool()> check) { impl_->objective->SetInterruptCheck(std::move(check)); }
@@ -1034,6 +1152,8 @@ int Trainer::tensor_parallel() const { return impl_->tp_size(); }
 int Trainer::tensor_rank() const { return impl_->tp_rank(); }
 int Trainer::pipeline_parallel() const { return impl_->pp_size(); }
 int Trainer::pipeline_stage() const { return impl_->pp_rank(); }
+int Trainer::expert_parallel() const { return impl_->ep_size(); }
+int Trainer::expert_rank() const { return impl_->ep_rank(); }
 const TrainerConfig& Trainer::config() const { return impl_->cfg; }
 DeterminismFingerprint Trainer::Fingerprint() const { return impl_->Fingerprint(); }
 int64_t Trainer::num_params() const { return impl_->flat_params.numel(); }
@@ -1083,7 +1203,8 @@ Status CopyInto(const StateView* v, const torch::Tensor& t, const char* name) {
 }  // namespace
 
 std::string Trainer::Layout() const {
-  Result<DeviceMesh> mesh = DeviceMesh::Create(impl_->global_world, MeshShape{impl_->tp_size(), impl_->pp_size(), 1});
+  Result<DeviceMesh> mesh =
+      DeviceMesh::Create(impl_->global_world, MeshShape{impl_->tp_size(), impl_->pp_size(), impl_->ep_size()});
   return mesh.ok() ? mesh->Layout() : "dp=" + std::to_string(impl_->world());  // Create checked the groups
 }
 std::string Trainer::ConfigHashHex() const { return Hex(ConfigHash(impl_->cfg)); }
@@ -1227,30 +1348,36 @@ Result<int> SavedLayoutSize(const SavedShard& shard, const nlohmann::json& meta,
 }
 
 // The saved shards (index = saved world rank) that hold this rank's
-// parameters: those of its tensor-parallel rank and pipeline stage, saved
-// ranks tp_rank + TP x (dp + DP x stage) (common/mesh.h) in dp order, so
-// that they tile its flat buffers as a data-parallel checkpoint's shards do.
-// Nullopt when the checkpoint was saved with another dist.tensor_parallel or
-// dist.pipeline_parallel (read from the first shard's meta; absent = 1): it
-// is resharded through whole tensors (WholeTensors).
-Result<std::optional<std::vector<size_t>>> ShardsOfCoordinate(const std::vector<SavedShard>& shards, int tp,
-                                                              int tp_rank, int pp, int stage) {
+// parameters: those of its coordinate, saved ranks
+// tp_rank + TP x (ep_rank + EP x j + DP x stage) (common/mesh.h: dp =
+// ep_rank + EP x j) for j = 0, 1, ... in order, so that they tile its flat
+// buffers as a data-parallel checkpoint's shards do. Nullopt when the
+// checkpoint was saved with another dist.tensor_parallel,
+// dist.pipeline_parallel or expert-sharded dist.expert_parallel (read from
+// the first shard's meta; absent = 1): it is resharded through whole tensors
+// (WholeTensors).
+Result<std::optional<std::vector<size_t>>> ShardsOfCoordinate(const std::vector<SavedShard>& shards,
+                                                              const Coordinate& c) {
   if (shards.empty()) return InvalidArgumentError("no saved state to restore from");
   HF_ASSIGN_OR_RETURN(nlohmann::json meta, ParseMeta(shards[0]));
   HF_ASSIGN_OR_RETURN(const int saved_tp, SavedLayoutSize(shards[0], meta, "tensor_parallel"));
   HF_ASSIGN_OR_RETURN(const int saved_pp, SavedLayoutSize(shards[0], meta, "pipeline_parallel"));
-  if (saved_tp != tp || saved_pp != pp) return std::optional<std::vector<size_t>>();
-  const size_t per_replica = static_cast<size_t>(tp) * static_cast<size_t>(pp);
+  HF_ASSIGN_OR_RETURN(const int saved_ep, SavedLayoutSize(shards[0], meta, "expert_parallel"));
+  if (saved_tp != c.tp || saved_pp != c.pp || saved_ep != c.ep) return std::optional<std::vector<size_t>>();
+  const size_t tp = static_cast<size_t>(c.tp), ep = static_cast<size_t>(c.ep);
+  const size_t per_replica = tp * static_cast<size_t>(c.pp) * ep;
   if (shards.size() % per_replica != 0) {
-    return CorruptionError("a checkpoint of dist.tensor_parallel = " + std::to_string(tp) +
-                           " x dist.pipeline_parallel = " + std::to_string(pp) + " has " +
+    return CorruptionError("a checkpoint of dist.tensor_parallel = " + std::to_string(c.tp) +
+                           " x dist.pipeline_parallel = " + std::to_string(c.pp) +
+                           (c.ep > 1 ? " x dist.expert_parallel = " + std::to_string(c.ep) : std::string()) + " has " +
                            std::to_string(shards.size()) + " shards, not a multiple of " +
                            std::to_string(per_replica) + kWhatToDo);
   }
-  const size_t dp = shards.size() / per_replica;
+  const size_t dp = shards.size() / (tp * static_cast<size_t>(c.pp));
   std::vector<size_t> out;
-  for (size_t d = 0; d < dp; ++d) {
-    out.push_back(static_cast<size_t>(tp_rank) + static_cast<size_t>(tp) * (d + dp * static_cast<size_t>(stage)));
+  for (size_t j = 0; j < dp / ep; ++j) {
+    const size_t d = static_cast<size_t>(c.ep_rank) + ep * j;
+    out.push_back(static_cast<size_t>(c.tp_rank) + tp * (d + dp * static_cast<size_t>(c.stage)));
   }
   return std::optional<std::vector<size_t>>(out);
 }
@@ -1261,20 +1388,18 @@ std::vector<SavedShard> Pick(const std::vector<SavedShard>& shards, const std::v
   return out;
 }
 
-// A saved shard's place in its run's mesh.
-struct SavedPlace {
-  int tp = 1, tp_rank = 0, pp = 1, stage = 0;
-};
-
-Result<SavedPlace> SavedPlaceOf(const SavedShard& shard, const nlohmann::json& meta) {
-  SavedPlace p;
+// A saved shard's coordinate in its run's mesh.
+Result<Coordinate> SavedPlaceOf(const SavedShard& shard, const nlohmann::json& meta) {
+  Coordinate p;
   HF_ASSIGN_OR_RETURN(p.tp, SavedLayoutSize(shard, meta, "tensor_parallel"));
   HF_ASSIGN_OR_RETURN(p.pp, SavedLayoutSize(shard, meta, "pipeline_parallel"));
+  HF_ASSIGN_OR_RETURN(p.ep, SavedLayoutSize(shard, meta, "expert_parallel"));
   if (p.tp > 1) p.tp_rank = meta["tensor_parallel"].value("rank", -1);
   if (p.pp > 1) p.stage = meta["pipeline_parallel"].value("stage", -1);
-  if (p.tp_rank < 0 || p.tp_rank >= p.tp || p.stage < 0 || p.stage >= p.pp) {
-    return CorruptionError(shard.source + ": state 'meta' has no valid tensor-parallel rank or pipeline stage" +
-                           kWhatToDo);
+  if (p.ep > 1) p.ep_rank = meta["expert_parallel"].value("rank", -1);
+  if (p.tp_rank < 0 || p.tp_rank >= p.tp || p.stage < 0 || p.stage >= p.pp || p.ep_rank < 0 || p.ep_rank >= p.ep) {
+    return CorruptionError(shard.source + ": state 'meta' has no valid tensor-parallel rank, pipeline stage or " +
+                           "expert-parallel rank" + kWhatToDo);
   }
   return p;
 }
@@ -1283,29 +1408,32 @@ Result<SavedPlace> SavedPlaceOf(const SavedShard& shard, const nlohmann::json& m
 using Moments3 = std::array<torch::Tensor, 3>;
 
 // The whole model's parameters and AdamW moments (by global name), from a
-// checkpoint of any model-parallel layout: each (tp rank, stage)'s flat
-// buffers put together from its data-parallel slices, cut into its
+// checkpoint of any model-parallel layout: each coordinate's (tp rank,
+// stage, ep rank) flat buffers put together from its slices, cut into its
 // parameters by its meta's layout, and the tensor-parallel parts of each
-// split parameter joined (GptTensorParallelFullOf). The last stage's copy of
-// the tied wte equals the first's: the first stage's is kept.
+// split parameter joined (GptTensorParallelFullOf). A replicated parameter
+// is taken from its first coordinate (the last stage's copy of the tied wte
+// equals the first's; each ep rank's copy of the non-expert parameters).
 Result<std::map<std::string, Moments3>> WholeTensors(const std::vector<SavedShard>& shards) {
-  std::map<std::pair<int, int>, std::vector<size_t>> coords;  // (stage, tp rank) -> shards, in saved order
+  std::map<std::tuple<int, int, int>, std::vector<size_t>> coords;  // (stage, ep, tp rank) -> shards, saved order
   std::vector<nlohmann::json> metas;
-  SavedPlace first;
+  Coordinate first;
   for (size_t i = 0; i < shards.size(); ++i) {
     HF_ASSIGN_OR_RETURN(nlohmann::json meta, ParseMeta(shards[i]));
-    HF_ASSIGN_OR_RETURN(SavedPlace p, SavedPlaceOf(shards[i], meta));
+    HF_ASSIGN_OR_RETURN(Coordinate p, SavedPlaceOf(shards[i], meta));
     if (i == 0) first = p;
-    if (p.tp != first.tp || p.pp != first.pp) {
+    if (p.tp != first.tp || p.pp != first.pp || p.ep != first.ep) {
       return CorruptionError(shards[i].source + " was saved by another layout than " + shards[0].source + kWhatToDo);
     }
-    coords[{p.stage, p.tp_rank}].push_back(i);
+    coords[{p.stage, p.ep_rank, p.tp_rank}].push_back(i);
     metas.push_back(std::move(meta));
   }
-  if (coords.size() != static_cast<size_t>(first.tp) * static_cast<size_t>(first.pp)) {
+  if (coords.size() != static_cast<size_t>(first.tp) * static_cast<size_t>(first.pp) * static_cast<size_t>(first.ep)) {
     return CorruptionError("the checkpoint of dist.tensor_parallel = " + std::to_string(first.tp) +
-                           " x dist.pipeline_parallel = " + std::to_string(first.pp) + " holds " +
-                           std::to_string(coords.size()) + " of its tensor-parallel ranks and stages" + kWhatToDo);
+                           " x dist.pipeline_parallel = " + std::to_string(first.pp) +
+                           " x dist.expert_parallel = " + std::to_string(first.ep) + " holds " +
+                           std::to_string(coords.size()) + " of its tensor-parallel ranks, stages and expert-" +
+                           "parallel ranks" + kWhatToDo);
   }
   std::map<std::string, std::vector<Moments3>> parts;  // name -> its part on each tp rank
   for (const auto& [coord, which] : coords) {
@@ -1337,8 +1465,8 @@ Result<std::map<std::string, Moments3>> WholeTensors(const std::vector<SavedShar
         }
         std::vector<Moments3>& v = parts[name];
         if (v.size() < static_cast<size_t>(first.tp)) v.resize(static_cast<size_t>(first.tp));
-        Moments3& part = v[static_cast<size_t>(coord.second)];
-        if (part[0].defined()) continue;  // the last stage's copy of wte
+        Moments3& part = v[static_cast<size_t>(std::get<2>(coord))];
+        if (part[0].defined()) continue;  // the last stage's copy of wte, another ep rank's copy
         for (size_t b = 0; b < 3; ++b) part[b] = flat[b].narrow(0, offset, numel).view(shape);
       }
     } catch (const nlohmann::json::exception& e) {
@@ -1355,6 +1483,10 @@ Result<std::map<std::string, Moments3>> WholeTensors(const std::vector<SavedShar
           return CorruptionError("no shard of tensor-parallel rank " + std::to_string(r) + " holds " + name + kWhatToDo);
         }
         pieces.push_back(v[r][b]);
+      }
+      if (pieces.size() == 1) {
+        w[b] = pieces[0];  // not split (an expert has no tensor-parallel rule yet)
+        continue;
       }
       HF_ASSIGN_OR_RETURN(w[b], GptTensorParallelFullOf(name, pieces));
     }
@@ -1397,6 +1529,11 @@ Result<std::vector<StateView>> Trainer::ViewsOfSlice(int64_t begin, int64_t end)
       meta["tensor_parallel"] = {{"size", d.tp_size()}, {"rank", d.tp_rank()}};
     }
     if (d.pp_comm != nullptr) meta["pipeline_parallel"] = {{"size", d.pp_size()}, {"stage", d.pp_rank()}};
+    if (d.experts_sharded) {
+      // "slice" is of this ep rank's flat buffers (its experts last), which
+      // its expert-data group's ranks tile.
+      meta["expert_parallel"] = {{"size", d.ep_size()}, {"rank", d.ep_rank()}};
+    }
     const std::string text = meta.dump(1);  // "{\n \"config_hash\": ...\n}"
     d.meta_static_members = text.substr(1, text.size() - 3);
     d.meta_cache_key = {begin, end, d.accum};
@@ -1466,9 +1603,8 @@ Result<TrainState> Trainer::CaptureState() {
 
 Result<std::vector<std::vector<std::string>>> Trainer::BuffersToRestore(const std::vector<SavedShard>& all) const {
   const Impl& d = *impl_;
-  // Only the shards of this rank's tensor-parallel rank and stage are read.
-  HF_ASSIGN_OR_RETURN(std::optional<std::vector<size_t>> same,
-                      ShardsOfCoordinate(all, d.tp_size(), d.tp_rank(), d.pp_size(), d.pp_rank()));
+  // Only the shards of this rank's coordinate are read.
+  HF_ASSIGN_OR_RETURN(std::optional<std::vector<size_t>> same, ShardsOfCoordinate(all, d.coordinate()));
   if (!same) {
     // Another model-parallel layout: every shard's meta, parameters and
     // moments make the whole tensors (WholeTensors); shard 0's rank-local state.
@@ -1530,9 +1666,7 @@ Status Trainer::RestoreShards(const std::vector<SavedShard>& shards, bool strict
   if (shards.empty()) return InvalidArgumentError("no saved state to restore from");
   // Model parallel: the shards of this rank's tp rank and stage, as a
   // data-parallel checkpoint of its flat buffers.
-  HF_ASSIGN_OR_RETURN(std::optional<std::vector<size_t>> which,
-                      ShardsOfCoordinate(shards, impl_->tp_size(), impl_->tp_rank(), impl_->pp_size(),
-                                         impl_->pp_rank()));
+  HF_ASSIGN_OR_RETURN(std::optional<std::vector<size_t>> which, ShardsOfCoordinate(shards, impl_->coordinate()));
   if (!which) return Restore(shards[0], shards, strict_determinism, warnings, /*another_layout=*/true);
   const std::vector<SavedShard> mine = Pick(shards, *which);
   // On another world size (a reshard) a rank past the saved ranks takes the
@@ -1637,8 +1771,10 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
                                          "; resume with the model config it was saved with");
         }
         for (size_t b = 0; b < 3; ++b) {
-          HF_ASSIGN_OR_RETURN(torch::Tensor part,
-                              GptTensorParallelShardOf(slot.name, it->second[b], d.tp_rank(), d.tp_size()));
+          torch::Tensor part = it->second[b];
+          if (d.tp_size() > 1) {
+            HF_ASSIGN_OR_RETURN(part, GptTensorParallelShardOf(slot.name, it->second[b], d.tp_rank(), d.tp_size()));
+          }
           if (!part.sizes().equals(slot.shape)) {
             return FailedPreconditionError("the checkpoint's " + slot.name + " does not fit this model's; resume "
                                            "with the model config it was saved with");
@@ -1760,11 +1896,20 @@ Status Trainer::DumpParams(const std::string& dir, bool write) const {
   };
   // Pipeline parallel: each parameter is written from the first stage that
   // holds it (the tied wte from stage 0); every stage's whole tensors are
-  // gathered over the pipeline, stage k's in `order`'s order.
-  const int stages = d.pp_size();
+  // gathered over the pipeline, stage k's in `order`'s order. Experts
+  // sharded: alike over the ep group, each expert from its ep rank, the
+  // other parameters from ep rank 0.
+  ProgressCommunicator* holders = d.pp_comm ? d.pp_comm.get() : d.experts_sharded ? d.ep_comm.get() : nullptr;
+  const int stages = holders ? holders->world_size() : 1;
+  const int holder_rank = holders ? holders->rank() : 0;
   std::vector<int> owner(order.size(), 0);
   for (size_t i = 0; i < order.size() && stages > 1; ++i) {
-    HF_ASSIGN_OR_RETURN(owner[i], FirstStageHolding(d.cfg.model, stages, order[i]));
+    if (d.pp_comm) {
+      HF_ASSIGN_OR_RETURN(owner[i], FirstStageHolding(d.cfg.model, stages, order[i]));
+    } else {
+      const int e = ExpertOfParameter(order[i]);
+      owner[i] = e < 0 ? 0 : e / (d.cfg.model.moe.experts / stages);
+    }
   }
   std::vector<size_t> counts(static_cast<size_t>(stages), 0);
   std::vector<int64_t> offset_in_stage(order.size(), 0);
@@ -1782,7 +1927,7 @@ Status Trainer::DumpParams(const std::string& dir, bool write) const {
   const int64_t total = stage_base.back() + static_cast<int64_t>(counts.back());
   torch::Tensor whole_model = torch::empty({total}, torch::kFloat32);
   for (size_t i = 0; i < order.size(); ++i) {
-    if (owner[i] != d.pp_rank()) continue;
+    if (owner[i] != holder_rank) continue;
     auto slot = by_name.find(order[i]);
     if (slot == by_name.end()) return InternalError("DumpParams: this rank's model has no " + order[i]);
     const Impl::Slot* it = slot->second;
@@ -1796,8 +1941,8 @@ Status Trainer::DumpParams(const std::string& dir, bool write) const {
         .copy_(whole.reshape({-1}));
   }
   if (stages > 1) {
-    HF_RETURN_IF_ERROR(d.pp_comm->AllgatherAsync(whole_model.data_ptr<float>(), counts)->Wait().WithContext(
-        "gathering the pipeline stages' parameters"));
+    HF_RETURN_IF_ERROR(holders->AllgatherAsync(whole_model.data_ptr<float>(), counts)->Wait().WithContext(
+        d.pp_comm ? "gathering the pipeline stages' parameters" : "gathering the expert-parallel ranks' experts"));
   }
   if (!write) return Status::Ok();
   std::error_code ec;

@@ -81,6 +81,11 @@ struct TrainerComms {
   std::unique_ptr<Communicator> tensor;
   std::unique_ptr<Communicator> pipeline;
   std::unique_ptr<Communicator> expert;  // dist.expert_parallel > 1: the MoE blocks' all-to-all group
+  // dist.expert_parallel > 1: the ranks holding the same experts (the data
+  // group's ranks with the same ep rank; common/mesh.h): the experts'
+  // gradients, and every ZeRO-1 and checkpoint slice, are cut over it. Null
+  // when it is one rank (dp = ep).
+  std::unique_ptr<Communicator> expert_data;
   int rank = 0;
   int world_size = 1;
 };
@@ -162,9 +167,13 @@ class Trainer {
   // dist.pipeline_parallel, and this rank's stage.
   int pipeline_parallel() const;
   int pipeline_stage() const;
-  // Split over a tensor-parallel group or pipeline stages: DumpParams is then
-  // a collective of every rank.
-  bool model_parallel() const { return tensor_parallel() > 1 || pipeline_parallel() > 1; }
+  // dist.expert_parallel, and this rank's place in its expert-parallel group
+  // (it holds experts [rank x E / EP, (rank + 1) x E / EP) of each block).
+  int expert_parallel() const;
+  int expert_rank() const;
+  // Split over a tensor-parallel group, pipeline stages or expert-parallel
+  // ranks: DumpParams is then a collective of every rank.
+  bool model_parallel() const { return tensor_parallel() > 1 || pipeline_parallel() > 1 || expert_parallel() > 1; }
   const TrainerConfig& config() const;
 
   // What the checkpoint writer stages, as views into the trainer's own memory
