@@ -414,10 +414,25 @@ double WorstRelative(const std::vector<nlohmann::json>& a, const std::vector<nlo
   return worst;
 }
 
-// Must-show 1 for experts: a 2-layer model whose MLPs are 4 experts (top 2,
-// capacity factor 1.0, so assignments are dropped), data parallel with the
-// experts computed over expert groups of 2 and 4 (all-to-all dispatch and
-// combine), against one process taking the same micro-batches (the
+// A 2-layer model whose MLPs are 4 experts (top 2, capacity factor 1.0, so
+// assignments are dropped).
+const std::vector<std::string> kMoe = {"--set", "moe.experts=4", "--set", "moe.top_k=2", "--set",
+                                       "moe.capacity_factor=1.0"};
+std::vector<std::string> WithMoe(std::vector<std::string> a) {
+  a.insert(a.begin(), kMoe.begin(), kMoe.end());
+  return a;
+}
+
+// The number after `prefix` in a process's log (the first), or -1.
+int64_t LoggedNumber(const std::string& log, const std::string& prefix) {
+  const size_t at = log.find(prefix);
+  if (at == std::string::npos) return -1;
+  return std::stoll(log.substr(at + prefix.size()));
+}
+
+// Must-show 1 for experts: data parallel with the experts spread over expert
+// groups of 2 and 4 (all-to-all dispatch and combine; each rank holding only
+// its experts), against one process taking the same micro-batches (the
 // capacity and the load-balancing loss are a micro-batch's, so the one
 // process accumulates micro-batches of the data-parallel ranks' size):
 // every step's loss within 1e-5 relative, 50 steps. Routing is discrete: an
@@ -425,27 +440,26 @@ double WorstRelative(const std::vector<nlohmann::json>& a, const std::vector<nlo
 // then the losses part by 1e-5 (plain data parallelism over 4 ranks, whose
 // gradient sums add in another order than one process's accumulation,
 // does so at step 2: 3.5e-5). dp 4 x ep 2 is therefore held to dp 4 with
-// every expert on every rank (1e-5) and to one process within 1e-4. A
-// checkpoint of ep 2 resumes bit-exactly on ep 2, and on ep 1 within 1e-4
-// (every rank holds every expert: the checkpoint does not depend on the
-// expert layout).
+// every expert on every rank (1e-5) and to one process within 1e-4. Each
+// rank holds the non-expert parameters and E / EP experts of each block:
+// the parameters it reports are that many.
 TEST_F(TensorParallelTest, MixtureOfExpertsLayoutsMatchOneProcess) {
-  const std::vector<std::string> moe = {"--set", "moe.experts=4", "--set", "moe.top_k=2", "--set",
-                                        "moe.capacity_factor=1.0"};
-  auto with = [&](std::vector<std::string> a) {
-    a.insert(a.begin(), moe.begin(), moe.end());
-    return a;
-  };
+  std::string one_log;
   for (int micro : {4, 2}) {
     const std::string tag = "one-m" + std::to_string(micro);
-    ProcessResult one = Train(1, 1, with({"--set", "train.micro_batch=" + std::to_string(micro), "--set",
-                                          "train.grad_accum=" + std::to_string(8 / micro), "--metrics",
-                                          dir_ / (tag + ".jsonl")}));
+    ProcessResult one = Train(1, 1, WithMoe({"--set", "train.micro_batch=" + std::to_string(micro), "--set",
+                                             "train.grad_accum=" + std::to_string(8 / micro), "--metrics",
+                                             dir_ / (tag + ".jsonl")}));
     ASSERT_EQ(one.exit_code, 0) << one.output;
+    one_log = one.output;
   }
   const auto ref4 = ReadMetrics(dir_ / "one-m4.jsonl"), ref2 = ReadMetrics(dir_ / "one-m2.jsonl");
   ASSERT_EQ(ref4.size(), 50u);
   EXPECT_LT(ref4.back()["loss"].get<double>(), ref4.front()["loss"].get<double>() - 1.0) << "the MoE model learns";
+  // One expert: c_fc [4C, C] + bias [4C], c_proj [C, 4C] + bias [C], C = 64; 4 per block, 2 blocks.
+  const int64_t expert = 2 * 64 * 256 + 256 + 64, experts = 8 * expert;
+  const int64_t whole = LoggedNumber(one_log, "model: ");
+  ASSERT_GT(whole, experts) << one_log;
   // Each layout against its reference: one process of the same micro-batches, or (dp 4 x ep 2) dp 4
   // with every expert on every rank, whose data-parallel sums add in the same order.
   struct Layout {
@@ -459,11 +473,16 @@ TEST_F(TensorParallelTest, MixtureOfExpertsLayoutsMatchOneProcess) {
     const std::string tag = "dp" + std::to_string(l.nproc) + "ep" + std::to_string(l.ep);
     SCOPED_TRACE(tag + " against " + l.ref);
     if (!std::filesystem::exists(dir_ / (tag + ".jsonl"))) {
-      ProcessResult r = Train(l.nproc, 1, with({"--set", "dist.expert_parallel=" + std::to_string(l.ep), "--metrics",
-                                                dir_ / (tag + ".jsonl")}));
+      ProcessResult r = Train(l.nproc, 1, WithMoe({"--set", "dist.expert_parallel=" + std::to_string(l.ep),
+                                                   "--metrics", dir_ / (tag + ".jsonl")}));
       ASSERT_EQ(r.exit_code, 0) << r.output;
       if (l.ep > 1) {
         EXPECT_NE(r.output.find(",ep=" + std::to_string(l.ep)), std::string::npos) << r.output;
+        for (int e = 0; e < l.ep; ++e) {
+          const std::string part = "model part on this rank (tp 0 of 1, pp stage 0 of 1, ep " + std::to_string(e) +
+                                   " of " + std::to_string(l.ep) + "): ";
+          EXPECT_EQ(LoggedNumber(r.output, part), whole - experts + experts / l.ep) << part << "\n" << r.output;
+        }
       }
     }
     const auto ref = ReadMetrics(dir_ / (std::string(l.ref) + ".jsonl"));
@@ -480,31 +499,95 @@ TEST_F(TensorParallelTest, MixtureOfExpertsLayoutsMatchOneProcess) {
     std::printf("%s against %s: max relative loss difference %.2g, grad norm %.2g\n", tag.c_str(), l.ref,
                 WorstRelative(ref, m, "loss"), WorstRelative(ref, m, "grad_norm"));
   }
+}
 
+// Must-show 2 for experts: dp 4 x ep 2 (ZeRO-1 slices cut over the expert-
+// data groups of 2) resumes bit-exactly on its layout; its checkpoint
+// reshards to ep 1 (2 ranks, every expert on each, grad_accum 2 keeping the
+// global batch) and to ep 4, and the
+// ep 1 run's checkpoint back to ep 2, each going on within 1e-4 of the
+// uninterrupted run.
+TEST_F(TensorParallelTest, ExpertCheckpointsResumeBitExactAndReshard) {
   const std::vector<std::string> ck = {"--set", "train.steps=20", "--set", "checkpoint.dir=" + (dir_ / "ck"), "--set",
                                        "checkpoint.every_steps=4", "--set", "dist.expert_parallel=2"};
   auto resumable = [&](std::vector<std::string> a) {
-    a = with(std::move(a));
+    a = WithMoe(std::move(a));
     a.insert(a.end(), ck.begin(), ck.end());
     return a;
   };
-  ProcessResult full = Train(2, 1, with({"--set", "train.steps=20", "--set", "dist.expert_parallel=2", "--dump-final",
-                                         dir_ / "full", "--metrics", dir_ / "full.jsonl"}));
+  ProcessResult full = Train(4, 1, WithMoe({"--set", "train.steps=20", "--set", "dist.expert_parallel=2",
+                                            "--dump-final", dir_ / "full", "--metrics", dir_ / "full.jsonl"}));
   ASSERT_EQ(full.exit_code, 0) << full.output;
-  ProcessResult a = Train(2, 1, resumable({"--stop-after", "9"}));
+  ProcessResult a = Train(4, 1, resumable({"--stop-after", "9"}));
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  std::filesystem::copy(dir_ / "ck", dir_ / "ck-ep1", std::filesystem::copy_options::recursive);
-  ExpectResumedBitExact(Train(2, 1, resumable({"--dump-final", dir_ / "resumed", "--metrics", dir_ / "resumed.jsonl"})));
+  for (const char* copy : {"ck-ep1", "ck-ep4"}) {
+    std::filesystem::copy(dir_ / "ck", dir_ / copy, std::filesystem::copy_options::recursive);
+  }
+  ExpectResumedBitExact(Train(4, 1, resumable({"--dump-final", dir_ / "resumed", "--metrics", dir_ / "resumed.jsonl"})));
   const auto fm = ReadMetrics(dir_ / "full.jsonl");
-  ProcessResult ep1 = Train(2, 1, with({"--set", "train.steps=20", "--set", "checkpoint.dir=" + (dir_ / "ck-ep1"),
-                                        "--metrics", dir_ / "ep1.jsonl"}));
-  ASSERT_EQ(ep1.exit_code, 0) << ep1.output;
-  EXPECT_NE(ep1.output.find("(step 8)"), std::string::npos) << ep1.output;
-  const auto em = ReadMetrics(dir_ / "ep1.jsonl");
-  ASSERT_EQ(em.size(), 12u);
-  for (const auto& line : em) {
-    const double want = fm[line["step"].get<int64_t>() - 1]["loss"].get<double>();
-    EXPECT_NEAR(line["loss"].get<double>(), want, 1e-4 * want) << "step " << line["step"] << " on ep 1";
+  // Resharded: (nproc, ep, checkpoint dir, the step resumed from, --stop-after or 0).
+  struct Reshard {
+    int nproc, ep;
+    const char* dir;
+    int from, stop;
+  };
+  for (const Reshard& r : {Reshard{2, 1, "ck-ep1", 8, 13}, Reshard{4, 4, "ck-ep4", 8, 0}, Reshard{4, 2, "ck-ep1", 12, 0}}) {
+    const std::string tag = "ep" + std::to_string(r.ep) + "-from-" + std::to_string(r.from);
+    SCOPED_TRACE(tag);
+    std::vector<std::string> args = WithMoe({"--set", "train.steps=20", "--set", "checkpoint.every_steps=4", "--set",
+                                             "checkpoint.dir=" + (dir_ / r.dir), "--set",
+                                             "dist.expert_parallel=" + std::to_string(r.ep), "--metrics",
+                                             dir_ / (tag + ".jsonl"), "--set", "train.micro_batch=2"});
+    if (r.stop > 0) {
+      args.push_back("--stop-after");
+      args.push_back(std::to_string(r.stop));
+    }
+    ProcessResult b = Train(r.nproc, 1, args);
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+    EXPECT_NE(b.output.find("(step " + std::to_string(r.from) + ")"), std::string::npos) << b.output;
+    EXPECT_NE(b.output.find("RESHARDED"), std::string::npos) << b.output;
+    const auto em = ReadMetrics(dir_ / (tag + ".jsonl"));
+    ASSERT_EQ(em.size(), static_cast<size_t>((r.stop > 0 ? r.stop : 20) - r.from));
+    double worst = 0;
+    for (const auto& line : em) {
+      const double want = fm[line["step"].get<int64_t>() - 1]["loss"].get<double>();
+      EXPECT_NEAR(line["loss"].get<double>(), want, 1e-4 * want) << "step " << line["step"];
+      worst = std::max(worst, std::fabs(line["loss"].get<double>() - want) / want);
+    }
+    std::printf("%s against the uninterrupted ep 2 run: max relative loss difference %.2g\n", tag.c_str(), worst);
+  }
+}
+
+// Evaluation of an expert-parallel run: the ranks of an ep group evaluate
+// the same batches (their experts run over each other's tokens), the
+// expert-data groups split the held-out samples: eval_loss after steps 0,
+// 10 and 20 within 1e-5 of one process evaluating in the same batches.
+TEST_F(TensorParallelTest, ExpertParallelEvaluationIsOneProcesssEvaluation) {
+  const std::vector<std::string> eval = {"--set", "train.steps=20", "--set", "eval.every_steps=10", "--set",
+                                         "eval.holdout=0.1", "--set", "eval.samples=64"};
+  auto with = [&](std::vector<std::string> a) {
+    a.insert(a.begin(), eval.begin(), eval.end());
+    return WithMoe(std::move(a));
+  };
+  ProcessResult one = Train(1, 1, with({"--set", "train.micro_batch=2", "--set", "train.grad_accum=4", "--metrics",
+                                        dir_ / "one.jsonl"}));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ProcessResult ep = Train(4, 1, with({"--set", "dist.expert_parallel=2", "--metrics", dir_ / "ep.jsonl"}));
+  ASSERT_EQ(ep.exit_code, 0) << ep.output;
+  auto evals = [](const std::vector<nlohmann::json>& lines) {
+    std::map<int64_t, double> out;
+    for (const auto& l : lines) {
+      if (l.value("record", "") == "eval") out[l["step"].get<int64_t>()] = l["eval_loss"].get<double>();
+    }
+    return out;
+  };
+  const auto want = evals(ReadMetrics(dir_ / "one.jsonl"));
+  const auto got = evals(ReadMetrics(dir_ / "ep.jsonl"));
+  ASSERT_EQ(want.size(), 3u);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [step, loss] : want) {
+    ASSERT_EQ(got.count(step), 1u) << "no evaluation after step " << step;
+    EXPECT_NEAR(got.at(step), loss, 1e-5 * loss) << "eval_loss after step " << step;
   }
 }
 
