@@ -94,11 +94,12 @@ def expected_params(tp, pp):
     return best
 
 
-def expected_moe_params(experts):
-    """Parameters of the model whose every MLP is `experts` experts and a router (every rank holds all)."""
+def expected_moe_params(experts, ep):
+    """Parameters on a rank of the model whose every MLP is `experts` experts and a router, the rank
+    holding experts / ep of each block's experts (and every other parameter)."""
     c = MODEL["n_embd"]
     mlp = 4 * c * c + 4 * c + 4 * c * c + c  # c_fc w+b, c_proj w+b
-    return expected_params(1, 1) + MODEL["n_layer"] * ((experts - 1) * mlp + experts * c)
+    return expected_params(1, 1) + MODEL["n_layer"] * ((experts // ep - 1) * mlp + experts * c)
 
 
 def memory(args, sets, tmp):
@@ -107,7 +108,8 @@ def memory(args, sets, tmp):
     for nproc, tp, pp, sp, experts, ep in [(1, 1, 1, False, 0, 1), (2, 1, 2, False, 0, 1), (4, 1, 4, False, 0, 1),
                                            (2, 2, 1, False, 0, 1), (4, 2, 2, False, 0, 1), (8, 2, 2, False, 0, 1),
                                            (2, 2, 1, True, 0, 1), (8, 2, 2, True, 0, 1), (1, 1, 1, False, 4, 1),
-                                           (2, 1, 1, False, 4, 1), (2, 1, 1, False, 4, 2), (4, 1, 1, False, 4, 4)]:
+                                           (2, 1, 1, False, 4, 1), (2, 1, 1, False, 4, 2), (4, 1, 1, False, 4, 2),
+                                           (4, 1, 1, False, 4, 4)]:
         dp = nproc // (tp * pp)
         micro = max(1, GLOBAL_BATCH // (4 * dp))
         tag = f"mem-tp{tp}-pp{pp}-dp{dp}" + ("-sp" if sp else "") + (f"-moe{experts}-ep{ep}" if experts else "")
@@ -122,7 +124,7 @@ def memory(args, sets, tmp):
         if not parts:
             parts = [int(x) for x in re.findall(r"model: (\d+) parameters", log)]
         state = [int(b) for b in re.findall(r"AdamW state (\d+) bytes on (?:this|every) rank", log)]
-        want = expected_moe_params(experts) if experts else expected_params(tp, pp)
+        want = expected_moe_params(experts, ep) if experts else expected_params(tp, pp)
         out.append({"tp": tp, "pp": pp, "dp": dp, "sp": sp, "experts": experts, "ep": ep, "params": max(parts),
                     "want": want, "state": max(state) if state else 0, "tok_s": tok, "micro": micro})
         print(f"layout {tag}: {tok:,.0f} tokens/s, {max(parts)} parameters on the largest rank (formula {want}), "
@@ -176,8 +178,9 @@ def render(bubble, mem, args, info, data_desc, command):
     lines += ["", "AdamW state is 8 bytes per parameter the rank holds, divided over its data-parallel group by "
               "ZeRO-1 (dp > 1). The mixture-of-experts rows replace every block's MLP by 4 expert MLPs and a router "
               "(moe.top_k 2, capacity factor 1.25: each token runs through 2 experts, about twice the dense MLP's "
-              "compute); with ep > 1 each rank computes 4 / ep of the experts for its expert group's tokens "
-              "(all-to-all), but every rank still holds every expert's parameters (the formula counts them all).",
+              "compute); with ep > 1 each rank holds and computes 4 / ep of the experts for its expert group's "
+              "tokens (all-to-all), and its ZeRO-1 slice is cut over the ranks holding the same experts (dp / ep "
+              "of them), so the other parameters' AdamW state is divided by dp / ep, not dp.",
               "", "Command:", "", "```", command, "```", ""]
     return "\n".join(lines)
 

@@ -380,8 +380,8 @@ namespace {
 
 // What tensor and pipeline parallelism need of the model today
 // (docs/parallelism.md, "Not built yet"): heads and the MLP's hidden
-// dimension split evenly, at least a block per stage, no dropout (a
-// layout-independent dropout stream comes with sequence parallelism), the lm
+// dimension split evenly, at least a block per stage, no dropout with
+// pipeline stages (tensor parallelism's is layout-independent), the lm
 // objective in float32 on the CPU.
 Status ValidateModelParallel(const TrainerConfig& c, const std::string& where) {
   const int tp = c.dist.tensor_parallel, pp = c.dist.pipeline_parallel;
@@ -412,9 +412,12 @@ Status ValidateModelParallel(const TrainerConfig& c, const std::string& where) {
                                 std::to_string(c.model.n_layer) + ") must be at least dist.pipeline_parallel; "
                                 "use at most " + std::to_string(c.model.n_layer) + " stages");
   }
-  if (c.model.dropout > 0) {
-    return InvalidArgumentError(head + " needs model.dropout = 0 for now (got " + std::to_string(c.model.dropout) +
-                                "): dropout that does not depend on the layout comes with sequence parallelism");
+  if (c.model.dropout > 0 && pp > 1) {
+    // Tensor and sequence parallelism draw the whole tensors' noise
+    // (trainer/tensor_parallel.h); a stage would draw only its blocks'.
+    return InvalidArgumentError("dist.pipeline_parallel = " + std::to_string(pp) + " needs model.dropout = 0 for "
+                                "now (got " + std::to_string(c.model.dropout) + "): each stage would draw only its own "
+                                "blocks' dropout masks, so the run would depend on the layout; set model.dropout = 0");
   }
   if (c.train.objective != "lm") {
     return InvalidArgumentError(head + ": only train.objective = \"lm\" runs model parallel so far (got \"" +

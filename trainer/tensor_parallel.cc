@@ -291,11 +291,6 @@ Result<std::shared_ptr<ParallelBlockImpl>> ParallelBlockImpl::Create(const Model
     return InvalidArgumentError("tensor parallel: mixture-of-experts blocks are not split over a tp group yet "
                                 "(set moe.experts = 0 or dist.tensor_parallel = 1)");
   }
-  if (cfg.dropout > 0) {
-    return InvalidArgumentError("tensor parallel needs model.dropout = 0 for now (got " + std::to_string(cfg.dropout) +
-                                "): dropout that does not depend on the layout comes with sequence parallelism "
-                                "(docs/parallelism.md)");
-  }
   if (sequence_parallel && cfg.block_size % s != 0) {
     return InvalidArgumentError("sequence parallel over " + std::to_string(s) + " ranks needs model.block_size (" +
                                 std::to_string(cfg.block_size) + ") divisible by it");
@@ -333,12 +328,50 @@ torch::Tensor ParallelBlockImpl::forward(torch::Tensor x) {
   namespace F = torch::nn::functional;
   const int64_t C = cfg_.n_embd;
   auto h = CopyToTensorParallel(torch::layer_norm(x, {C}, ln_1_w_, ln_1_b_, 1e-5), tp_);
-  auto y = CausalAttention(F::linear(h, attn_w_, attn_b_), local_heads_, mask_);
+  auto y = Attention(F::linear(h, attn_w_, attn_b_));
   y = ReduceFromTensorParallel(F::linear(y, attn_proj_w_), tp_);
-  x = x + (attn_proj_b_.defined() ? y + attn_proj_b_ : y);
+  x = x + Dropout(attn_proj_b_.defined() ? y + attn_proj_b_ : y);
   h = CopyToTensorParallel(torch::layer_norm(x, {C}, ln_2_w_, ln_2_b_, 1e-5), tp_);
   y = ReduceFromTensorParallel(F::linear(torch::gelu(F::linear(h, fc_w_, fc_b_)), mlp_proj_w_), tp_);
-  return x + (mlp_proj_b_.defined() ? y + mlp_proj_b_ : y);
+  return x + Dropout(mlp_proj_b_.defined() ? y + mlp_proj_b_ : y);
+}
+
+namespace {
+// The noise F::dropout multiplies a float32 tensor of shape `whole` by on
+// the CPU (ATen's _dropout_impl: bernoulli_(1 - p) of an empty tensor of
+// its shape, then / (1 - p)), drawn from the default generator.
+torch::Tensor DropoutNoise(at::IntArrayRef whole, double p) {
+  torch::Tensor noise = torch::empty(whole, torch::kFloat32);
+  noise.bernoulli_(1 - p);
+  noise.div_(1 - p);
+  return noise;
+}
+}  // namespace
+
+torch::Tensor ParallelBlockImpl::Attention(const torch::Tensor& qkv) {
+  if (!dropping()) return CausalAttention(qkv, local_heads_, mask_);
+  // The probabilities in full, as the unsplit model's dropout path does.
+  const int64_t B = qkv.size(0), T = qkv.size(1), c = qkv.size(2) / 3, hs = c / local_heads_;
+  auto parts = qkv.split(c, 2);
+  auto heads = [&](const torch::Tensor& t) { return t.reshape({B, T, local_heads_, hs}).transpose(1, 2); };
+  auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  auto att = torch::baddbmm(mask_.slice(0, 0, T).slice(1, 0, T), q.reshape({B * local_heads_, T, hs}),
+                            k.reshape({B * local_heads_, T, hs}).transpose(1, 2), /*beta=*/1.0, scale);
+  att = torch::softmax(att, -1).view({B, local_heads_, T, T});
+  // The whole [B, n_head, T, T] noise; this rank's heads of it.
+  att = att * DropoutNoise({B, cfg_.n_head, T, T}, cfg_.dropout).narrow(1, tp_->rank() * local_heads_, local_heads_);
+  return torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, c});
+}
+
+torch::Tensor ParallelBlockImpl::Dropout(const torch::Tensor& y) {
+  if (!dropping()) return y;
+  if (!sequence_) return y * DropoutNoise(y.sizes(), cfg_.dropout);
+  // This rank's positions of the whole sequence's noise.
+  std::vector<int64_t> whole = y.sizes().vec();
+  const int64_t t = whole[1];
+  whole[1] *= tp_->world_size();
+  return y * DropoutNoise(whole, cfg_.dropout).narrow(1, tp_->rank() * t, t);
 }
 
 torch::Tensor ParallelBlockImpl::ForwardSequenceParallel(torch::Tensor x) {
@@ -358,12 +391,12 @@ torch::Tensor ParallelBlockImpl::ForwardSequenceParallel(torch::Tensor x) {
   const torch::Tensor ln_1_w = whole_grad(ln_1_w_), ln_1_b = whole_grad(ln_1_b_), attn_proj_b = whole_grad(attn_proj_b_);
   const torch::Tensor ln_2_w = whole_grad(ln_2_w_), ln_2_b = whole_grad(ln_2_b_), mlp_proj_b = whole_grad(mlp_proj_b_);
   auto h = GatherSequence(torch::layer_norm(x, {C}, ln_1_w, ln_1_b, 1e-5), tp_, true);
-  auto y = CausalAttention(F::linear(h, attn_w_, attn_b_), local_heads_, mask_);
+  auto y = Attention(F::linear(h, attn_w_, attn_b_));
   y = ReduceScatterSequence(F::linear(y, attn_proj_w_), tp_);
-  x = x + (attn_proj_b.defined() ? y + attn_proj_b : y);
+  x = x + Dropout(attn_proj_b.defined() ? y + attn_proj_b : y);
   h = GatherSequence(torch::layer_norm(x, {C}, ln_2_w, ln_2_b, 1e-5), tp_, true);
   y = ReduceScatterSequence(F::linear(torch::gelu(F::linear(h, fc_w_, fc_b_)), mlp_proj_w_), tp_);
-  return x + (mlp_proj_b.defined() ? y + mlp_proj_b : y);
+  return x + Dropout(mlp_proj_b.defined() ? y + mlp_proj_b : y);
 }
 
 Status ParallelBlockImpl::LoadFromFull(const torch::nn::Module& full) {

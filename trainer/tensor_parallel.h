@@ -31,9 +31,16 @@
 //
 //   x_t = x_t + rs(attn(ag(ln_1(x_t))) W_proj_t^T) + b_proj      (x_t: rank t's positions)
 //
-// Float32 only, without dropout, for now: a layout-independent dropout
-// (the RNG drawn over the full tensor) and bf16 are not built yet. This
-// header includes LibTorch.
+// Dropout (model.dropout > 0, training) does not depend on the layout: each
+// of the block's three dropouts (attention probabilities, after the
+// attention's and the MLP's output projection) draws the noise of the whole
+// tensor as F::dropout does on one process (bernoulli(1 - p) / (1 - p) of
+// the whole shape, from the default generator) and keeps this rank's part
+// (its heads, or under sequence parallelism its positions). Every rank of a
+// tp group holds the generator state of its data-parallel rank (the trainer
+// seeds the dropout stream by it), so each draws what the unsplit model
+// draws, in the same order, and the masks are one process's bit for bit.
+// Float32 only: bf16 is not built yet. This header includes LibTorch.
 //
 // Thread-safety: one thread per module, as trainer/model.h; the communicator
 // is the tp group's and is used only from that thread.
@@ -99,7 +106,7 @@ class ParallelBlockImpl : public torch::nn::Module {
  public:
   // kInvalidArgument when cfg cannot be split over tp->world_size() ranks
   // (n_head and 4 * n_embd must divide) or asks for what is not built yet
-  // (dropout). `tp` is not owned and must outlive the module.
+  // (experts). `tp` is not owned and must outlive the module.
   // `sequence_parallel`: forward takes and returns this rank's positions
   // ([B, T / S, C], SplitSequence's part) instead of the whole sequence.
   static Result<std::shared_ptr<ParallelBlockImpl>> Create(const ModelConfig& cfg, Communicator* tp,
@@ -114,6 +121,13 @@ class ParallelBlockImpl : public torch::nn::Module {
  private:
   ParallelBlockImpl(const ModelConfig& cfg, Communicator* tp, bool sequence_parallel);
   torch::Tensor ForwardSequenceParallel(torch::Tensor x);
+  // Attention over this rank's heads of qkv [B, T, 3 C / S], with dropout on
+  // the probabilities when training with model.dropout > 0.
+  torch::Tensor Attention(const torch::Tensor& qkv);
+  // y's dropout (training, model.dropout > 0): y is the whole [B, T, C], or
+  // under sequence parallelism this rank's positions of it.
+  torch::Tensor Dropout(const torch::Tensor& y);
+  bool dropping() const { return cfg_.dropout > 0 && is_training(); }
   ModelConfig cfg_;
   Communicator* tp_;
   bool sequence_;

@@ -261,10 +261,8 @@ TEST(TensorParallelShardTest, ALayoutThatDoesNotSplitIsRefusedBeforeAnyCollectiv
   cfg.n_head = 3;
   cfg.n_embd = 33;
   EXPECT_TRUE(ParallelBlockImpl::Create(cfg, local.get()).ok()) << "one rank: anything splits";
-  cfg.dropout = 0.1;
-  auto dropout = ParallelBlockImpl::Create(cfg, local.get());
-  ASSERT_FALSE(dropout.ok());
-  EXPECT_NE(dropout.status().message().find("model.dropout = 0"), std::string::npos);
+  cfg.dropout = 0.1;  // layout-independent (tests/trainer/tensor_parallel_integration_test.cc)
+  EXPECT_TRUE(ParallelBlockImpl::Create(cfg, local.get()).ok());
   EXPECT_FALSE(ParallelBlockImpl::Create(cfg, nullptr).ok());
 }
 

@@ -1098,7 +1098,11 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, Tr
     }
     impl->BuildFlatLayout();
     // Dropout draws from here on: a stream per rank (CPU and CUDA generators alike).
-    torch::manual_seed(config.train.seed * 1000003ULL + 1 + static_cast<uint64_t>(impl->global_rank));
+    // Seeded by the data-parallel rank: the ranks of a tensor-parallel group
+    // draw the same stream, the whole tensors' dropout noise as one process
+    // of that data-parallel rank does (trainer/tensor_parallel.h). Without
+    // model parallelism the data-parallel rank is the world rank.
+    torch::manual_seed(config.train.seed * 1000003ULL + 1 + static_cast<uint64_t>(impl->rank()));
     if (impl->cuda) {
       impl->grad_norm = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(impl->device));
       impl->shared_dev = torch::zeros({3}, torch::TensorOptions().dtype(torch::kFloat32).device(impl->device));
