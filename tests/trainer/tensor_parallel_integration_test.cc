@@ -160,6 +160,26 @@ class TensorParallelTest : public ::testing::Test {
     }
   }
 
+  // The eval_loss records of run `tag` against run `ref`'s (3 of them):
+  // the same steps, each within 1e-5 relative.
+  void ExpectEvalLossesMatch(const std::string& ref, const std::string& tag) {
+    auto evals = [](const std::vector<nlohmann::json>& lines) {
+      std::map<int64_t, double> out;
+      for (const auto& l : lines) {
+        if (l.value("record", "") == "eval") out[l["step"].get<int64_t>()] = l["eval_loss"].get<double>();
+      }
+      return out;
+    };
+    const auto want = evals(ReadMetrics(dir_ / (ref + ".jsonl")));
+    const auto got = evals(ReadMetrics(dir_ / (tag + ".jsonl")));
+    ASSERT_EQ(want.size(), 3u);
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [step, loss] : want) {
+      ASSERT_EQ(got.count(step), 1u) << "no evaluation after step " << step;
+      EXPECT_NEAR(got.at(step), loss, 1e-5 * loss) << "eval_loss after step " << step;
+    }
+  }
+
   TempDir dir_;
   std::string cfg_;
 };
@@ -642,21 +662,7 @@ TEST_F(TensorParallelTest, ExpertParallelEvaluationIsOneProcesssEvaluation) {
   ASSERT_EQ(one.exit_code, 0) << one.output;
   ProcessResult ep = Train(4, 1, with({"--set", "dist.expert_parallel=2", "--metrics", dir_ / "ep.jsonl"}));
   ASSERT_EQ(ep.exit_code, 0) << ep.output;
-  auto evals = [](const std::vector<nlohmann::json>& lines) {
-    std::map<int64_t, double> out;
-    for (const auto& l : lines) {
-      if (l.value("record", "") == "eval") out[l["step"].get<int64_t>()] = l["eval_loss"].get<double>();
-    }
-    return out;
-  };
-  const auto want = evals(ReadMetrics(dir_ / "one.jsonl"));
-  const auto got = evals(ReadMetrics(dir_ / "ep.jsonl"));
-  ASSERT_EQ(want.size(), 3u);
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [step, loss] : want) {
-    ASSERT_EQ(got.count(step), 1u) << "no evaluation after step " << step;
-    EXPECT_NEAR(got.at(step), loss, 1e-5 * loss) << "eval_loss after step " << step;
-  }
+  ExpectEvalLossesMatch("one", "ep");
 }
 
 // What the expert layout cannot be is refused with exit 2 before a step.
@@ -705,21 +711,7 @@ TEST_F(TensorParallelTest, PipelineEvaluationIsOneProcesssEvaluation) {
   ASSERT_EQ(one.exit_code, 0) << one.output;
   ProcessResult pp = TrainPipeline(8, 2, 2, with({"--metrics", dir_ / "pp.jsonl"}));
   ASSERT_EQ(pp.exit_code, 0) << pp.output;
-  auto evals = [](const std::vector<nlohmann::json>& lines) {
-    std::map<int64_t, double> out;
-    for (const auto& l : lines) {
-      if (l.value("record", "") == "eval") out[l["step"].get<int64_t>()] = l["eval_loss"].get<double>();
-    }
-    return out;
-  };
-  const auto want = evals(ReadMetrics(dir_ / "one.jsonl"));
-  const auto got = evals(ReadMetrics(dir_ / "pp.jsonl"));
-  ASSERT_EQ(want.size(), 3u);
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [step, loss] : want) {
-    ASSERT_EQ(got.count(step), 1u) << "no evaluation after step " << step;
-    EXPECT_NEAR(got.at(step), loss, 1e-5 * loss) << "eval_loss after step " << step;
-  }
+  ExpectEvalLossesMatch("one", "pp");
 }
 
 // Must-show 2, resharded: a checkpoint of one model-parallel layout resumes
