@@ -2,15 +2,28 @@
 # The RL example, one command: set up and build, make the task's data, teach a
 # tiny GPT the task by SFT, then run GRPO under holdfastd — the learner, two
 # rollout workers and the reward service, each supervised — and end with
-# `runctl status` and the held-out accuracy before and after RL.
+# `runctl status` and the held-out accuracy before and after RL (docs/rl.md).
 #
 #   examples/rl/run.sh            # from anywhere; runs in runs/rl/
 #   SKIP_BUILD=1 examples/rl/run.sh
+#
+# For the test that guards the result (ctest rl_example): RL_ROOT=DIR runs the
+# example's own files (examples/rl, copied) in DIR with BUILD_DIR linked as
+# DIR/build; MIN_GAIN=0.10 exits 1 unless GRPO lifts held-out accuracy by at
+# least that much from a start below 0.5.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ -z "${SKIP_BUILD:-}" ]; then
   scripts/setup.sh
   scripts/build.sh
+fi
+if [ -n "${RL_ROOT:-}" ]; then
+  build_dir=$(cd "${BUILD_DIR:-build}" && pwd)
+  mkdir -p "$RL_ROOT/examples"
+  rm -rf "$RL_ROOT/examples/rl" "$RL_ROOT/build"
+  cp -r examples/rl "$RL_ROOT/examples/rl"
+  ln -s "$build_dir" "$RL_ROOT/build"
+  cd "$RL_ROOT"
 fi
 RUN=runs/rl
 rm -rf "$RUN"
@@ -28,11 +41,25 @@ rc=0
 build/daemon/holdfastd --run-dir "$RUN/daemon" --config examples/rl/job.toml > "$RUN/holdfastd.log" 2>&1 || rc=$?
 build/cli/runctl --run-dir "$RUN/daemon" status latest || true
 echo "== held-out accuracy (greedy, $(sed -n 's/^eval_prompts *= *\([0-9]*\).*/\1/p' examples/rl/grpo.toml) prompts the run never trains on)"
-python3 - "$RUN/learner/metrics.jsonl" <<'PY'
-import json, sys
+check=0
+python3 - "$RUN/learner/metrics.jsonl" "${MIN_GAIN:-}" <<'PY' || check=$?
+import json, math, sys
 evals = [r for r in map(json.loads, open(sys.argv[1])) if "eval_reward" in r]
 for r in evals:
     print(f"  step {r['step']:4d}: {r['eval_reward']:.3f}")
+if len(evals) < 2:
+    sys.exit("no evaluation before and after GRPO in " + sys.argv[1])
+first, last = evals[0]["eval_reward"], evals[-1]["eval_reward"]
+n = evals[-1].get("eval_prompts", 1000)
+se = math.sqrt((first * (1 - first) + last * (1 - last)) / n)  # of the difference
+print(f"  GRPO: {first:.3f} -> {last:.3f}, {100 * (last - first):+.1f} points "
+      f"(standard error of the difference {100 * se:.1f} points)")
+if sys.argv[2]:
+    bound = float(sys.argv[2])
+    if first >= 0.5 or last - first < bound:
+        sys.exit(f"FAILED: the example must start below 0.5 and gain at least {100 * bound:.0f} points "
+                 f"(docs/rl.md); it went {first:.3f} -> {last:.3f}")
 PY
 build/cli/runctl --run-dir "$RUN/daemon" best latest --metric eval_reward || true
-exit "$rc"
+[ "$rc" -ne 0 ] && exit "$rc"
+exit "$check"
