@@ -78,6 +78,13 @@ int CmdTriage(const CliContext& ctx, const std::string& run, const RankSelection
 // a loss, higher for a name with accuracy, reward or margin. Prints step,
 // value and path. An unknown metric: exit 2 listing the metrics present.
 int CmdBest(const CliContext& ctx, const std::string& run, const std::string& metric);
+// Runs side by side by an eval metric (`metric` empty: eval_loss where a run
+// has it, else the first one they carry): per run its best and last value,
+// then the metric at every evaluated checkpoint step, a column per run.
+// `runs` empty: every run of the run directory, oldest first (a sweep's
+// members). Metrics come from lineage (each checkpoint's eval at its own
+// step). An unknown metric: exit 2 listing those present.
+int CmdCompare(const CliContext& ctx, const std::vector<std::string>& runs, const std::string& metric);
 // Writes RUN's report (cli/report.h) to `out` (empty: RUN_DIR/report-RUN.html).
 // `metrics` is the trainer's metrics.jsonl; empty: found from the run's job
 // config (docs/report.md).

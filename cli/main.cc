@@ -36,6 +36,8 @@ struct Flags {
   int max_events = 500;
   std::string report_out, report_metrics;
   std::string best_metric = "eval_loss";
+  std::vector<std::string> compare_runs;  // compare RUN...
+  std::string compare_metric;             // compare --metric
   bool checkpoint_wait = false;
   int checkpoint_timeout_s = 600;
   bool stop_wait = false;
@@ -63,6 +65,7 @@ struct Commands {
   CLI::App* lineage = nullptr;
   CLI::App* triage = nullptr;
   CLI::App* best = nullptr;
+  CLI::App* compare = nullptr;
   CLI::App* report = nullptr;
   CLI::App* incident = nullptr;
   CLI::App* node = nullptr;
@@ -143,6 +146,13 @@ void AddShowCommands(CLI::App& app, Flags& f, Commands& c) {
   c.best->add_option("RUN", f.run)->required();
   c.best->add_option("--metric", f.best_metric, "the eval metric to rank by (default eval_loss)");
 
+  c.compare = app.add_subcommand(
+      "compare", "runs side by side by an eval metric: each run's best and last value, then the metric at every "
+                 "evaluated checkpoint, a column per run (a sweep's members)");
+  c.compare->add_option("RUN", f.compare_runs, "the runs (default: every run of the run directory, oldest first)");
+  c.compare->add_option("--metric", f.compare_metric,
+                        "the eval metric (default: eval_loss where recorded, else the first one the runs carry)");
+
   c.report = app.add_subcommand("report", "write RUN's report: one HTML file (charts, timeline, lost time, triage)");
   c.report->add_option("RUN", f.run)->required();
   c.report->add_option("--out", f.report_out, "the file to write (default: RUN_DIR/report-RUN.html)");
@@ -199,6 +209,7 @@ int Dispatch(const CliContext& ctx, const Flags& f, const Commands& c) {
   if (*c.lineage) return CmdLineage(ctx, f.run, f.max_events);
   if (*c.triage) return CmdTriage(ctx, f.run, sel);
   if (*c.best) return CmdBest(ctx, f.run, f.best_metric);
+  if (*c.compare) return CmdCompare(ctx, f.compare_runs, f.compare_metric);
   if (*c.report) return CmdReport(ctx, f.run, f.report_out, f.report_metrics);
   if (*c.checkpoint) {
     return CmdCheckpoint(ctx, f.run, f.checkpoint_wait, std::chrono::seconds(f.checkpoint_timeout_s));

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -254,6 +255,137 @@ int CmdBest(const CliContext& c, const std::string& spec, const std::string& met
   }
   *c.out << "best checkpoint of run " << run.run_id << " by " << metric << " (" << (higher ? "higher" : "lower")
          << " is better): step " << best->step << "  " << metric << " " << value << "  " << best->path << "\n";
+  return kRunctlOk;
+}
+
+namespace {
+
+// One run's values of a metric, by the step of the checkpoint evaluated on
+// its own weights (pruned or corrupt checkpoints too: the measurement stands).
+struct RunMetric {
+  RunRecord run;
+  std::map<int64_t, double> by_step;
+  std::set<std::string> carried;  // every eval metric its checkpoints carry
+};
+
+std::string MetricValue(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", v);
+  return buf;
+}
+
+}  // namespace
+
+int CmdCompare(const CliContext& c, const std::vector<std::string>& specs, const std::string& wanted) {
+  Result<std::unique_ptr<LineageDb>> db = OpenDb(c);
+  if (!db.ok()) return Fail(c, ExitFor(db.status()), db.status().message());
+  std::vector<RunRecord> runs;
+  if (specs.empty()) {
+    Result<std::vector<RunRecord>> all = (*db)->ListRuns(0);
+    if (!all.ok()) return Fail(c, kRunctlFailure, all.status().message());
+    runs.assign(all->rbegin(), all->rend());  // oldest first: a sweep's members in the order they ran
+  } else {
+    std::set<std::string> seen;
+    for (const std::string& spec : specs) {
+      Result<RunRecord> run = (*db)->FindRun(spec);
+      if (!run.ok()) return Fail(c, ExitForRunLookup(run.status()), run.status().message());
+      if (seen.insert(run->run_id).second) runs.push_back(std::move(run).value());
+    }
+  }
+  if (runs.empty()) return Fail(c, kRunctlNotFound, "no run is recorded in " + c.run_dir + "/lineage.db");
+  std::vector<RunMetric> rows;
+  std::set<std::string> present;
+  for (RunRecord& run : runs) {
+    Result<std::vector<CheckpointRecord>> ckpts = (*db)->Checkpoints(run.run_id);
+    if (!ckpts.ok()) return Fail(c, kRunctlFailure, ckpts.status().message());
+    RunMetric r;
+    r.run = std::move(run);
+    for (const CheckpointRecord& k : *ckpts) {
+      for (const auto& [name, value] : k.metrics) {
+        if (name != "eval_step") r.carried.insert(name);
+      }
+    }
+    present.insert(r.carried.begin(), r.carried.end());
+    rows.push_back(std::move(r));
+  }
+  if (present.empty()) {
+    return Fail(c, kRunctlNotFound,
+                "none of these runs has a checkpoint with eval metrics: set [eval] every_steps and holdout in the "
+                "trainer config (a multiple of checkpoint.every_steps, so that checkpoints are evaluated)");
+  }
+  std::string metric = wanted;
+  if (metric.empty()) metric = present.count("eval_loss") ? "eval_loss" : *present.begin();
+  if (present.count(metric) == 0) {
+    std::string names;
+    for (const std::string& n : present) names += (names.empty() ? "" : ", ") + n;
+    return Fail(c, kRunctlUsage, "no run has the eval metric '" + metric + "'; their checkpoints carry: " + names +
+                                     " (choose one with --metric)");
+  }
+  for (RunMetric& r : rows) {
+    Result<std::vector<CheckpointRecord>> ckpts = (*db)->Checkpoints(r.run.run_id);
+    if (!ckpts.ok()) return Fail(c, kRunctlFailure, ckpts.status().message());
+    for (const CheckpointRecord& k : *ckpts) {
+      auto it = k.metrics.find(metric);
+      auto at = k.metrics.find("eval_step");
+      if (it == k.metrics.end() || at == k.metrics.end() || static_cast<int64_t>(at->second) != k.step) continue;
+      r.by_step[k.step] = it->second;
+    }
+  }
+  const bool higher = HigherIsBetter(metric);
+  auto best_of = [&](const RunMetric& r) {
+    auto best = r.by_step.begin();
+    for (auto it = r.by_step.begin(); it != r.by_step.end(); ++it) {
+      if (higher ? it->second > best->second : it->second < best->second) best = it;
+    }
+    return best;
+  };
+  if (c.json) {
+    json out = {{"metric", metric}, {"higher_is_better", higher}, {"runs", json::array()}};
+    for (const RunMetric& r : rows) {
+      json j = {{"run_id", r.run.run_id}, {"name", r.run.name}, {"state", RunStateName(r.run.state)},
+                {"values", json::array()}, {"best", nullptr}, {"last", nullptr}};
+      for (const auto& [step, v] : r.by_step) j["values"].push_back({{"step", step}, {"value", v}});
+      if (!r.by_step.empty()) {
+        const auto b = best_of(r);
+        j["best"] = {{"step", b->first}, {"value", b->second}};
+        j["last"] = {{"step", r.by_step.rbegin()->first}, {"value", r.by_step.rbegin()->second}};
+      }
+      out["runs"].push_back(std::move(j));
+    }
+    PrintJson(c, out);
+    return kRunctlOk;
+  }
+  std::ostream& os = *c.out;
+  os << metric << " (" << (higher ? "higher" : "lower") << " is better) at each run's evaluated checkpoints\n\n";
+  Table summary({"RUN", "NAME", "STATE", "BEST", "AT STEP", "LAST", "AT STEP"});
+  std::set<int64_t> steps;
+  for (const RunMetric& r : rows) {
+    std::vector<std::string> row = {r.run.run_id, r.run.name, RunStateName(r.run.state)};
+    if (r.by_step.empty()) {
+      row.insert(row.end(), {"-", "-", "-", "-"});
+    } else {
+      const auto b = best_of(r);
+      row.insert(row.end(), {MetricValue(b->second), std::to_string(b->first),
+                             MetricValue(r.by_step.rbegin()->second), std::to_string(r.by_step.rbegin()->first)});
+    }
+    summary.Add(std::move(row));
+    for (const auto& [step, v] : r.by_step) steps.insert(step);
+  }
+  summary.Print(os);
+  if (steps.empty()) return kRunctlOk;
+  os << "\n";
+  std::vector<std::string> head = {"STEP"};
+  for (const RunMetric& r : rows) head.push_back(r.run.run_id);
+  Table by_step(head);
+  for (int64_t step : steps) {
+    std::vector<std::string> row = {std::to_string(step)};
+    for (const RunMetric& r : rows) {
+      auto it = r.by_step.find(step);
+      row.push_back(it == r.by_step.end() ? "-" : MetricValue(it->second));
+    }
+    by_step.Add(std::move(row));
+  }
+  by_step.Print(os);
   return kRunctlOk;
 }
 
