@@ -1,5 +1,10 @@
 #include "cli/command_support.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <sstream>
 #include <utility>
 
 namespace holdfast {
@@ -64,6 +69,55 @@ RunLookup LookUp(const CliContext& c, const std::string& spec) {
 Result<RunRecord> ReadRun(const CliContext& c, const std::string& run_id) {
   HF_ASSIGN_OR_RETURN(std::unique_ptr<LineageDb> db, OpenDb(c));
   return db->GetRun(run_id);
+}
+
+std::string SelfDir() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  std::string path(buf, static_cast<size_t>(n));
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash);
+}
+
+bool IsExecutable(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+// `env` (a test's or operator's override), next to runctl, ../<sibling>/ of
+// runctl's folder (the build tree), then PATH. `looked` lists where it looked.
+std::string FindTool(const std::string& name, const char* env, const std::string& sibling,
+                     std::vector<std::string>* looked) {
+  const char* forced = std::getenv(env);
+  if (forced != nullptr && *forced != '\0') {
+    looked->push_back(std::string("$") + env + "=" + forced);
+    return IsExecutable(forced) ? forced : "";
+  }
+  std::string self = SelfDir();
+  if (!self.empty()) {
+    for (const std::string& p : {self + "/" + name, self + "/../" + sibling + "/" + name}) {
+      looked->push_back(p);
+      if (IsExecutable(p)) return p;
+    }
+  }
+  looked->push_back("PATH");
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path ? path : "");
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    if (dir.empty()) continue;
+    std::string p = dir + "/" + name;
+    if (IsExecutable(p)) return p;
+  }
+  return "";
+}
+
+std::vector<char*> Argv(std::vector<std::string>& args) {
+  std::vector<char*> v;
+  for (std::string& a : args) v.push_back(a.data());
+  v.push_back(nullptr);
+  return v;
 }
 
 }  // namespace holdfast

@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "common/status.h"
@@ -31,6 +32,17 @@ void PrintJson(const CliContext& c, const nlohmann::json& j);
 std::string DbPath(const CliContext& c);
 // lineage.db opened read-only (a fresh open sees the daemon's newest commit).
 Result<std::unique_ptr<LineageDb>> OpenDb(const CliContext& c);
+
+// The folder of the running runctl ("" when /proc/self/exe cannot be read).
+std::string SelfDir();
+bool IsExecutable(const std::string& path);
+// A Holdfast program: `env` (a test's or operator's override), next to
+// runctl, ../<sibling>/ of runctl's folder (the build tree), then PATH.
+// `looked` lists where it looked; "" when not found.
+std::string FindTool(const std::string& name, const char* env, const std::string& sibling,
+                     std::vector<std::string>* looked);
+// argv for posix_spawn: pointers into `args`, null-terminated.
+std::vector<char*> Argv(std::vector<std::string>& args);
 
 // The database and the run RUN names; on failure the error is printed and
 // `exit` is its exit code.

@@ -38,6 +38,8 @@ struct Flags {
   std::string best_metric = "eval_loss";
   std::vector<std::string> compare_runs;  // compare RUN...
   std::string compare_metric;             // compare --metric
+  std::string sweep_job, sweep_vary;      // sweep JOB --vary
+  int sweep_side_by_side = 1;
   bool checkpoint_wait = false;
   int checkpoint_timeout_s = 600;
   bool stop_wait = false;
@@ -66,6 +68,7 @@ struct Commands {
   CLI::App* triage = nullptr;
   CLI::App* best = nullptr;
   CLI::App* compare = nullptr;
+  CLI::App* sweep = nullptr;
   CLI::App* report = nullptr;
   CLI::App* incident = nullptr;
   CLI::App* node = nullptr;
@@ -153,6 +156,14 @@ void AddShowCommands(CLI::App& app, Flags& f, Commands& c) {
   c.compare->add_option("--metric", f.compare_metric,
                         "the eval metric (default: eval_loss where recorded, else the first one the runs carry)");
 
+  c.sweep = app.add_subcommand("sweep", "run JOB once per value of a parameter, each member its own holdfastd and run "
+                                        "directory (RUN_DIR/sweep-NAME/NAME-VALUE), then compare them");
+  c.sweep->add_option("JOB", f.sweep_job, "the job file; {value} is replaced by each value, {sweep} by the member's "
+                                          "tag (put it in every output path)")->required();
+  c.sweep->add_option("--vary", f.sweep_vary, "NAME=V1,V2,... (e.g. lr=1e-4,3e-4,1e-3)")->required();
+  c.sweep->add_option("--side-by-side", f.sweep_side_by_side, "members run at a time (default 1: in turn)");
+  c.sweep->add_option("--metric", f.compare_metric, "the eval metric the members are compared by (as compare's)");
+
   c.report = app.add_subcommand("report", "write RUN's report: one HTML file (charts, timeline, lost time, triage)");
   c.report->add_option("RUN", f.run)->required();
   c.report->add_option("--out", f.report_out, "the file to write (default: RUN_DIR/report-RUN.html)");
@@ -210,6 +221,7 @@ int Dispatch(const CliContext& ctx, const Flags& f, const Commands& c) {
   if (*c.triage) return CmdTriage(ctx, f.run, sel);
   if (*c.best) return CmdBest(ctx, f.run, f.best_metric);
   if (*c.compare) return CmdCompare(ctx, f.compare_runs, f.compare_metric);
+  if (*c.sweep) return CmdSweep(ctx, f.sweep_job, f.sweep_vary, f.sweep_side_by_side, f.compare_metric);
   if (*c.report) return CmdReport(ctx, f.run, f.report_out, f.report_metrics);
   if (*c.checkpoint) {
     return CmdCheckpoint(ctx, f.run, f.checkpoint_wait, std::chrono::seconds(f.checkpoint_timeout_s));

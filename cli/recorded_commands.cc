@@ -264,6 +264,7 @@ namespace {
 // its own weights (pruned or corrupt checkpoints too: the measurement stands).
 struct RunMetric {
   RunRecord run;
+  LineageDb* db = nullptr;  // where it is recorded (not owned)
   std::map<int64_t, double> by_step;
   std::set<std::string> carried;  // every eval metric its checkpoints carry
 };
@@ -277,29 +278,49 @@ std::string MetricValue(double v) {
 }  // namespace
 
 int CmdCompare(const CliContext& c, const std::vector<std::string>& specs, const std::string& wanted) {
-  Result<std::unique_ptr<LineageDb>> db = OpenDb(c);
-  if (!db.ok()) return Fail(c, ExitFor(db.status()), db.status().message());
-  std::vector<RunRecord> runs;
-  if (specs.empty()) {
-    Result<std::vector<RunRecord>> all = (*db)->ListRuns(0);
-    if (!all.ok()) return Fail(c, kRunctlFailure, all.status().message());
-    runs.assign(all->rbegin(), all->rend());  // oldest first: a sweep's members in the order they ran
-  } else {
-    std::set<std::string> seen;
-    for (const std::string& spec : specs) {
-      Result<RunRecord> run = (*db)->FindRun(spec);
-      if (!run.ok()) return Fail(c, ExitForRunLookup(run.status()), run.status().message());
-      if (seen.insert(run->run_id).second) runs.push_back(std::move(run).value());
+  // The run directory's lineage.db, and that of every RUN that is a run
+  // directory (a sweep member's: its newest run).
+  std::vector<std::unique_ptr<LineageDb>> dbs;
+  std::vector<std::pair<RunRecord, LineageDb*>> runs;
+  int open_exit = kRunctlOk;
+  auto open_db = [&](const CliContext& at) -> LineageDb* {
+    Result<std::unique_ptr<LineageDb>> db = OpenDb(at);
+    if (!db.ok()) {
+      open_exit = Fail(c, ExitFor(db.status()), db.status().message());
+      return nullptr;
     }
+    dbs.push_back(std::move(db).value());
+    return dbs.back().get();
+  };
+  std::set<std::pair<std::string, std::string>> seen;  // (lineage.db, run id)
+  if (specs.empty()) {
+    LineageDb* db = open_db(c);
+    if (db == nullptr) return open_exit;
+    Result<std::vector<RunRecord>> all = db->ListRuns(0);
+    if (!all.ok()) return Fail(c, kRunctlFailure, all.status().message());
+    for (auto it = all->rbegin(); it != all->rend(); ++it) runs.emplace_back(*it, db);  // oldest first
+  }
+  LineageDb* here = nullptr;
+  for (const std::string& spec : specs) {
+    std::error_code ec;
+    const bool dir = std::filesystem::is_regular_file(std::filesystem::path(spec) / "lineage.db", ec);
+    CliContext at = c;
+    if (dir) at.run_dir = spec;
+    LineageDb* db = dir ? open_db(at) : (here != nullptr ? here : (here = open_db(c)));
+    if (db == nullptr) return open_exit;
+    Result<RunRecord> run = db->FindRun(dir ? "latest" : spec);
+    if (!run.ok()) return Fail(c, ExitForRunLookup(run.status()), run.status().message());
+    if (seen.insert({at.run_dir, run->run_id}).second) runs.emplace_back(std::move(run).value(), db);
   }
   if (runs.empty()) return Fail(c, kRunctlNotFound, "no run is recorded in " + c.run_dir + "/lineage.db");
   std::vector<RunMetric> rows;
   std::set<std::string> present;
-  for (RunRecord& run : runs) {
-    Result<std::vector<CheckpointRecord>> ckpts = (*db)->Checkpoints(run.run_id);
+  for (auto& [run, db] : runs) {
+    Result<std::vector<CheckpointRecord>> ckpts = db->Checkpoints(run.run_id);
     if (!ckpts.ok()) return Fail(c, kRunctlFailure, ckpts.status().message());
     RunMetric r;
     r.run = std::move(run);
+    r.db = db;
     for (const CheckpointRecord& k : *ckpts) {
       for (const auto& [name, value] : k.metrics) {
         if (name != "eval_step") r.carried.insert(name);
@@ -322,7 +343,7 @@ int CmdCompare(const CliContext& c, const std::vector<std::string>& specs, const
                                      " (choose one with --metric)");
   }
   for (RunMetric& r : rows) {
-    Result<std::vector<CheckpointRecord>> ckpts = (*db)->Checkpoints(r.run.run_id);
+    Result<std::vector<CheckpointRecord>> ckpts = r.db->Checkpoints(r.run.run_id);
     if (!ckpts.ok()) return Fail(c, kRunctlFailure, ckpts.status().message());
     for (const CheckpointRecord& k : *ckpts) {
       auto it = k.metrics.find(metric);
