@@ -277,11 +277,15 @@ std::string MetricValue(double v) {
 
 }  // namespace
 
-int CmdCompare(const CliContext& c, const std::vector<std::string>& specs, const std::string& wanted) {
-  // The run directory's lineage.db, and that of every RUN that is a run
-  // directory (a sweep member's: its newest run).
-  std::vector<std::unique_ptr<LineageDb>> dbs;
-  std::vector<std::pair<RunRecord, LineageDb*>> runs;
+// The runs `specs` name (compare's RUN arguments): run ids of the run
+// directory's lineage.db, or run directories (their newest run); none: every
+// run of the run directory, oldest first. The databases opened go to *dbs.
+// Returns kRunctlOk or the exit code of what could not be read or found.
+static int ResolveRuns(const CliContext& c, const std::vector<std::string>& specs,
+                std::vector<std::unique_ptr<LineageDb>>* dbs_out,
+                std::vector<std::pair<RunRecord, LineageDb*>>* runs_out) {
+  std::vector<std::unique_ptr<LineageDb>>& dbs = *dbs_out;
+  std::vector<std::pair<RunRecord, LineageDb*>>& runs = *runs_out;
   int open_exit = kRunctlOk;
   auto open_db = [&](const CliContext& at) -> LineageDb* {
     Result<std::unique_ptr<LineageDb>> db = OpenDb(at);
@@ -312,6 +316,13 @@ int CmdCompare(const CliContext& c, const std::vector<std::string>& specs, const
     if (!run.ok()) return Fail(c, ExitForRunLookup(run.status()), run.status().message());
     if (seen.insert({at.run_dir, run->run_id}).second) runs.emplace_back(std::move(run).value(), db);
   }
+  return kRunctlOk;
+}
+
+int CmdCompare(const CliContext& c, const std::vector<std::string>& specs, const std::string& wanted) {
+  std::vector<std::unique_ptr<LineageDb>> dbs;
+  std::vector<std::pair<RunRecord, LineageDb*>> runs;
+  if (int exit = ResolveRuns(c, specs, &dbs, &runs); exit != kRunctlOk) return exit;
   if (runs.empty()) return Fail(c, kRunctlNotFound, "no run is recorded in " + c.run_dir + "/lineage.db");
   std::vector<RunMetric> rows;
   std::set<std::string> present;
