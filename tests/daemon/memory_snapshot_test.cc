@@ -21,7 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kShm = "/dev/shm";
 
 // Memory snapshots every step; nothing declares a hang while a test holds the ranks stopped.
 constexpr const char* kRecovery = "stopped_hang_s = 0\n[recovery]\nmemory_budget_mb = 64\n";
@@ -29,15 +28,7 @@ constexpr const char* kRecovery = "stopped_hang_s = 0\n[recovery]\nmemory_budget
 class MemorySnapshotTest : public SupervisedRunTest {
  protected:
   // The run's snapshot folders in /dev/shm (one per daemon).
-  static std::vector<std::string> SnapshotFolders(const std::string& run_id) {
-    std::vector<std::string> out;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(kShm, ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.find("holdfast-snap-" + run_id + "-") != std::string::npos) out.push_back(e.path().string());
-    }
-    return out;
-  }
+  static std::vector<std::string> SnapshotFolders(const std::string& run_id) { return SnapshotFoldersOf(run_id); }
 
   static int64_t NewestCommitted(const std::string& folder) { return NewestCommittedSnapshot(folder); }
 
@@ -60,6 +51,7 @@ TEST_F(MemorySnapshotTest, AKilledRankResumesFromTheNewestSnapshotWithTheDiskChe
   ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
   const std::vector<std::string> folders = SnapshotFolders(st->run_id);
   ASSERT_EQ(folders.size(), 1u) << ReadFile(dir_ / "daemon.log");
+  ASSERT_GE(WaitForCommittedSnapshot(st->run_id), 1) << ReadFile(dir_ / "daemon.log");
   const std::vector<pid_t> pids = FreezeRanks(daemon, *st);
   ASSERT_EQ(pids.size(), 2u);
   const int64_t newest = NewestCommitted(folders[0]);
@@ -112,6 +104,7 @@ TEST_F(MemorySnapshotTest, AFlippedByteInTheSnapshotsFallsBackToTheDiskCheckpoin
   ASSERT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
   const std::vector<std::string> folders = SnapshotFolders(st->run_id);
   ASSERT_EQ(folders.size(), 1u) << ReadFile(dir_ / "daemon.log");
+  ASSERT_GE(WaitForCommittedSnapshot(st->run_id), 1) << ReadFile(dir_ / "daemon.log");
   const std::vector<pid_t> pids = FreezeRanks(daemon, *st);
   ASSERT_EQ(pids.size(), 2u);
   // One byte of every shard of every snapshot, past the header: the data.

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "common/run_files.h"
+#include "tests/daemon/snapshot_folders.h"
 #include "tests/daemon/supervised_run.h"
 
 namespace holdfast {
@@ -62,6 +63,9 @@ class WarmSpareTest : public SupervisedRunTest {
     auto st = WaitForStep(3, daemon);
     EXPECT_TRUE(st.has_value()) << ReadFile(dir_ / "daemon.log");
     if (!st.has_value()) return {};
+    // A snapshot the next generation restores from: committed before the
+    // ranks are frozen (a reported step's snapshot may still be in flight).
+    EXPECT_GE(WaitForCommittedSnapshot(st->run_id), 1) << ReadFile(dir_ / "daemon.log");
     std::vector<pid_t> ranks = FreezeRanks(daemon, *st);
     EXPECT_EQ(ranks.size(), 2u);
     std::set<pid_t> spares = WaitForSpares(daemon, 2);
