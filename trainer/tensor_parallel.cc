@@ -260,6 +260,7 @@ bool GptTensorParallelSplits(const std::string& name) {
 
 Result<torch::Tensor> GptTensorParallelFullOf(const std::string& name, const std::vector<torch::Tensor>& parts) {
   if (parts.empty()) return InvalidArgumentError("tensor parallel: no parts of " + name);
+  if (parts.size() == 1) return parts[0];  // one tp rank: nothing was split (an expert, a layout without tp)
   const std::string block = BlockName(name);
   if (block.empty()) return parts[0];
   HF_ASSIGN_OR_RETURN(SplitRule rule, RuleOf(block));
@@ -407,6 +408,7 @@ Status ParallelBlockImpl::LoadFromFull(const torch::nn::Module& full) {
 
 Result<torch::Tensor> GptTensorParallelShardOf(const std::string& name, const torch::Tensor& full, int rank,
                                                int size) {
+  if (size == 1 && rank == 0) return full;  // one tp rank holds the whole (an expert, a layout without tp)
   const std::string block = BlockName(name);
   if (block.empty()) return full;  // wte, wpe, ln_f: replicated
   return TensorParallelShardOf(block, full, rank, size);

@@ -86,7 +86,9 @@ torch::Tensor ReduceScatterSequence(const torch::Tensor& x, Communicator* tp);
 Result<torch::Tensor> TensorParallelShardOf(const std::string& name, const torch::Tensor& full, int rank, int size);
 
 // The same for a parameter of a whole GptImpl: "h.<i>.<block name>" by the
-// block's rule, everything else (wte, wpe, ln_f) replicated.
+// block's rule, everything else (wte, wpe, ln_f) replicated. With one rank
+// (size 1) any parameter is its own whole (an expert too); so is one part
+// for GptTensorParallelFullOf.
 Result<torch::Tensor> GptTensorParallelShardOf(const std::string& name, const torch::Tensor& full, int rank, int size);
 // Whether a GptImpl parameter is split over the group (a shard on each
 // rank) rather than replicated.

@@ -1488,10 +1488,6 @@ Result<std::map<std::string, Moments3>> WholeTensors(const std::vector<SavedShar
         }
         pieces.push_back(v[r][b]);
       }
-      if (pieces.size() == 1) {
-        w[b] = pieces[0];  // not split (an expert has no tensor-parallel rule yet)
-        continue;
-      }
       HF_ASSIGN_OR_RETURN(w[b], GptTensorParallelFullOf(name, pieces));
     }
     whole[name] = std::move(w);
@@ -1775,10 +1771,8 @@ Status Trainer::Restore(const SavedShard& own, const std::vector<SavedShard>& al
                                          "; resume with the model config it was saved with");
         }
         for (size_t b = 0; b < 3; ++b) {
-          torch::Tensor part = it->second[b];
-          if (d.tp_size() > 1) {
-            HF_ASSIGN_OR_RETURN(part, GptTensorParallelShardOf(slot.name, it->second[b], d.tp_rank(), d.tp_size()));
-          }
+          HF_ASSIGN_OR_RETURN(torch::Tensor part,
+                              GptTensorParallelShardOf(slot.name, it->second[b], d.tp_rank(), d.tp_size()));
           if (!part.sizes().equals(slot.shape)) {
             return FailedPreconditionError("the checkpoint's " + slot.name + " does not fit this model's; resume "
                                            "with the model config it was saved with");

@@ -45,8 +45,10 @@ class SweepTest : public ::testing::Test {
            (dir_ / "out") + "/" + sweep + "/checkpoints\"\n[supervise]\npoll_ms = 100\nrestart_budget = 0\n";
   }
 
+  // Under a 300 s deadline (a backstop far past the seconds it takes: a sweep
+  // that never ends fails with exit 124 instead of at the ctest timeout).
   ProcessResult Runctl(std::vector<std::string> args) {
-    args.insert(args.begin(), {BuildPath("cli/runctl"), "--run-dir", dir_ / "runs"});
+    args.insert(args.begin(), {"/usr/bin/timeout", "300", BuildPath("cli/runctl"), "--run-dir", dir_ / "runs"});
     return RunProcess(args);
   }
 
