@@ -95,6 +95,7 @@ const std::vector<KeyDef>& Schema() {
       HF_INT(model, vocab_size, 2, 1 << 20, true),
       HF_FLOAT(model, dropout, 0.0, 0.999, true),
       HF_BOOL(model, bias, true),
+      HF_BOOL(model, reward_head, 2),
       HF_INT_AT("moe", experts, model.moe.experts, 0, 4096, 2),
       HF_INT_AT("moe", top_k, model.moe.top_k, 1, 4096, 2),
       HF_FLOAT_AT("moe", capacity_factor, model.moe.capacity_factor, 1e-6, 1e6, 2),
@@ -109,7 +110,7 @@ const std::vector<KeyDef>& Schema() {
       HF_INT(train, log_every, 1, 1e15, false),
       HF_STRING(train, device, "auto|cpu|cuda", false),  // checked by the determinism fingerprint
       HF_STRING(train, precision, "fp32|bf16", 2),
-      HF_STRING(train, objective, "lm|dpo|grpo", 2),
+      HF_STRING(train, objective, "lm|dpo|grpo|reward", 2),
       HF_STRING(train, init_from, nullptr, 2),
       HF_FLOAT(optim, lr, 0.0, 10.0, true),
       HF_FLOAT(optim, min_lr, 0.0, 10.0, true),
@@ -515,14 +516,24 @@ Status ValidateTrainerConfig(const TrainerConfig& c) {
   HF_RETURN_IF_ERROR(ValidateModelParallel(c, where));
   HF_RETURN_IF_ERROR(ValidateMoe(c, where));
   const bool preference = c.data.format == "preference";
-  if (c.train.objective == "dpo" && !preference) {
-    return InvalidArgumentError(where + ": train.objective = \"dpo\" trains on preference pairs: set data.format = "
+  const bool pairs = c.train.objective == "dpo" || c.train.objective == "reward";
+  if (pairs && !preference) {
+    return InvalidArgumentError(where + ": train.objective = \"" + c.train.objective +
+                                "\" trains on preference pairs: set data.format = "
                                 "\"preference\" (JSONL {\"prompt\", \"chosen\", \"rejected\"}; got \"" +
                                 c.data.format + "\")");
   }
-  if (preference && c.train.objective != "dpo") {
+  if (preference && !pairs) {
     return InvalidArgumentError(where + ": data.format = \"preference\" holds preference pairs, which only "
-                                "train.objective = \"dpo\" can use (got \"" + c.train.objective + "\")");
+                                "train.objective = \"dpo\" or \"reward\" can use (got \"" + c.train.objective + "\")");
+  }
+  if ((c.train.objective == "reward") != c.model.reward_head) {
+    return InvalidArgumentError(
+        where + (c.model.reward_head
+                     ? ": model.reward_head is a reward model's scalar head, which only train.objective = \"reward\" "
+                       "trains (got \"" + c.train.objective + "\"): remove model.reward_head"
+                     : ": train.objective = \"reward\" trains a reward model's scalar head: set model.reward_head = "
+                       "true"));
   }
   if (c.eval.holdout >= 1 && c.eval.holdout != std::floor(c.eval.holdout)) {
     return InvalidArgumentError(where + ": eval.holdout = " + FormatNumber(c.eval.holdout) +

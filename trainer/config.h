@@ -35,6 +35,9 @@ struct ModelConfig {
   int vocab_size = 256;
   double dropout = 0.0;
   bool bias = true;
+  // A reward model's scalar head (train.objective = "reward", docs/rl-reward.md):
+  // a Linear(n_embd, 1) on the final LayerNorm's output at a text's last token.
+  bool reward_head = false;
   MoeConfig moe;  // the [moe] section
 };
 

@@ -262,6 +262,11 @@ GptImpl::GptImpl(const ModelConfig& cfg, ComputeOptions compute, Communicator* t
     h_->push_back(*block);
   }
   ln_f_ = register_module("ln_f", LayerNorm(cfg.n_embd, cfg.bias));
+  if (cfg.reward_head) {
+    TORCH_CHECK(tp_ == nullptr && ep_ == nullptr && cfg.moe.experts == 0,
+                "a reward model (model.reward_head) is a dense model on one rank's parameters");
+    reward_head_ = register_module("reward_head", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, 1)));
+  }
   pos_ = register_buffer("pos", torch::arange(cfg.block_size, torch::kLong));
 }
 
@@ -303,6 +308,25 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx, const torch::Tensor& ta
 double GptImpl::last_aux_loss() const { return last_aux_.defined() ? last_aux_.item<double>() : 0.0; }
 
 torch::Tensor GptImpl::Logits(const torch::Tensor& idx) {
+  const torch::Tensor x = Features(idx);
+  torch::Tensor logits;  // tied lm_head
+  if (compute_.bf16) {
+    logits = F::linear(x.to(torch::kBFloat16), wte_->weight.to(torch::kBFloat16)).to(torch::kFloat32);
+  } else {
+    logits = torch::matmul(x, wte_->weight.t());
+  }
+  return logits;
+}
+
+torch::Tensor GptImpl::Rewards(const torch::Tensor& idx, const torch::Tensor& last) {
+  TORCH_CHECK(!reward_head_.is_empty(), "Rewards: the model has no reward head (model.reward_head = false)");
+  const torch::Tensor x = Features(idx);  // [B, T, C]
+  const torch::Tensor index = last.to(x.device()).view({-1, 1, 1}).expand({x.size(0), 1, x.size(2)});
+  const torch::Tensor at_last = x.gather(1, index).squeeze(1);  // [B, C]
+  return reward_head_(at_last.to(torch::kFloat32)).squeeze(-1);
+}
+
+torch::Tensor GptImpl::Features(const torch::Tensor& idx) {
   const int64_t T = idx.size(1);
   auto x = wte_(idx) + wpe_(pos_.slice(0, 0, T));
   if (cfg_.dropout > 0 && is_training()) x = F::dropout(x, F::DropoutFuncOptions().p(cfg_.dropout).training(true));
@@ -311,14 +335,7 @@ torch::Tensor GptImpl::Logits(const torch::Tensor& idx) {
     x = tp_ != nullptr ? block->as<ParallelBlockImpl>()->forward(x) : block->as<Block>()->forward(x);
   }
   if (sequence_) x = GatherSequence(x, tp_, /*reduce_grad=*/false);  // ln_f and the head replicated
-  x = ln_f_(x);
-  torch::Tensor logits;  // tied lm_head
-  if (compute_.bf16) {
-    logits = F::linear(x.to(torch::kBFloat16), wte_->weight.to(torch::kBFloat16)).to(torch::kFloat32);
-  } else {
-    logits = torch::matmul(x, wte_->weight.t());
-  }
-  return logits;
+  return ln_f_(x);
 }
 
 Status GptImpl::LoadFromFull(const GptImpl& full) {

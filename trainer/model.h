@@ -177,6 +177,11 @@ class GptImpl : public torch::nn::Module {
   // (what forward's cross-entropy reads): the sequence-level objectives (DPO,
   // GRPO) take log-probabilities of chosen tokens from these.
   torch::Tensor Logits(const torch::Tensor& idx);
+  // A reward model's scores (model.reward_head): idx int64 [B, T], last int64
+  // [B] the position of each row's last token. The scalar head on the final
+  // LayerNorm's output there, float32 [B]. Differentiable. c10::Error without
+  // the head.
+  torch::Tensor Rewards(const torch::Tensor& idx, const torch::Tensor& last);
 
   // Incremental decoding, for rollouts and evaluation: no autograd, no dropout
   // whatever the module's mode, the same parameters and (within float32
@@ -215,8 +220,12 @@ class GptImpl : public torch::nn::Module {
   torch::nn::Embedding wpe_{nullptr};
   torch::nn::ModuleList h_{nullptr};
   LayerNorm ln_f_{nullptr};
+  torch::nn::Linear reward_head_{nullptr};  // model.reward_head only
   torch::Tensor pos_;  // arange(block_size), a buffer (moves with the module)
 
+  // The final LayerNorm's output of every position, [B, T, C] (what the
+  // tied lm_head and the reward head read).
+  torch::Tensor Features(const torch::Tensor& idx);
   // The decode path's shared tail: blocks over x [B, n, C] at cache slots
   // [start, start + n), then ln_f and the tied lm_head on the last position.
   torch::Tensor RunCached(torch::Tensor x, KvCache* cache, int64_t start, const torch::Tensor& mask);

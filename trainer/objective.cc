@@ -1,4 +1,4 @@
-// The "lm" and "dpo" objectives (objective.h).
+// The "lm", "dpo" and "reward" objectives (objective.h).
 #include "trainer/objective.h"
 
 #include <algorithm>
@@ -125,15 +125,13 @@ class LmObjective final : public Objective {
   BatchLoader batch_;
 };
 
-class DpoObjective final : public Objective {
+// An objective over preference pairs whose per-pair loss is
+// -logsigmoid(reward_chosen - reward_rejected): DPO (implicit rewards) and a
+// reward model's Bradley-Terry loss (its head's scores). The metrics, the
+// evaluation and the batches are theirs in common; Score is each one's own.
+class PairObjective : public Objective {
  public:
-  DpoObjective(const ObjectiveEnv& env, Gpt reference)
-      : env_(env), beta_(env.config->dpo.beta), reference_(std::move(reference)), batch_(env) {
-    reference_->eval();
-    for (auto& p : reference_->parameters()) p.set_requires_grad(false);
-  }
-
-  const char* name() const override { return "dpo"; }
+  explicit PairObjective(const ObjectiveEnv& env) : env_(env), batch_(env) {}
 
   torch::Tensor MicroLoss(Gpt& model, uint64_t first, int B) override {
     batch_.Load(first, B, /*eval=*/false);
@@ -193,17 +191,46 @@ class DpoObjective final : public Objective {
             {"eval_reward_margin", (t[2] - t[3]) / n}};
   }
 
- private:
+ protected:
   struct Pairs {
-    torch::Tensor per_pair;         // [B] -logsigmoid(beta * margin)
+    torch::Tensor per_pair;         // [B] -logsigmoid(reward_chosen - reward_rejected)
     torch::Tensor loss;             // mean of per_pair
-    torch::Tensor reward_chosen;    // [B] beta * (pi_c - ref_c)
-    torch::Tensor reward_rejected;  // [B] beta * (pi_r - ref_r)
+    torch::Tensor reward_chosen;    // [B]
+    torch::Tensor reward_rejected;  // [B]
   };
-
-  // The loaded batch's B pairs (rows chosen, rejected, chosen, ...).
-  Pairs Score(Gpt& model, int B) {
+  static Pairs FromRewards(torch::Tensor chosen, torch::Tensor rejected) {
     namespace F = torch::nn::functional;
+    Pairs p;
+    p.reward_chosen = std::move(chosen);
+    p.reward_rejected = std::move(rejected);
+    p.per_pair = -F::logsigmoid(p.reward_chosen - p.reward_rejected);
+    p.loss = p.per_pair.mean();
+    return p;
+  }
+  // The loaded batch's B pairs (rows chosen, rejected, chosen, ...).
+  virtual Pairs Score(Gpt& model, int B) = 0;
+
+  ObjectiveEnv env_;
+  BatchLoader batch_;
+
+ private:
+  torch::Tensor step_sums_;  // float64 [5] on the device: loss and the four metrics, summed over micro-batches
+  int micro_batches_ = 0;
+};
+
+class DpoObjective final : public PairObjective {
+ public:
+  DpoObjective(const ObjectiveEnv& env, Gpt reference)
+      : PairObjective(env), beta_(env.config->dpo.beta), reference_(std::move(reference)) {
+    reference_->eval();
+    for (auto& p : reference_->parameters()) p.set_requires_grad(false);
+  }
+
+  const char* name() const override { return "dpo"; }
+
+ private:
+  // Implicit rewards beta * log(pi / ref) of each response.
+  Pairs Score(Gpt& model, int B) override {
     const torch::Tensor pi = SequenceLogProbs(model->Logits(batch_.x()), batch_.y()).view({B, 2});
     torch::Tensor ref;
     {
@@ -211,20 +238,26 @@ class DpoObjective final : public Objective {
       ref = SequenceLogProbs(reference_->Logits(batch_.x()), batch_.y()).view({B, 2});
     }
     const torch::Tensor ratio = pi - ref;  // log pi/ref of each response
-    Pairs p;
-    p.reward_chosen = beta_ * ratio.select(1, 0);
-    p.reward_rejected = beta_ * ratio.select(1, 1);
-    p.per_pair = -F::logsigmoid(p.reward_chosen - p.reward_rejected);
-    p.loss = p.per_pair.mean();
-    return p;
+    return FromRewards(beta_ * ratio.select(1, 0), beta_ * ratio.select(1, 1));
   }
 
-  ObjectiveEnv env_;
   double beta_;
   Gpt reference_;
-  BatchLoader batch_;
-  torch::Tensor step_sums_;  // float64 [5] on the device: loss and the four metrics, summed over micro-batches
-  int micro_batches_ = 0;
+};
+
+// "reward": a reward model's Bradley-Terry loss on its head's scores of the
+// chosen and the rejected text (prompt + response, up to its last token).
+class RewardModelObjective final : public PairObjective {
+ public:
+  explicit RewardModelObjective(const ObjectiveEnv& env) : PairObjective(env) {}
+
+  const char* name() const override { return "reward"; }
+
+ private:
+  Pairs Score(Gpt& model, int B) override {
+    const torch::Tensor r = model->Rewards(batch_.x(), LastTokens(batch_.y())).view({B, 2});
+    return FromRewards(r.select(1, 0), r.select(1, 1));
+  }
 };
 
 }  // namespace
@@ -233,6 +266,15 @@ std::unique_ptr<Objective> MakeLmObjective(const ObjectiveEnv& env) { return std
 
 std::unique_ptr<Objective> MakeDpoObjective(const ObjectiveEnv& env, Gpt reference) {
   return std::make_unique<DpoObjective>(env, std::move(reference));
+}
+
+std::unique_ptr<Objective> MakeRewardModelObjective(const ObjectiveEnv& env) {
+  return std::make_unique<RewardModelObjective>(env);
+}
+
+torch::Tensor LastTokens(const torch::Tensor& targets) {
+  const torch::Tensor positions = torch::arange(targets.size(1), targets.options());
+  return positions.mul(targets.ne(kIgnoreIndex).to(targets.scalar_type())).amax(1);
 }
 
 }  // namespace holdfast

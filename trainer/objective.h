@@ -6,6 +6,9 @@
 //                        the trainer's original math, bit for bit.
 //   "dpo" (DpoObjective) Direct Preference Optimisation on preference pairs
 //                        against a frozen reference model (docs/dpo.md).
+//   "reward"             a reward model (model.reward_head) on preference
+//                        pairs: Bradley-Terry, -logsigmoid(r_chosen - r_rejected)
+//                        of its head's scores (docs/rl-reward.md).
 //
 // The trainer drives an Objective once per optimiser step:
 //   BeginStep(step, cursor)           before the first micro-batch (an RL
@@ -148,6 +151,15 @@ std::unique_ptr<Objective> MakeLmObjective(const ObjectiveEnv& env);
 // policy and under `reference` (a frozen Gpt: eval mode, no grad, on
 // env.device; owned by the objective from here on).
 std::unique_ptr<Objective> MakeDpoObjective(const ObjectiveEnv& env, Gpt reference);
+
+// "reward": per pair -logsigmoid(r(chosen) - r(rejected)), r the model's
+// reward head at each text's last token (Gpt::Rewards, LastTokens).
+std::unique_ptr<Objective> MakeRewardModelObjective(const ObjectiveEnv& env);
+
+// The position of each row's last token from its targets [R, T] (int64):
+// the last position whose target is scored — an SFT or preference row's
+// end-of-text target sits after the response's last byte. int64 [R].
+torch::Tensor LastTokens(const torch::Tensor& targets);
 
 // Summed log-probabilities of each row's scored targets (target != -1) under
 // logits [R, T, V]: float32 [R]. Differentiable.

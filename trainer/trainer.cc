@@ -1028,7 +1028,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, Tr
       return out;
     };
     if (!config.train.init_from.empty()) {
-      Result<std::string> loaded = LoadWeights(config.train.init_from, named_params(impl->model));
+      // A reward model may start from a language model's weights: its head
+      // then keeps its initialisation.
+      Result<std::string> loaded = LoadWeights(config.train.init_from, named_params(impl->model),
+                                               config.model.reward_head ? "reward_head." : "");
       if (!loaded.ok()) return loaded.status().WithContext("train.init_from");
       if (impl->global_rank == 0) spdlog::info("initial weights: {}", *loaded);
     }
@@ -1093,6 +1096,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainerConfig& config, Tr
       } else {
         impl->objective = MakeDpoObjective(env, std::move(reference));
       }
+    } else if (config.train.objective == "reward") {
+      impl->objective = MakeRewardModelObjective(env);
     } else {
       impl->objective = MakeLmObjective(env);
     }

@@ -25,19 +25,30 @@ std::string Shape(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-// Copies `entries` into `params`, every parameter matched by name and shape.
+bool StartsWith(const std::string& s, const std::string& prefix) {
+  return !prefix.empty() && s.compare(0, prefix.size(), prefix) == 0;
+}
+
+// Copies `entries` into `params`, every parameter matched by name and shape;
+// one named `may_lack`* may be absent (it keeps its value; *kept counts them).
 Status CopyByName(const std::string& source, const std::map<std::string, Entry>& entries,
-                  const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+                  const std::vector<std::pair<std::string, torch::Tensor>>& params, const std::string& may_lack,
+                  int* kept) {
   const std::string fix = "; point it at weights of a model with this config (model.*)";
+  *kept = 0;
   for (const auto& [name, t] : params) {
     auto it = entries.find(name);
+    if (it == entries.end() && StartsWith(name, may_lack)) {
+      ++*kept;
+      continue;
+    }
     if (it == entries.end()) return FailedPreconditionError(source + " has no parameter '" + name + "'" + fix);
     if (it->second.shape != t.sizes().vec()) {
       return FailedPreconditionError(source + ": parameter '" + name + "' is " + Shape(it->second.shape) +
                                      ", this model's is " + Shape(t.sizes().vec()) + fix);
     }
   }
-  if (entries.size() != params.size()) {
+  if (entries.size() + static_cast<size_t>(*kept) != params.size()) {
     for (const auto& [name, e] : entries) {
       bool known = false;
       for (const auto& p : params) known = known || p.first == name;
@@ -46,14 +57,22 @@ Status CopyByName(const std::string& source, const std::map<std::string, Entry>&
   }
   torch::NoGradGuard no_grad;
   for (const auto& [name, t] : params) {
-    const Entry& e = entries.at(name);
+    auto it = entries.find(name);
+    if (it == entries.end()) continue;  // a may_lack one
+    const Entry& e = it->second;
     t.copy_(torch::from_blob(const_cast<float*>(e.data), t.sizes(), torch::kFloat32));
   }
   return Status::Ok();
 }
 
-Result<std::string> LoadParamsDump(const std::string& dir,
-                                   const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+using Params = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// " (reward_head.* not in it: kept as initialised)" when some were absent.
+std::string KeptNote(int kept, const std::string& may_lack) {
+  return kept == 0 ? "" : " (" + may_lack + "* not in it: kept as initialised)";
+}
+
+Result<std::string> LoadParamsDump(const std::string& dir, const Params& params, const std::string& may_lack) {
   // The format's one reader (the GRPO workers load policy versions with it too).
   Result<rl::ParamsDump> dump = rl::ReadParamsDump(dir);
   if (!dump.ok()) {
@@ -65,12 +84,13 @@ Result<std::string> LoadParamsDump(const std::string& dir,
   for (const rl::ParamsDump::Tensor& t : dump->tensors) {
     entries[t.name] = Entry{t.shape, dump->data.data() + t.offset, t.numel};
   }
-  HF_RETURN_IF_ERROR(CopyByName(dir, entries, params));
-  return "params dump " + dir;
+  int kept = 0;
+  HF_RETURN_IF_ERROR(CopyByName(dir, entries, params, may_lack, &kept));
+  return "params dump " + dir + KeptNote(kept, may_lack);
 }
 
-Result<std::string> LoadCheckpoint(const std::string& root, int64_t step,
-                                   const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+Result<std::string> LoadCheckpoint(const std::string& root, int64_t step, const Params& params,
+                                   const std::string& may_lack) {
   CheckpointLoader loader(root);
   std::vector<SkippedCheckpoint> skipped;
   Result<LoadedCheckpoint> ckpt = step >= 0 ? loader.LoadAll(step) : loader.LoadNewestAll({}, &skipped);
@@ -111,26 +131,26 @@ Result<std::string> LoadCheckpoint(const std::string& root, int64_t step,
       return CorruptionError(where + ": state 'meta' is not what holdfast-train writes: " + e.what());
     }
   }
-  HF_RETURN_IF_ERROR(CopyByName(ckpt->dir, entries, params));
-  return "checkpoint step " + std::to_string(ckpt->manifest.step) + " (" + ckpt->dir + ")";
+  int kept = 0;
+  HF_RETURN_IF_ERROR(CopyByName(ckpt->dir, entries, params, may_lack, &kept));
+  return "checkpoint step " + std::to_string(ckpt->manifest.step) + " (" + ckpt->dir + ")" + KeptNote(kept, may_lack);
 }
 
 }  // namespace
 
-Result<std::string> LoadWeights(const std::string& path,
-                                const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+Result<std::string> LoadWeights(const std::string& path, const Params& params, const std::string& may_lack) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
     return NotFoundError(path + " is not a folder: weights are a params dump (params.json + params.bin) or a "
                          "checkpoint (a step-N folder, or a checkpoint root)");
   }
-  if (fs::exists(fs::path(path) / "params.json", ec)) return LoadParamsDump(path, params);
+  if (fs::exists(fs::path(path) / "params.json", ec)) return LoadParamsDump(path, params, may_lack);
   const fs::path p = fs::path(path).lexically_normal();
   const fs::path leaf = p.has_filename() ? p : p.parent_path();
   const int64_t step = ParseStepDirName(leaf.filename().string());
-  if (step >= 0 && fs::exists(leaf / kManifestFileName, ec)) return LoadCheckpoint(leaf.parent_path().string(), step, params);
-  return LoadCheckpoint(path, -1, params);
+  if (step >= 0 && fs::exists(leaf / kManifestFileName, ec)) return LoadCheckpoint(leaf.parent_path().string(), step, params, may_lack);
+  return LoadCheckpoint(path, -1, params, may_lack);
 }
 
 }  // namespace holdfast

@@ -21,8 +21,11 @@ namespace holdfast {
 
 // Copies the weights at `path` into `params` (name, tensor on any device).
 // Returns a one-line description of what was loaded ("checkpoint step 40 of
-// DIR", "params dump DIR").
+// DIR", "params dump DIR"). A parameter whose name starts with `may_lack`
+// (non-empty) may be absent there and keeps its value: a reward model's head
+// ("reward_head.") over a language model's weights; the description says so.
 Result<std::string> LoadWeights(const std::string& path,
-                                const std::vector<std::pair<std::string, torch::Tensor>>& params);
+                                const std::vector<std::pair<std::string, torch::Tensor>>& params,
+                                const std::string& may_lack = "");
 
 }  // namespace holdfast

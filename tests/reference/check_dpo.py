@@ -1,7 +1,12 @@
 #!/usr/bin/python3
 """Checks holdfast-train's DPO step against an independent PyTorch implementation.
 
-  check_dpo.py --holdfast-train PATH [--steps 3] [--tolerance 1e-4] [--keep DIR]
+  check_dpo.py --holdfast-train PATH [--objective dpo|reward] [--steps 3] [--tolerance 1e-4] [--keep DIR]
+
+--objective reward checks the reward model's step instead (train.objective =
+"reward", model.reward_head): r = a Linear(C, 1) head on ln_f's output at each
+text's last token (the last position whose target is scored), loss = mean
+-logsigmoid(r_chosen - r_rejected) (Bradley-Terry), the same metrics.
 
 1. Writes 200 preference pairs (examples/dpo/make_data.py --kind copy) and a tiny
    DPO config (no dropout, no holdout) into a temporary folder.
@@ -52,9 +57,10 @@ seed = 5
 lr = 3e-3
 min_lr = 3e-4
 warmup_steps = 2
-[dpo]
-beta = 0.5
+{extra}
 """
+DPO_EXTRA = "[dpo]\nbeta = 0.5"
+REWARD_EXTRA = ""
 
 
 def load_pairs(path):
@@ -95,6 +101,17 @@ def logits_of(model, idx):
     return model.ln_f(x) @ model.wte.weight.t()
 
 
+def rewards_of(model, x, y):
+    """The reward head at each row's last token (holdfast's Gpt::Rewards)."""
+    T = x.size(1)
+    feats = model.wte(x) + model.wpe(torch.arange(T))
+    for block in model.h:
+        feats = block(feats)
+    feats = model.ln_f(feats)
+    last = (torch.arange(T) * (y != -1)).amax(1)
+    return model.reward_head(feats[torch.arange(x.size(0)), last]).squeeze(-1)
+
+
 def seq_logp(model, x, y):
     logp = F.log_softmax(logits_of(model, x).float(), dim=-1)
     picked = logp.gather(-1, y.clamp(min=0).unsqueeze(-1)).squeeze(-1)
@@ -104,6 +121,7 @@ def seq_logp(model, x, y):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--holdfast-train", required=True)
+    ap.add_argument("--objective", choices=("dpo", "reward"), default="dpo")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--tolerance", type=float, default=1e-4)
     ap.add_argument("--keep")
@@ -116,7 +134,11 @@ def main():
                         os.path.join(work, "pairs.jsonl"), "--pairs", "200", "--kind", "copy"], check=True)
         cfg_path = os.path.join(work, "dpo.toml")
         with open(cfg_path, "w") as f:
-            f.write(CONFIG.format(steps=args.steps))
+            text = CONFIG.format(steps=args.steps, extra=DPO_EXTRA if args.objective == "dpo" else REWARD_EXTRA)
+            if args.objective == "reward":
+                text = text.replace('objective = "dpo"', 'objective = "reward"').replace(
+                    "dropout = 0.0", "dropout = 0.0\nreward_head = true")
+            f.write(text)
         d0, dn = os.path.join(work, "init"), os.path.join(work, "final")
         out = subprocess.run([args.holdfast_train, "--config", cfg_path, "--dump-init", d0, "--dump-final", dn,
                               "--metrics", os.path.join(work, "cpp.jsonl")], capture_output=True, text=True)
@@ -129,9 +151,13 @@ def main():
         for key, default in (("dropout", 0.0), ("bias", True), ("vocab_size", 256)):
             m.setdefault(key, default)
         beta = 0.5
+        reward = args.objective == "reward"
         policy, reference = ref.GPT(m), ref.GPT(m)
+        if reward:
+            policy.reward_head = torch.nn.Linear(m["n_embd"], 1)
         ref.load_init(policy, d0)
-        ref.load_init(reference, d0)
+        if not reward:
+            ref.load_init(reference, d0)
         policy.train()
         reference.eval()
         opt = ref.make_optimizer(policy, o)
@@ -144,11 +170,15 @@ def main():
             for a in range(A):
                 first = s * B * A + a * B
                 x, y = batch(pairs, t["seed"], range(first, first + B), T)
-                pi = seq_logp(policy, x, y).view(B, 2)
-                with torch.no_grad():
-                    rf = seq_logp(reference, x, y).view(B, 2)
-                ratio = pi - rf
-                rc, rr = beta * ratio[:, 0], beta * ratio[:, 1]
+                if reward:
+                    r = rewards_of(policy, x, y).view(B, 2)
+                    rc, rr = r[:, 0], r[:, 1]
+                else:
+                    pi = seq_logp(policy, x, y).view(B, 2)
+                    with torch.no_grad():
+                        rf = seq_logp(reference, x, y).view(B, 2)
+                    ratio = pi - rf
+                    rc, rr = beta * ratio[:, 0], beta * ratio[:, 1]
                 loss = (-F.logsigmoid(rc - rr)).mean()
                 (loss / A).backward()
                 rc, rr = rc.detach().double(), rr.detach().double()
@@ -170,6 +200,8 @@ def main():
                     print(f"FAIL: step {s + 1} {k} differs by {d:.3e} > {args.tolerance}")
                     return 1
         final = ref.GPT(m)
+        if reward:
+            final.reward_head = torch.nn.Linear(m["n_embd"], 1)
         ref.load_init(final, dn)
         pdiff = max((a - b).abs().max().item()
                     for (_, a), (_, b) in zip(sorted(final.named_parameters()), sorted(policy.named_parameters())))
@@ -177,7 +209,7 @@ def main():
         if pdiff > args.tolerance:
             print(f"FAIL: parameters differ by {pdiff:.3e} > {args.tolerance}")
             return 1
-        print(f"OK: DPO loss, rewards and parameters agree within {args.tolerance} (largest metric diff {worst:.2e})")
+        print(f"OK: {'reward model' if reward else 'DPO'} loss, rewards and parameters agree within {args.tolerance} (largest metric diff {worst:.2e})")
         return 0
     finally:
         if not args.keep:

@@ -2,6 +2,8 @@
 //
 //   holdfast-reward --task add2 --addr-file RUN/rl/reward.addr [--listen HOST:PORT]
 //       serve rewards (docs/rl-reward.md) until SIGTERM/SIGINT (exit 0)
+//   holdfast-reward --task add2 --addr-file F --model DIR --model-config rm.toml [--batch 64]
+//       the same with a learned reward model's scores instead of the task's rule
 //   holdfast-reward --task add2 --emit sft|preference|eval --count N --out FILE
 //       write N lines of SFT, preference or held-out data for the task, and exit
 //
@@ -26,6 +28,9 @@
 #include "trainer/progress_sink.h"
 #include "trainer/rl/reward_server.h"
 #include "trainer/rl/task.h"
+#ifdef HOLDFAST_REWARD_MODEL
+#include "trainer/reward_model.h"
+#endif
 
 namespace {
 
@@ -62,16 +67,30 @@ int main(int argc, char** argv) {
   std::string addr_file, listen, emit, out_path;
   uint64_t count = 0;
   uint64_t log_every = 1000;
+  std::string model_dir, model_config;
+  size_t batch = 64;
+  int threads = 1;
   app.add_option("--task", task_texts, "task spec to serve, e.g. add2 or add3:max=9 (repeatable)")->required();
   app.add_option("--addr-file", addr_file, "serve: write HOST:PORT here (atomically) once listening");
   app.add_option("--listen", listen,
                  "serve: HOST:PORT to bind (port 0 = any free port; default $HOLDFAST_NODE_ADDR:0, "
                  "else 127.0.0.1:0)");
   app.add_option("--log-every", log_every, "serve: one log line per this many requests (0 = never)");
+  app.add_option("--model", model_dir,
+                 "serve: a learned reward model's weights (a params dump or a checkpoint of a run with "
+                 "train.objective = \"reward\") scores the completions instead of the task's rule");
+  app.add_option("--model-config", model_config, "--model: the config the reward model was trained with");
+  app.add_option("--batch", batch, "--model: texts scored per forward (requests waiting together share one)");
+  app.add_option("--threads", threads, "--model: LibTorch threads");
   app.add_option("--emit", emit, "write data instead of serving: sft | preference | eval");
   app.add_option("--count", count, "--emit: number of lines (eval: at most the held-out prompt count)");
   app.add_option("--out", out_path, "--emit: output file (written atomically)");
-  AddProgramConventions(app, "holdfast-reward", kBuiltAgainstNothing,
+#ifdef HOLDFAST_REWARD_MODEL
+  constexpr unsigned kBuiltAgainst = kBuiltAgainstLibTorch;
+#else
+  constexpr unsigned kBuiltAgainst = kBuiltAgainstNothing;
+#endif
+  AddProgramConventions(app, "holdfast-reward", kBuiltAgainst,
                         ExitCodesHelp({{kRankExitOk, "served until SIGTERM/SIGINT, or wrote the data (--emit)"},
                                        {kRankExitFailed, "a runtime failure: the port, the progress record, a write"},
                                        {kRankExitUsage, "bad flags or task spec"}}));
@@ -92,8 +111,8 @@ int main(int argc, char** argv) {
   if (!emit.empty()) {
     if (specs.size() != 1) return Fail(kRankExitUsage, "--emit writes one task's data: give exactly one --task");
     if (out_path.empty()) return Fail(kRankExitUsage, "--emit needs --out FILE");
-    if (!addr_file.empty() || !listen.empty()) {
-      return Fail(kRankExitUsage, "--emit writes data and exits: drop --addr-file and --listen");
+    if (!addr_file.empty() || !listen.empty() || !model_dir.empty()) {
+      return Fail(kRankExitUsage, "--emit writes data and exits: drop --addr-file, --listen and --model");
     }
     auto kind = ParseEmitKind(emit);
     if (!kind.ok()) return Fail(kRankExitUsage, kind.status().message());
@@ -108,6 +127,32 @@ int main(int argc, char** argv) {
 
   if (addr_file.empty()) return Fail(kRankExitUsage, "serving needs --addr-file PATH (or --emit to write data)");
   if (count != 0 || !out_path.empty()) return Fail(kRankExitUsage, "--count and --out go with --emit");
+  if (model_dir.empty() != model_config.empty()) {
+    return Fail(kRankExitUsage, "--model DIR and --model-config FILE go together: the weights and the config they "
+                                "were trained with");
+  }
+  std::shared_ptr<TextScorer> scorer;
+  if (!model_dir.empty()) {
+#ifdef HOLDFAST_REWARD_MODEL
+    RewardModelOptions mo;
+    mo.config = model_config;
+    mo.weights = model_dir;
+    mo.batch = batch;
+    mo.threads = threads;
+    auto loaded = LoadRewardModel(mo);
+    if (!loaded.ok()) {
+      const StatusCode code = loaded.status().code();
+      return Fail(code == StatusCode::kInvalidArgument || code == StatusCode::kFailedPrecondition ||
+                          code == StatusCode::kNotFound
+                      ? kRankExitUsage
+                      : kRankExitFailed,
+                  "--model: " + loaded.status().message());
+    }
+    scorer = std::move(loaded).value();
+#else
+    return Fail(kRankExitUsage, "--model needs a holdfast-reward built with LibTorch (this one was built without it)");
+#endif
+  }
   const std::string node = Env(kEnvNodeAddr);
   auto hp = ParseListenAddress(listen.empty() ? ":0" : listen, node.empty() ? "127.0.0.1" : node);
   if (!hp.ok()) return Fail(kRankExitUsage, hp.status().message());
@@ -139,6 +184,7 @@ int main(int argc, char** argv) {
   options.port = hp->port;
   options.tasks = specs;
   options.log_every = log_every;
+  options.scorer = scorer;
   auto server = RewardServer::Start(options, *progress);
   if (!server.ok()) {
     return Fail(server.status().code() == StatusCode::kInvalidArgument ? kRankExitUsage : kRankExitFailed,
@@ -153,8 +199,8 @@ int main(int argc, char** argv) {
   if (!s.ok()) return Fail(kRankExitFailed, "cannot write the address file: " + s.message());
   std::string task_list;
   for (const TaskSpec& t : specs) task_list += (task_list.empty() ? "" : ", ") + t.ToString();
-  spdlog::info("holdfast-reward: serving {} on {} (bound {}), address in {}", task_list, advertised, bound.ToString(),
-               addr_file);
+  spdlog::info("holdfast-reward: serving {} on {} (bound {}), address in {}; rewards: {}", task_list, advertised,
+               bound.ToString(), addr_file, scorer != nullptr ? scorer->Describe() : "the task's rule");
 
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {

@@ -6,6 +6,7 @@
 #include <boost/asio.hpp>
 #include <charconv>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -86,15 +87,22 @@ std::string RewardHandler::TaskList() const {
   return out;
 }
 
-RewardHandler::Answer RewardHandler::Handle(std::string_view line) const {
-  Answer a;
+std::string RewardHandler::RewardsLine(const std::string& id, const std::vector<double>& rewards) {
+  return json{{"id", json::parse(id)}, {"rewards", rewards}}.dump();
+}
+
+std::string RewardHandler::ErrorLine(const std::string& id, const std::string& why) {
+  return json{{"id", json::parse(id)}, {"error", why}}.dump();
+}
+
+bool RewardHandler::Visit(std::string_view line, const ItemFn& visit, std::string* id_text, Answer* error) const {
   json id = nullptr;
   auto fail = [&](const std::string& why) {
-    a.ok = false;
-    a.items = 0;
-    a.reward_sum = 0;
-    a.line = json{{"id", id}, {"error", why}}.dump();
-    return a;
+    error->ok = false;
+    error->items = 0;
+    error->reward_sum = 0;
+    error->line = json{{"id", id}, {"error", why}}.dump();
+    return false;
   };
   auto parsed = ParseObject(line);
   if (!parsed.ok()) return fail(parsed.status().message() + kRequestShape);
@@ -106,6 +114,7 @@ RewardHandler::Answer RewardHandler::Handle(std::string_view line) const {
     return fail("\"id\" must be an integer, got " + std::string(id_it->type_name()) + kRequestShape);
   }
   id = *id_it;
+  *id_text = id.dump();
 
   const auto task_it = req.find("task");
   if (task_it == req.end() || !task_it->is_string()) {
@@ -126,9 +135,9 @@ RewardHandler::Answer RewardHandler::Handle(std::string_view line) const {
   if (items_it == req.end() || !items_it->is_array()) {
     return fail(std::string("\"items\" must be an array") + kRequestShape);
   }
-  std::vector<double> rewards;
-  rewards.reserve(items_it->size());
-  double sum = 0;
+  // Every item is checked before any is visited: a bad one scores nothing.
+  std::vector<std::pair<TaskPrompt, const std::string*>> items;
+  items.reserve(items_it->size());
   for (size_t i = 0; i < items_it->size(); ++i) {
     const json& item = (*items_it)[i];
     const std::string where = "items[" + std::to_string(i) + "]";
@@ -148,16 +157,45 @@ RewardHandler::Answer RewardHandler::Handle(std::string_view line) const {
     if (completion == item.end() || !completion->is_string()) {
       return fail(where + ": \"completion\" must be a string" + kRequestShape);
     }
-    const TaskPrompt prompt = task->Prompt(idx->get<uint64_t>(), *split);
-    const double r = task->Reward(prompt, completion->get_ref<const std::string&>());
-    rewards.push_back(r);
-    sum += r;
+    items.emplace_back(task->Prompt(idx->get<uint64_t>(), *split), &completion->get_ref<const std::string&>());
   }
+  for (const auto& [prompt, completion] : items) visit(*task, prompt, *completion);
+  return true;
+}
+
+RewardHandler::Answer RewardHandler::Handle(std::string_view line) const {
+  Answer a;
+  std::string id;
+  std::vector<double> rewards;
+  double sum = 0;
+  const bool ok = Visit(
+      line,
+      [&](const Task& task, const TaskPrompt& prompt, const std::string& completion) {
+        const double r = task.Reward(prompt, completion);
+        rewards.push_back(r);
+        sum += r;
+      },
+      &id, &a);
+  if (!ok) return a;
   a.ok = true;
   a.items = rewards.size();
   a.reward_sum = sum;
-  a.line = json{{"id", id}, {"rewards", rewards}}.dump();
+  a.line = RewardsLine(id, rewards);
   return a;
+}
+
+Result<RewardHandler::TextRequest> RewardHandler::ParseTexts(std::string_view line, Answer* error) const {
+  TextRequest r;
+  const bool ok = Visit(
+      line,
+      [&](const Task&, const TaskPrompt& prompt, const std::string& completion) {
+        const size_t newline = completion.find('\n');
+        r.texts.push_back(prompt.prompt +
+                          (newline == std::string::npos ? completion : completion.substr(0, newline + 1)));
+      },
+      &r.id, error);
+  if (!ok) return InvalidArgumentError(error->line);
+  return r;
 }
 
 Result<HostPort> ParseListenAddress(const std::string& text, const std::string& default_host) {
@@ -196,7 +234,12 @@ Result<HostPort> ParseListenAddress(const std::string& text, const std::string& 
 class RewardServer::Impl : public std::enable_shared_from_this<RewardServer::Impl> {
  public:
   Impl(const RewardServerOptions& options, std::unique_ptr<RewardHandler> handler, ProgressSink& progress)
-      : options_(options), handler_(std::move(handler)), progress_(progress), acceptor_(io_), heartbeat_(io_) {}
+      : options_(options),
+        handler_(std::move(handler)),
+        progress_(progress),
+        acceptor_(io_),
+        heartbeat_(io_),
+        scorer_work_(asio::make_work_guard(scorer_io_)) {}
 
   Status Listen();
   void Run();
@@ -210,10 +253,33 @@ class RewardServer::Impl : public std::enable_shared_from_this<RewardServer::Imp
   class Connection;
 
  private:
+  // A request waiting for the scorer: its connection and place in that
+  // connection's answers, and its texts.
+  struct Pending {
+    std::shared_ptr<Connection> connection;
+    uint64_t slot = 0;
+    RewardHandler::TextRequest request;
+  };
+  // The requests of one scorer call and what it returned.
+  struct Batch {
+    std::vector<Pending> requests;
+    std::vector<size_t> sizes;  // texts of each request, in order
+    std::vector<std::string> texts;
+    Result<std::vector<double>> rewards = std::vector<double>();
+    double seconds = 0;
+  };
+
   void Accept();
   void Heartbeat();
-  // One request line from a connection: the response line.
+  // One request line from a connection, answered in its slot.
+  void Submit(const std::shared_ptr<Connection>& connection, uint64_t slot, std::string_view line);
+  // One request line under the tasks' rules: the response line.
   std::string Answer(std::string_view line);
+  // With a scorer: hands the waiting requests to the scoring thread when it is free.
+  void Kick();
+  void Scored(const std::shared_ptr<Batch>& batch);
+  // Stats and the progress record after a request is answered.
+  void Count(bool ok, size_t items, double reward_sum);
 
   const RewardServerOptions options_;
   const std::unique_ptr<RewardHandler> handler_;
@@ -231,6 +297,13 @@ class RewardServer::Impl : public std::enable_shared_from_this<RewardServer::Imp
   // Since the last log line (loop thread only).
   uint64_t window_items_ = 0;
   double window_reward_ = 0;
+  // The scorer's side (with options_.scorer): requests waiting for the next
+  // batch, whether a batch is out (loop thread only), and the scoring thread.
+  std::deque<Pending> waiting_;
+  bool scoring_ = false;
+  asio::io_context scorer_io_;
+  asio::executor_work_guard<asio::io_context::executor_type> scorer_work_;
+  std::thread scorer_thread_;
 };
 
 class RewardServer::Impl::Connection : public std::enable_shared_from_this<Connection> {
@@ -240,9 +313,21 @@ class RewardServer::Impl::Connection : public std::enable_shared_from_this<Conne
 
   void Start() { Read(); }
   void Close() {
+    closed_ = true;
     boost::system::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
+  }
+  // The answer of the request in `slot` (Read numbers them in arrival
+  // order); answers go out in that order, whenever each is ready.
+  void Deliver(uint64_t slot, std::string line) {
+    if (closed_) return;
+    ready_[slot] = std::move(line);
+    for (auto it = ready_.find(next_out_); it != ready_.end(); it = ready_.find(next_out_)) {
+      Send(std::move(it->second));
+      ready_.erase(it);
+      ++next_out_;
+    }
   }
 
  private:
@@ -267,7 +352,7 @@ class RewardServer::Impl::Connection : public std::enable_shared_from_this<Conne
           std::string line(asio::buffers_begin(self->buf_.data()),
                            asio::buffers_begin(self->buf_.data()) + static_cast<std::ptrdiff_t>(n) - 1);
           self->buf_.consume(n);
-          self->Send(self->server_->Answer(line));
+          self->server_->Submit(self, self->next_slot_++, line);
           self->Read();
         });
   }
@@ -306,6 +391,10 @@ class RewardServer::Impl::Connection : public std::enable_shared_from_this<Conne
   asio::streambuf buf_;          // bytes received, not yet answered; at most max_line_bytes
   std::deque<std::string> out_;  // responses to write, the front one in flight
   bool closing_ = false;         // close once out_ is written
+  bool closed_ = false;          // Close ran: answers still coming are dropped
+  uint64_t next_slot_ = 0;       // the next request read gets this slot
+  uint64_t next_out_ = 0;        // the slot whose answer goes out next
+  std::map<uint64_t, std::string> ready_;  // answers waiting for an earlier slot's
 };
 
 Status RewardServer::Impl::Listen() {
@@ -334,6 +423,7 @@ void RewardServer::Impl::Run() {
   progress_.SetPhase(Phase::kData);
   Accept();
   Heartbeat();
+  if (options_.scorer != nullptr) scorer_thread_ = std::thread([this] { scorer_io_.run(); });
   thread_ = std::thread([self = shared_from_this()] { self->io_.run(); });
 }
 
@@ -351,6 +441,9 @@ void RewardServer::Impl::Stop() {
       connections_.clear();
     });
     if (thread_.joinable()) thread_.join();
+    // A batch being scored finishes; its answers are not sent (the loop is gone).
+    scorer_work_.reset();
+    if (scorer_thread_.joinable()) scorer_thread_.join();
   });
 }
 
@@ -379,33 +472,30 @@ void RewardServer::Impl::Heartbeat() {
   heartbeat_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(options_.heartbeat_s * 1000)));
   heartbeat_.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
     if (e || self->stopping_) return;
-    self->progress_.SetPhase(Phase::kData);  // idle but alive: waiting for requests
+    // Idle but alive: waiting for requests. Not while a batch is out: a
+    // scorer that never returns leaves the heartbeat stale (a hang).
+    if (!self->scoring_) self->progress_.SetPhase(Phase::kData);
     self->Heartbeat();
   });
 }
 
-std::string RewardServer::Impl::Answer(std::string_view line) {
-  progress_.BeginStep();
-  RewardHandler::Answer a = handler_->Handle(line);
+void RewardServer::Impl::Count(bool ok, size_t items, double reward_sum) {
   uint64_t requests = 0, errors = 0;
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
-    if (a.ok) {
+    if (ok) {
       ++stats_.requests;
-      stats_.items += a.items;
+      stats_.items += items;
     } else {
       ++stats_.errors;
     }
     requests = stats_.requests;
     errors = stats_.errors;
   }
-  progress_.EndStep(static_cast<int64_t>(requests + errors));
-  if (!a.ok) {
-    spdlog::warn("reward service: answered a bad request: {}", a.line.substr(0, 300));
-    return std::move(a.line);
-  }
-  window_items_ += a.items;
-  window_reward_ += a.reward_sum;
+  if (options_.scorer == nullptr) progress_.EndStep(static_cast<int64_t>(requests + errors));
+  if (!ok) return;
+  window_items_ += items;
+  window_reward_ += reward_sum;
   if (options_.log_every > 0 && requests % options_.log_every == 0) {
     spdlog::info(
         "reward service: {} requests answered ({} bad), {} connections open; last {}: {} items, mean reward {:.4f}",
@@ -414,7 +504,110 @@ std::string RewardServer::Impl::Answer(std::string_view line) {
     window_items_ = 0;
     window_reward_ = 0;
   }
+}
+
+std::string RewardServer::Impl::Answer(std::string_view line) {
+  progress_.BeginStep();
+  RewardHandler::Answer a = handler_->Handle(line);
+  Count(a.ok, a.items, a.reward_sum);
+  if (!a.ok) spdlog::warn("reward service: answered a bad request: {}", a.line.substr(0, 300));
   return std::move(a.line);
+}
+
+void RewardServer::Impl::Submit(const std::shared_ptr<Connection>& connection, uint64_t slot, std::string_view line) {
+  if (options_.scorer == nullptr) {
+    connection->Deliver(slot, Answer(line));
+    return;
+  }
+  RewardHandler::Answer error;
+  Result<RewardHandler::TextRequest> request = handler_->ParseTexts(line, &error);
+  if (!request.ok()) {
+    Count(false, 0, 0);
+    spdlog::warn("reward service: answered a bad request: {}", error.line.substr(0, 300));
+    connection->Deliver(slot, std::move(error.line));
+    return;
+  }
+  waiting_.push_back(Pending{connection, slot, std::move(request).value()});
+  Kick();
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.waiting = waiting_.size();
+}
+
+void RewardServer::Impl::Kick() {
+  if (scoring_ || waiting_.empty() || stopping_) return;
+  auto batch = std::make_shared<Batch>();
+  const size_t max_batch = std::max<size_t>(1, options_.scorer->max_batch());
+  while (!waiting_.empty() &&
+         (batch->texts.empty() || batch->texts.size() + waiting_.front().request.texts.size() <= max_batch)) {
+    Pending p = std::move(waiting_.front());
+    waiting_.pop_front();
+    batch->sizes.push_back(p.request.texts.size());
+    for (std::string& t : p.request.texts) batch->texts.push_back(std::move(t));
+    p.request.texts.clear();
+    batch->requests.push_back(std::move(p));
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.waiting = waiting_.size();
+  }
+  scoring_ = true;
+  progress_.BeginStep();
+  progress_.SetPhase(Phase::kForward);  // a batch is out: the record says so until it is answered
+  asio::post(scorer_io_, [this, batch] {
+    const auto t0 = std::chrono::steady_clock::now();
+    batch->rewards = options_.scorer->Score(batch->texts);
+    batch->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    asio::post(io_, [this, batch] { Scored(batch); });
+  });
+}
+
+void RewardServer::Impl::Scored(const std::shared_ptr<Batch>& batch) {
+  scoring_ = false;
+  if (stopping_) return;
+  uint64_t batches = 0;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    batches = ++stats_.batches;
+  }
+  const bool ok = batch->rewards.ok() && batch->rewards->size() == batch->texts.size();
+  if (!ok) {
+    // Not the requests' fault: no answer, so that their clients send them
+    // again (to this service or its successor) rather than give up.
+    spdlog::error("reward service: the scorer failed on a batch of {} texts ({} requests): {}; closing their "
+                  "connections so that their clients retry",
+                  batch->texts.size(), batch->requests.size(),
+                  batch->rewards.ok() ? "it returned " + std::to_string(batch->rewards->size()) + " rewards"
+                                      : batch->rewards.status().ToString());
+  }
+  size_t offset = 0;
+  for (size_t i = 0; i < batch->requests.size(); ++i) {
+    Pending& p = batch->requests[i];
+    if (!ok) {
+      p.connection->Close();
+      connections_.erase(p.connection);
+      continue;
+    }
+    const size_t n = batch->sizes[i];
+    const auto first = batch->rewards->begin() + static_cast<std::ptrdiff_t>(offset);
+    const std::vector<double> rewards(first, first + static_cast<std::ptrdiff_t>(n));
+    offset += n;
+    double sum = 0;
+    for (double r : rewards) sum += r;
+    Count(true, n, sum);
+    p.connection->Deliver(p.slot, RewardHandler::RewardsLine(p.request.id, rewards));
+  }
+  uint64_t answered = 0;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    answered = stats_.requests + stats_.errors;
+  }
+  progress_.EndStep(static_cast<int64_t>(answered));
+  progress_.SetPhase(Phase::kData);
+  if (batches == 1 || (options_.log_every > 0 && batches % options_.log_every == 0)) {
+    spdlog::info("reward service: batch {}: {} texts from {} requests scored in {:.1f} ms", batches,
+                 batch->texts.size(), batch->requests.size(), 1e3 * batch->seconds);
+  }
+  Kick();
 }
 
 RewardServer::RewardServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -12,7 +12,12 @@
 //
 // RewardServer serves RewardHandler over TCP, newline-delimited JSON, on its
 // own event-loop thread: any number of connections, requests on one
-// connection answered in order. A bad request gets an error line and the
+// connection answered in order. With a TextScorer (a learned reward model,
+// trainer/reward_model.h) the rewards are the scorer's instead of the task's
+// rule: requests are validated on the loop thread, and every request waiting
+// when the scorer is free goes into its next batch (up to max_batch texts),
+// scored on the server's scoring thread while new requests queue for the
+// batch after it. A bad request gets an error line and the
 // connection stays usable; only a line longer than max_line_bytes closes it
 // (after an error line), since the stream cannot be resynchronised cheaply.
 // With a ProgressWriter it records step = requests answered (BeginStep /
@@ -26,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -37,6 +43,21 @@
 #include "trainer/rl/task.h"
 
 namespace holdfast::rl {
+
+// A learned reward: scores texts (a prompt followed by a completion up to and
+// with its first newline) in batches. Called on one thread at a time.
+class TextScorer {
+ public:
+  virtual ~TextScorer() = default;
+  // One reward per text, in order. A text's reward must not depend on the
+  // others in the call (the server batches whatever requests are waiting).
+  virtual Result<std::vector<double>> Score(const std::vector<std::string>& texts) = 0;
+  // Texts the scorer takes in one call at its best; the server's batches are
+  // at most this many (a larger request is one batch of its own).
+  virtual size_t max_batch() const = 0;
+  // For logs: "reward model runs/rm/final (2 layers, 64 wide)".
+  virtual std::string Describe() const = 0;
+};
 
 class RewardHandler {
  public:
@@ -51,11 +72,27 @@ class RewardHandler {
   };
   Answer Handle(std::string_view line) const;
 
+  // For a TextScorer: the request's id (as JSON text) and each item's text
+  // (its prompt, then its completion up to and with the first '\n'), or the
+  // error response to send (nothing is scored then).
+  struct TextRequest {
+    std::string id;
+    std::vector<std::string> texts;
+  };
+  Result<TextRequest> ParseTexts(std::string_view line, Answer* error) const;
+  // The response lines of a request with id `id` (JSON text).
+  static std::string RewardsLine(const std::string& id, const std::vector<double>& rewards);
+  static std::string ErrorLine(const std::string& id, const std::string& why);
+
   // "add2, add3:max=9": the tasks served, for messages.
   std::string TaskList() const;
 
  private:
   RewardHandler() = default;
+  // Validates a request and calls item(task, prompt, completion) for each of
+  // its items, in order; an error (the response line in *error) stops it.
+  using ItemFn = std::function<void(const Task&, const TaskPrompt&, const std::string&)>;
+  bool Visit(std::string_view line, const ItemFn& item, std::string* id, Answer* error) const;
   std::vector<std::unique_ptr<Task>> tasks_;
 };
 
@@ -70,6 +107,9 @@ struct RewardServerOptions {
   size_t max_line_bytes = size_t{64} << 20;  // a request line, newline included
   uint64_t log_every = 1000;                 // one log line per this many requests (0 = never)
   double heartbeat_s = 1.0;                  // progress heartbeat period while idle
+  // A learned reward instead of the tasks' rules (null = the rules). The
+  // tasks still define the prompts and validate requests.
+  std::shared_ptr<TextScorer> scorer;
 };
 
 struct RewardServerStats {
@@ -77,6 +117,8 @@ struct RewardServerStats {
   uint64_t errors = 0;    // answered with an error
   uint64_t items = 0;
   uint64_t connections_accepted = 0;
+  uint64_t batches = 0;  // scorer calls (with a TextScorer)
+  uint64_t waiting = 0;  // requests queued for the scorer's next batch, now
 };
 
 class RewardServer {

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -311,6 +313,164 @@ TEST(RewardServerTest, WritesProgressStepPerRequest) {
   EXPECT_EQ(snap.record.step, 5);
   EXPECT_EQ(snap.record.pid, getpid());
   EXPECT_GT(snap.record.heartbeat_ns, 0);
+}
+
+// A scorer whose reward is a text's length / 100, that records each call and
+// can hold a call until released (to let requests pile up behind a batch) or
+// fail the next call.
+class GateScorer final : public TextScorer {
+ public:
+  explicit GateScorer(size_t max_batch) : max_batch_(max_batch) {}
+  Result<std::vector<double>> Score(const std::vector<std::string>& texts) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    calls_.push_back(texts);
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+    if (fail_next_) {
+      fail_next_ = false;
+      return InternalError("the model fell over");
+    }
+    std::vector<double> out;
+    for (const std::string& t : texts) out.push_back(static_cast<double>(t.size()) / 100.0);
+    return out;
+  }
+  size_t max_batch() const override { return max_batch_; }
+  std::string Describe() const override { return "gate"; }
+
+  void Hold() { Set([&] { open_ = false; }); }
+  void Release() { Set([&] { open_ = true; }); }
+  void FailNext() { Set([&] { fail_next_ = true; }); }
+  void WaitForCalls(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return calls_.size() >= n; });
+  }
+  std::vector<std::vector<std::string>> calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+
+ private:
+  template <typename F>
+  void Set(F f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    f();
+    cv_.notify_all();
+  }
+  const size_t max_batch_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+  bool fail_next_ = false;
+  std::vector<std::vector<std::string>> calls_;
+};
+
+std::unique_ptr<RewardServer> StartScoredServer(std::shared_ptr<TextScorer> scorer,
+                                                ProgressSink& progress = NoProgress()) {
+  RewardServerOptions o;
+  o.host = "127.0.0.1";
+  o.tasks.push_back(Spec("add2"));
+  o.scorer = std::move(scorer);
+  auto s = RewardServer::Start(o, progress);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return std::move(*s);
+}
+
+// What the scorer sees for an item: the prompt, then the completion up to and with its first newline.
+std::string TextOf(const Task& task, uint64_t index, const std::string& completion) {
+  const size_t nl = completion.find('\n');
+  return task.Prompt(index, Split::kTrain).prompt + (nl == std::string::npos ? completion : completion.substr(0, nl + 1));
+}
+
+json Lengths(const Task& task, const std::vector<std::pair<uint64_t, std::string>>& items) {
+  json out = json::array();
+  for (const auto& [i, c] : items) out.push_back(static_cast<double>(TextOf(task, i, c).size()) / 100.0);
+  return out;
+}
+
+TEST(RewardServerScorerTest, RequestsWaitingBehindABatchGoTogetherIntoTheNextAndAnswersKeepTheirOrder) {
+  TempDir dir;
+  const std::string record = dir / "progress";
+  ASSERT_TRUE(CreateProgressFile(record, 0).ok());
+  auto sink = OpenProgressSink(record, 0);
+  ASSERT_TRUE(sink.ok());
+  auto scorer = std::make_shared<GateScorer>(8);
+  auto server = StartScoredServer(scorer, **sink);
+  auto task = MakeTask("add2");
+  const uint16_t port = server->address().port;
+  RawConnection a(port), b(port), c(port);
+  scorer->Hold();
+  const std::vector<std::pair<uint64_t, std::string>> a1 = {{0, "79\n"}, {1, "93\nxyz"}};
+  a.Send(Request(1, "add2", json::array({Item(0, "train", "79\n"), Item(1, "train", "93\nxyz")})) + "\n");
+  scorer->WaitForCalls(1);  // batch 1 is out, held: the record says so
+  auto reader = ProgressReader::Open(record);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ((*reader)->Read().record.phase, static_cast<uint8_t>(Phase::kForward));
+  // Behind it: 3 + 4 + 1 texts from three connections, and a bad request on a.
+  b.Send(Request(2, "add2", json::array({Item(2, "train", "1"), Item(3, "train", "22\n"), Item(4, "train", "")})) +
+         "\n");
+  c.Send(Request(3, "add2", json::array({Item(5, "train", "5\n"), Item(6, "train", "66\n"), Item(7, "train", "7\n"),
+                                         Item(8, "train", "8")})) + "\n");
+  a.Send(Request(4, "add2", json::array({Item(9, "train", "99\n")})) + "\n");
+  a.Send(Request(5, "add2", json::array({Item(9, "tRain", "99\n")})) + "\n");
+  while (server->stats().waiting < 3 || server->stats().errors < 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  scorer->Release();
+  // a's answers in the order asked, the bad one (answered at once) after the two before it.
+  const json r1 = json::parse(a.ReadLine()), r4 = json::parse(a.ReadLine()), r5 = json::parse(a.ReadLine());
+  EXPECT_EQ(r1["id"], 1);
+  EXPECT_EQ(r1["rewards"], Lengths(*task, a1));
+  EXPECT_EQ(r4["id"], 4);
+  EXPECT_EQ(r4["rewards"], Lengths(*task, {{9, "99\n"}}));
+  EXPECT_EQ(r5["id"], 5);
+  EXPECT_TRUE(r5.contains("error")) << r5;
+  EXPECT_EQ(json::parse(b.ReadLine())["rewards"], Lengths(*task, {{2, "1"}, {3, "22\n"}, {4, ""}}));
+  EXPECT_EQ(json::parse(c.ReadLine())["rewards"], Lengths(*task, {{5, "5\n"}, {6, "66\n"}, {7, "7\n"}, {8, "8"}}));
+  // Two scorer calls: the held one, then all 8 texts that waited behind it.
+  const auto calls = scorer->calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0], (std::vector<std::string>{TextOf(*task, 0, "79\n"), TextOf(*task, 1, "93\nxyz")}));
+  EXPECT_EQ(calls[1].size(), 8u);
+  const RewardServerStats st = server->stats();
+  EXPECT_EQ(st.batches, 2u);
+  EXPECT_EQ(st.requests, 4u);
+  EXPECT_EQ(st.errors, 1u);
+  EXPECT_EQ(st.items, 10u);
+  EXPECT_EQ(st.waiting, 0u);
+  server->Stop();
+  const ProgressSnapshot snap = (*reader)->Read();
+  EXPECT_EQ(snap.record.step, 5);  // requests answered, the bad one included
+  EXPECT_EQ(snap.record.phase, static_cast<uint8_t>(Phase::kData));
+}
+
+TEST(RewardServerScorerTest, ARequestLargerThanABatchIsABatchOfItsOwn) {
+  auto scorer = std::make_shared<GateScorer>(4);
+  auto server = StartScoredServer(scorer);
+  RawConnection a(server->address().port);
+  json items = json::array();
+  for (uint64_t i = 0; i < 10; ++i) items.push_back(Item(i, "train", "1\n"));
+  a.Send(Request(1, "add2", items) + "\n");
+  EXPECT_EQ(json::parse(a.ReadLine())["rewards"].size(), 10u);
+  ASSERT_EQ(scorer->calls().size(), 1u);
+  EXPECT_EQ(scorer->calls()[0].size(), 10u);
+}
+
+TEST(RewardServerScorerTest, AFailedBatchClosesItsConnectionsAndTheClientsRetry) {
+  auto scorer = std::make_shared<GateScorer>(64);
+  auto server = StartScoredServer(scorer);
+  TempDir dir;
+  Advertise(*server, dir / "reward.addr");
+  auto task = MakeTask("add2");
+  RawConnection raw(server->address().port);
+  scorer->FailNext();
+  raw.Send(Request(1, "add2", json::array({Item(0, "train", "79\n")})) + "\n");
+  EXPECT_EQ(raw.ReadLine(), "<closed>");  // no answer: not the request's fault
+  scorer->FailNext();
+  RewardClient client(dir / "reward.addr");
+  auto got = client.Score("add2", {{0, Split::kTrain, "79\n"}});  // fails once, then is sent again
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, std::vector<double>{static_cast<double>(TextOf(*task, 0, "79\n").size()) / 100.0});
+  EXPECT_EQ(client.connects(), 2u);
+  EXPECT_EQ(server->stats().requests, 1u);
+  EXPECT_EQ(server->stats().batches, 3u);
 }
 
 TEST(RewardClientTest, FollowsTheAddressFileToAReplacementServer) {

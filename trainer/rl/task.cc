@@ -260,8 +260,9 @@ std::string Task::RejectedResponse(const TaskPrompt& prompt) const {
 Result<EmitKind> ParseEmitKind(std::string_view name) {
   if (name == "sft") return EmitKind::kSft;
   if (name == "preference") return EmitKind::kPreference;
+  if (name == "reward-pairs") return EmitKind::kRewardPairs;
   if (name == "eval") return EmitKind::kEval;
-  return InvalidArgumentError("--emit '" + std::string(name) + "' is not one of: sft, preference, eval");
+  return InvalidArgumentError("--emit '" + std::string(name) + "' is not one of: sft, preference, reward-pairs, eval");
 }
 
 Result<std::string> EmitText(const Task& task, EmitKind kind, uint64_t count) {
@@ -277,9 +278,9 @@ Result<std::string> EmitText(const Task& task, EmitKind kind, uint64_t count) {
     const TaskPrompt p = task.Prompt(i, split);
     nlohmann::ordered_json line;
     line["prompt"] = p.prompt;
-    if (kind == EmitKind::kPreference) {
+    if (kind == EmitKind::kPreference || kind == EmitKind::kRewardPairs) {
       line["chosen"] = p.response();
-      line["rejected"] = task.RejectedResponse(p);
+      line["rejected"] = kind == EmitKind::kRewardPairs && i % 2 == 1 ? p.answer : task.RejectedResponse(p);
     } else {
       line["response"] = p.response();
     }

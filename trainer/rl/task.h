@@ -117,11 +117,16 @@ class Task {
 //   kSft         train indices 0..count-1: {"prompt","response","index","split":"train"}
 //                (the trainer's `sft` format; extra keys are ignored there)
 //   kPreference  train indices 0..count-1: {"prompt","chosen","rejected","index","split":"train"}
+//   kRewardPairs the same pairs for a reward model: an odd index's rejected
+//                response is the answer without its newline ("81": a
+//                completion that never ends, which the reward rule scores 0),
+//                an even one's the near miss kPreference gives
 //   kEval        eval indices 0..count-1 (count <= EvalCount()):
 //                {"prompt","response","index","split":"eval"} — also valid `sft` data,
 //                for an eval loss on held-out prompts
-enum class EmitKind { kSft, kPreference, kEval };
-Result<EmitKind> ParseEmitKind(std::string_view name);  // "sft" | "preference" | "eval"
+enum class EmitKind { kSft, kPreference, kRewardPairs, kEval };
+// "sft" | "preference" | "reward-pairs" | "eval"
+Result<EmitKind> ParseEmitKind(std::string_view name);
 
 // The text of such a file (each line ends in '\n').
 Result<std::string> EmitText(const Task& task, EmitKind kind, uint64_t count);

@@ -290,6 +290,23 @@ TEST(EmitTest, PreferenceFileHasPromptChosenRejected) {
   EXPECT_EQ((*ds)->size(), 200u);
 }
 
+TEST(EmitTest, RewardPairsRejectTheUnterminatedAnswerEveryOtherLine) {
+  auto task = MakeTask("add2");
+  const std::string text = *EmitText(*task, EmitKind::kRewardPairs, 100);
+  std::istringstream in(text);
+  std::string line;
+  for (uint64_t i = 0; std::getline(in, line); ++i) {
+    const json j = json::parse(line);
+    const TaskPrompt p = task->Prompt(i, Split::kTrain);
+    EXPECT_EQ(j["chosen"], p.response());
+    // Odd: the answer that never ends, which the rule scores 0; even: the near miss.
+    EXPECT_EQ(j["rejected"], i % 2 == 1 ? p.answer : task->RejectedResponse(p)) << i;
+    EXPECT_EQ(task->Reward(p, j["rejected"].get<std::string>()), 0.0);
+    EXPECT_EQ(task->Reward(p, j["chosen"].get<std::string>()), 1.0);
+  }
+  EXPECT_TRUE(ParseEmitKind("reward-pairs").ok());
+}
+
 TEST(EmitTest, EvalFileListsHeldOutPromptsOnly) {
   auto task = MakeTask("add2");
   TempFile file("eval");
