@@ -336,7 +336,14 @@ int main(int argc, char** argv) {
   // each retry is a heartbeat (a worker stuck for real stops beating).
   ProgressSink* beat = w.progress.get();
   ropts.observer = [beat](const RewardClientEvent& e) {
-    if (e.kind == RewardClientEvent::kFailed) beat->SetPhase(Phase::kData);
+    if (e.kind != RewardClientEvent::kFailed) return;
+    beat->SetPhase(Phase::kData);
+    // The first failure of a request says why; its later attempts (a service
+    // being restarted, reconnects every few ms) would flood the log.
+    if (e.attempt == 1) {
+      spdlog::warn("reward request to {} failed ({}); sending it again until the service answers",
+                   e.address.empty() ? "(no address yet)" : e.address, e.error);
+    }
   };
   w.rewards = std::make_unique<RewardClient>(w.dir + "/reward.addr", ropts);
   w.model = Gpt(cfg->model);

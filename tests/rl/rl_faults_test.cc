@@ -16,6 +16,11 @@
 // groups are missing), so the test kills the one that is mid-group: with the
 // service stopped the step cannot complete, so one always is.
 //
+// The same run with a learned reward (holdfast-reward --model: a reward model
+// trained here on the task's reward pairs) has its own fault-free reference;
+// its service is killed in the middle of a batch — stopped while its progress
+// record says a batch is out (phase forward), then SIGKILLed.
+//
 // Every wait has a deadline far beyond its expected time and says what it
 // waited for (a backstop, not a timing assertion): a wait that can never end
 // fails with its reason instead of at the ctest timeout.
@@ -34,6 +39,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/progress_record.h"
 #include "tests/support/daemon_client.h"
 #include "tests/support/subprocess.h"
 
@@ -105,6 +111,19 @@ class RlFaultsTest : public ::testing::Test {
     ProcessResult sft = RunProcess({BuildPath("trainer/holdfast-train"), "--config", *shared_ / "sft.toml",
                                     "--dump-final", *shared_ / "sft/final"});
     ASSERT_EQ(sft.exit_code, 0) << sft.output;
+    // A reward model from the SFT weights: 150 steps of the task's reward pairs.
+    ProcessResult pairs = RunProcess({BuildPath("trainer/rl/holdfast-reward"), "--task", "add2", "--emit",
+                                      "reward-pairs", "--count", "3000", "--out", *shared_ / "pairs.jsonl"});
+    ASSERT_EQ(pairs.exit_code, 0) << pairs.output;
+    WriteFile(*shared_ / "rm.toml", ModelToml() + "reward_head = true\n[data]\nformat = \"preference\"\npath = \"" +
+                                        (*shared_ / "pairs.jsonl") + "\"\n[train]\nobjective = \"reward\"\n"
+                                        "init_from = \"" + (*shared_ / "sft/final") + "\"\nsteps = 150\n"
+                                        "micro_batch = 32\nseed = 3\nthreads = 1\nlog_every = 50\n[optim]\n"
+                                        "lr = 1e-3\nmin_lr = 1e-4\nwarmup_steps = 10\nweight_decay = 0.0\n"
+                                        "[output]\ndir = \"" + (*shared_ / "rm") + "\"\n");
+    ProcessResult rm = RunProcess({BuildPath("trainer/holdfast-train"), "--config", *shared_ / "rm.toml",
+                                   "--dump-final", *shared_ / "rm/final"});
+    ASSERT_EQ(rm.exit_code, 0) << rm.output;
     // The fault-free reference: the same supervised job, nothing injected.
     RlFaultsTest ref;
     ref.WriteJob();
@@ -114,6 +133,15 @@ class RlFaultsTest : public ::testing::Test {
     ASSERT_FALSE(reference_.empty());
     const std::string sft_params = ReadFile(*shared_ / "sft/final/params.bin");
     ASSERT_NE(reference_, sft_params) << "GRPO did not change the parameters: the test would prove nothing";
+    // The fault-free reference with the learned reward.
+    RlFaultsTest model_ref;
+    model_ref.model_reward_ = true;
+    model_ref.WriteJob();
+    ChildProcess model_daemon(model_ref.Daemon(), model_ref.dir_ / "daemon.log");
+    ASSERT_EQ(model_daemon.Wait(), 0) << ReadFile(model_ref.dir_ / "daemon.log");
+    model_reference_ = ReadFile(model_ref.dir_ / "final/params.bin");
+    ASSERT_FALSE(model_reference_.empty());
+    ASSERT_NE(model_reference_, reference_) << "the learned reward changed nothing: the test would prove nothing";
   }
   static void TearDownTestSuite() { delete shared_; }
 
@@ -137,8 +165,12 @@ class RlFaultsTest : public ::testing::Test {
        << "[[roles]]\nname = \"rollout\"\ncommand = [\"" << BuildPath("trainer/holdfast-rollout") << "\", \"--config\", \""
        << cfg << "\"]\ncount = 2\nrestart = \"alone\"\n"
        << "[[roles]]\nname = \"reward\"\ncommand = [\"" << BuildPath("trainer/rl/holdfast-reward")
-       << "\", \"--task\", \"add2\", \"--addr-file\", \"" << rl_dir() << "/reward.addr\"]\ncount = 1\n"
-       << "restart = \"alone\"\n";
+       << "\", \"--task\", \"add2\", \"--addr-file\", \"" << rl_dir() << "/reward.addr\"";
+    if (model_reward_) {
+      os << ", \"--model\", \"" << *shared_ / "rm/final" << "\", \"--model-config\", \"" << *shared_ / "rm.toml"
+         << "\"";
+    }
+    os << "]\ncount = 1\nrestart = \"alone\"\n";
     WriteFile(dir_ / "job.toml", os.str());
   }
 
@@ -199,11 +231,23 @@ class RlFaultsTest : public ::testing::Test {
     ASSERT_EQ(daemon.Wait(), 0) << ReadFile(dir_ / "daemon.log");
     const std::string params = ReadFile(dir_ / "final/params.bin");
     ASSERT_FALSE(params.empty()) << ReadFile(dir_ / "daemon.log");
-    EXPECT_TRUE(params == reference_) << "the final parameters differ from the fault-free run's";
+    EXPECT_TRUE(params == (model_reward_ ? model_reference_ : reference_))
+        << "the final parameters differ from the fault-free run's";
+  }
+
+  // The reward service's progress record (role reward[0]).
+  std::string RewardRecord() const {
+    for (const auto& e : std::filesystem::directory_iterator(dir_ / "shm")) {
+      const std::string name = e.path().filename().string();
+      if (name.size() > 18 && name.compare(name.size() - 18, 18, "-role-reward-0.rec") == 0) return e.path().string();
+    }
+    return "";
   }
 
   static inline TempDir* shared_ = nullptr;
   static inline std::string reference_;
+  static inline std::string model_reference_;  // the fault-free run with the learned reward
+  bool model_reward_ = false;                  // the reward service serves the reward model
   TempDir dir_;
 };
 
@@ -280,6 +324,71 @@ TEST_F(RlFaultsTest, TheRewardServiceKilledWithARequestInFlightLosesNothing) {
     EXPECT_NE(e.summary.find("role reward[0] killed by signal 9"), std::string::npos) << e.summary;
   }
   EXPECT_EQ(role_crashes, 1);
+}
+
+// The learned reward's service SIGKILLed in the middle of a batch: stopped
+// (SIGSTOP) at a moment its record says a batch is out (phase forward, the
+// loop thread sets it back only after answering it), confirmed still so while
+// stopped, then killed. Only it restarts; the workers whose requests were in
+// the batch send them again to the new service (their logs say so) and keep
+// their pids; the run ends with the fault-free run's parameters — no sample
+// lost, none scored twice or scored differently.
+TEST_F(RlFaultsTest, TheRewardModelServiceKilledMidBatchRestartsAloneAndLosesNothing) {
+  model_reward_ = true;
+  WriteJob();
+  ChildProcess daemon(Daemon(), dir_ / "daemon.log");
+  auto st = WaitForStatus(daemon, dir_ / "run", "the learner past step 2 with every role running", kDeadlineS,
+                          [](const RunStatus& s) { return Trained(s, 2); });
+  ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
+  const int64_t learner = st->nodes[0].ranks[0].pid;
+  const int64_t worker0 = RolePid(*st, "rollout", 0), worker1 = RolePid(*st, "rollout", 1);
+  const int64_t reward = RolePid(*st, "reward", 0);
+  const std::string record = RewardRecord();
+  ASSERT_FALSE(record.empty()) << "no progress record of reward[0] under " << dir_ / "shm";
+  auto reader = ProgressReader::Open(record);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  auto scoring = [&] {
+    const ProgressSnapshot snap = (*reader)->Read();
+    return snap.valid && !snap.torn && snap.record.phase == static_cast<uint8_t>(Phase::kForward);
+  };
+  int tries = 0;
+  ASSERT_TRUE(WaitUntil(daemon, "the reward service stopped with a batch out", kDeadlineS, [&] {
+    // Look closely (a batch of this model is out for milliseconds) for a while, then let WaitUntil pause.
+    for (int i = 0; i < 2000; ++i) {
+      if (scoring()) {
+        ++tries;
+        EXPECT_EQ(kill(static_cast<pid_t>(reward), SIGSTOP), 0);
+        if (scoring()) return true;  // stopped before it answered the batch
+        EXPECT_EQ(kill(static_cast<pid_t>(reward), SIGCONT), 0);
+      }
+      usleep(100);
+    }
+    return false;
+  })) << ReadFile(dir_ / "daemon.log");
+  ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGKILL), 0);
+  st = WaitForStatus(daemon, dir_ / "run", "reward[0] restarted", kDeadlineS, [&](const RunStatus& s) {
+    return Trained(s, 0) && RolePid(s, "reward", 0) != reward && RolePid(s, "reward", 0) != 0;
+  });
+  ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
+  EXPECT_EQ(st->nodes[0].ranks[0].pid, learner);
+  EXPECT_EQ(RolePid(*st, "rollout", 0), worker0) << "a worker retries; it does not die with the service";
+  EXPECT_EQ(RolePid(*st, "rollout", 1), worker1);
+  ExpectBitExact(daemon);
+  EXPECT_EQ(LatestRunGenerations(dir_ / "run"), 1u);
+  int role_crashes = 0;
+  for (const EventRecord& e : LatestRunEvents(dir_ / "run")) {
+    if (e.kind != "role_crash") continue;
+    ++role_crashes;
+    EXPECT_NE(e.summary.find("role reward[0] killed by signal 9"), std::string::npos) << e.summary;
+  }
+  EXPECT_EQ(role_crashes, 1);
+  // A request of the batch was sent again: the worker that made it says so.
+  const std::string logs = ReadFile(dir_ / "run/logs/a1-role-rollout-0.log") + ReadFile(dir_ / "run/logs/a1-role-rollout-1.log");
+  EXPECT_NE(logs.find("sending it again until the service answers"), std::string::npos) << logs.substr(0, 4000);
+  // The new service loaded the model, not the rule.
+  EXPECT_NE(ReadFile(dir_ / "run/logs/a1-role-reward-0.log").find("rewards: reward model params dump"),
+            std::string::npos);
+  std::printf("reward service stopped mid-batch after %d look(s)\n", tries);
 }
 
 // The reward service stopped (SIGSTOP) and left so: the learner waits for

@@ -19,6 +19,7 @@ constexpr uint64_t kSplitSeed = 0x686f6c6466617374ULL;   // which tuples are hel
 constexpr uint64_t kOrderSeed = 0x6576616c6f726465ULL;   // the order of the held-out list
 constexpr uint64_t kTrainSeed = 0x747261696e696478ULL;   // train index -> tuple
 constexpr uint64_t kRejectSeed = 0x72656a6563746564ULL;  // which wrong answer a pair gets
+constexpr uint64_t kWrongSeed = 0x77726f6e676e756dULL;   // a reward pair's far-off wrong number
 constexpr int kTrainAttempts = 64;
 constexpr int64_t kMaxOperand = 999'999'999;
 
@@ -257,6 +258,26 @@ std::string Task::RejectedResponse(const TaskPrompt& prompt) const {
   return wrong[Scale(HashWords(words, 2, kRejectSeed), wrong.size())] + "\n";
 }
 
+std::string Task::RewardPairRejected(const TaskPrompt& prompt) const {
+  switch (prompt.index % 6) {
+    case 1:
+      return prompt.answer;
+    case 3:
+      return "\n";
+    case 5: {
+      // A wrong number of any size a sum can have: 0 .. 2 x the largest sum.
+      const int64_t words[2] = {static_cast<int64_t>(prompt.index), static_cast<int64_t>(prompt.split)};
+      const uint64_t largest = static_cast<uint64_t>(spec_.max_operand) * static_cast<uint64_t>(spec_.operands);
+      const std::string other = std::to_string(Scale(HashWords(words, 2, kWrongSeed), 2 * largest + 1));
+      if (other != prompt.answer) return other + "\n";
+      break;
+    }
+    default:
+      break;
+  }
+  return RejectedResponse(prompt);
+}
+
 Result<EmitKind> ParseEmitKind(std::string_view name) {
   if (name == "sft") return EmitKind::kSft;
   if (name == "preference") return EmitKind::kPreference;
@@ -280,7 +301,7 @@ Result<std::string> EmitText(const Task& task, EmitKind kind, uint64_t count) {
     line["prompt"] = p.prompt;
     if (kind == EmitKind::kPreference || kind == EmitKind::kRewardPairs) {
       line["chosen"] = p.response();
-      line["rejected"] = kind == EmitKind::kRewardPairs && i % 2 == 1 ? p.answer : task.RejectedResponse(p);
+      line["rejected"] = kind == EmitKind::kRewardPairs ? task.RewardPairRejected(p) : task.RejectedResponse(p);
     } else {
       line["response"] = p.response();
     }

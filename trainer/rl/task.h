@@ -99,6 +99,8 @@ class Task {
   // for 81): off by one, off by ten, or two digits swapped, chosen by the
   // prompt's index; never the answer, never negative.
   std::string RejectedResponse(const TaskPrompt& prompt) const;
+  // kRewardPairs' rejected response for train prompt `prompt` (EmitText).
+  std::string RewardPairRejected(const TaskPrompt& prompt) const;
 
  private:
   explicit Task(const TaskSpec& spec);
@@ -117,10 +119,14 @@ class Task {
 //   kSft         train indices 0..count-1: {"prompt","response","index","split":"train"}
 //                (the trainer's `sft` format; extra keys are ignored there)
 //   kPreference  train indices 0..count-1: {"prompt","chosen","rejected","index","split":"train"}
-//   kRewardPairs the same pairs for a reward model: an odd index's rejected
-//                response is the answer without its newline ("81": a
-//                completion that never ends, which the reward rule scores 0),
-//                an even one's the near miss kPreference gives
+//   kRewardPairs the same pairs for a reward model, whose rejected responses
+//                also cover what a sampling policy gets wrong in form: by
+//                index % 6, 1 = the answer without its newline ("81": a
+//                completion that never ends), 3 = an empty answer ("\n"),
+//                5 = a number drawn uniformly from 0 .. 2 x the largest sum
+//                (kWrongSeed = 0x77726f6e676e756d)
+//                (Scale(H([index, split], kWrongSeed)); the near miss when it
+//                happens to be right); 0, 2, 4 = the near miss kPreference gives
 //   kEval        eval indices 0..count-1 (count <= EvalCount()):
 //                {"prompt","response","index","split":"eval"} — also valid `sft` data,
 //                for an eval loss on held-out prompts

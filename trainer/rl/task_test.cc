@@ -290,20 +290,34 @@ TEST(EmitTest, PreferenceFileHasPromptChosenRejected) {
   EXPECT_EQ((*ds)->size(), 200u);
 }
 
-TEST(EmitTest, RewardPairsRejectTheUnterminatedAnswerEveryOtherLine) {
+TEST(EmitTest, RewardPairsRejectNearMissesAndMalformedAnswers) {
   auto task = MakeTask("add2");
-  const std::string text = *EmitText(*task, EmitKind::kRewardPairs, 100);
+  const std::string text = *EmitText(*task, EmitKind::kRewardPairs, 600);
   std::istringstream in(text);
   std::string line;
-  for (uint64_t i = 0; std::getline(in, line); ++i) {
+  int far = 0;
+  uint64_t i = 0;
+  for (; std::getline(in, line); ++i) {
     const json j = json::parse(line);
     const TaskPrompt p = task->Prompt(i, Split::kTrain);
     EXPECT_EQ(j["chosen"], p.response());
-    // Odd: the answer that never ends, which the rule scores 0; even: the near miss.
-    EXPECT_EQ(j["rejected"], i % 2 == 1 ? p.answer : task->RejectedResponse(p)) << i;
-    EXPECT_EQ(task->Reward(p, j["rejected"].get<std::string>()), 0.0);
+    const std::string rejected = j["rejected"].get<std::string>();
+    switch (i % 6) {
+      case 1: EXPECT_EQ(rejected, p.answer) << i; break;  // never ends
+      case 3: EXPECT_EQ(rejected, "\n") << i; break;      // empty
+      case 5:  // a number anywhere in 0..396, or (rarely) the near miss
+        far += rejected != task->RejectedResponse(p);
+        EXPECT_LE(std::stoll(rejected), 396) << i;
+        EXPECT_EQ(rejected.back(), '\n');
+        break;
+      default: EXPECT_EQ(rejected, task->RejectedResponse(p)) << i;
+    }
+    // Every rejected response is one the rule scores 0, every chosen one 1.
+    EXPECT_EQ(task->Reward(p, rejected), 0.0) << i;
     EXPECT_EQ(task->Reward(p, j["chosen"].get<std::string>()), 1.0);
   }
+  EXPECT_EQ(i, 600u);
+  EXPECT_GT(far, 90);
   EXPECT_TRUE(ParseEmitKind("reward-pairs").ok());
 }
 
