@@ -214,6 +214,31 @@ TEST(ObjectiveConfigTest, DpoNeedsPreferenceDataAndHoldoutIsAFractionOrACount) {
   EXPECT_DOUBLE_EQ(ok->dpo.beta, 0.1);
 }
 
+TEST(ObjectiveConfigTest, ARewardModelHasItsHeadAndPreferenceDataAndNothingElseDoes) {
+  auto ok = LoadTrainerConfig("", {"data.path=x", "data.format=preference", "train.objective=reward",
+                                   "model.reward_head=true"});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  auto headless = LoadTrainerConfig("", {"data.path=x", "data.format=preference", "train.objective=reward"});
+  ASSERT_FALSE(headless.ok());
+  EXPECT_NE(headless.status().message().find("set model.reward_head = true"), std::string::npos);
+  auto lm_head = LoadTrainerConfig("", {"data.path=x", "model.reward_head=true"});
+  ASSERT_FALSE(lm_head.ok());
+  EXPECT_NE(lm_head.status().message().find("remove model.reward_head"), std::string::npos);
+  auto text = LoadTrainerConfig("", {"data.path=x", "train.objective=reward", "model.reward_head=true"});
+  ASSERT_FALSE(text.ok());
+  EXPECT_NE(text.status().message().find("train.objective = \"reward\" trains on preference pairs"),
+            std::string::npos);
+  auto split = LoadTrainerConfig("", {"data.path=x", "data.format=preference", "train.objective=reward",
+                                      "model.reward_head=true", "dist.tensor_parallel=2", "model.n_head=4"});
+  ASSERT_FALSE(split.ok());
+  EXPECT_NE(split.status().message().find("only train.objective = \"lm\" runs model parallel"), std::string::npos);
+  // The head is math: a reward model's hash is not its language model's.
+  auto lm = LoadTrainerConfig("", {"data.path=x"});
+  auto lm_false = LoadTrainerConfig("", {"data.path=x", "model.reward_head=false"});
+  ASSERT_TRUE(lm.ok() && lm_false.ok());
+  EXPECT_EQ(ConfigHash(*lm), ConfigHash(*lm_false)) << "an unset head keeps old checkpoints resumable";
+}
+
 // New keys enter the hash only when set away from their defaults: existing
 // checkpoints resume. Eval cadence is not math; the holdout is.
 TEST(ObjectiveConfigTest, NewKeysKeepOldHashesAndHashOnlyWhenSet) {

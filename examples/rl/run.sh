@@ -6,6 +6,8 @@
 #
 #   examples/rl/run.sh            # from anywhere; runs in runs/rl/
 #   SKIP_BUILD=1 examples/rl/run.sh
+#   REWARD=model examples/rl/run.sh   # GRPO against a learned reward model (examples/rl/rm.toml,
+#                                     # served by holdfast-reward --model) instead of the task's rule
 #
 # For the test that guards the result (ctest rl_example): RL_ROOT=DIR runs the
 # example's own files (examples/rl, copied) in DIR with BUILD_DIR linked as
@@ -26,6 +28,12 @@ if [ -n "${RL_ROOT:-}" ]; then
   cd "$RL_ROOT"
 fi
 RUN=runs/rl
+REWARD=${REWARD:-rule}
+case "$REWARD" in
+  rule) job=examples/rl/job.toml; learner="$RUN/learner" ;;
+  model) job=examples/rl/job_rm.toml; learner="$RUN/learner-rm" ;;
+  *) echo "REWARD=$REWARD: use rule (the task's check) or model (a learned reward model)" >&2; exit 2 ;;
+esac
 rm -rf "$RUN"
 mkdir -p "$RUN/data"
 build/trainer/rl/holdfast-reward --task add2 --emit sft --count 20000 --out "$RUN/data/sft.jsonl"
@@ -35,18 +43,31 @@ build/trainer/holdfast-train --config examples/rl/sft.toml --dump-final "$RUN/sf
   || { tail -20 "$RUN/sft.log"; exit 1; }
 tail -1 "$RUN/sft.log"
 
-echo "== stage 2: GRPO under holdfastd (examples/rl/job.toml; log: $RUN/holdfastd.log)"
+if [ "$REWARD" = model ]; then
+  echo "== stage 1b: the reward model (examples/rl/rm.toml)"
+  build/trainer/rl/holdfast-reward --task add2 --emit reward-pairs --count 40000 --out "$RUN/data/reward_pairs.jsonl"
+  build/trainer/holdfast-train --config examples/rl/rm.toml --dump-final "$RUN/rm/final" > "$RUN/rm.log" 2>&1 \
+    || { tail -20 "$RUN/rm.log"; exit 1; }
+  grep "eval after" "$RUN/rm.log" | tail -1 | sed 's/.*\(eval after\)/  \1/'
+fi
+
+echo "== stage 2: GRPO under holdfastd ($job; log: $RUN/holdfastd.log)"
 mkdir -p "$RUN/daemon"
 rc=0
-build/daemon/holdfastd --run-dir "$RUN/daemon" --config examples/rl/job.toml > "$RUN/holdfastd.log" 2>&1 || rc=$?
+build/daemon/holdfastd --run-dir "$RUN/daemon" --config "$job" > "$RUN/holdfastd.log" 2>&1 || rc=$?
 build/cli/runctl --run-dir "$RUN/daemon" status latest || true
 echo "== held-out accuracy (greedy, $(sed -n 's/^eval_prompts *= *\([0-9]*\).*/\1/p' examples/rl/grpo.toml) prompts the run never trains on)"
 check=0
-python3 - "$RUN/learner/metrics.jsonl" "${MIN_GAIN:-}" <<'PY' || check=$?
+python3 - "$learner/metrics.jsonl" "${MIN_GAIN:-}" <<'PY' || check=$?
 import json, math, sys
-evals = [r for r in map(json.loads, open(sys.argv[1])) if "eval_reward" in r]
+rows = list(map(json.loads, open(sys.argv[1])))
+evals = [r for r in rows if "eval_reward" in r]
+# The reward the learner trained on (the service's: the rule's or the model's), per step.
+trained = {r["step"]: r["reward"] for r in rows if "reward" in r and "eval_reward" not in r}
 for r in evals:
-    print(f"  step {r['step']:4d}: {r['eval_reward']:.3f}")
+    got = trained.get(max(r["step"], 1))
+    print(f"  step {r['step']:4d}: {r['eval_reward']:.3f}" +
+          (f"   (mean reward of the step's samples: {got:.3f})" if got is not None else ""))
 if len(evals) < 2:
     sys.exit("no evaluation before and after GRPO in " + sys.argv[1])
 first, last = evals[0]["eval_reward"], evals[-1]["eval_reward"]
