@@ -235,6 +235,30 @@ class RlFaultsTest : public ::testing::Test {
         << "the final parameters differ from the fault-free run's";
   }
 
+  // After a SIGKILL of the reward service (pid in `before`): it alone restarts
+  // (the learner and both workers keep their pids: a worker retries, it does
+  // not die with the service), the run ends bit-exact with one generation, and
+  // lineage holds that one role_crash.
+  void ExpectRewardRestartedAlone(ChildProcess& daemon, const RunStatus& before) {
+    const int64_t reward = RolePid(before, "reward", 0);
+    auto st = WaitForStatus(daemon, dir_ / "run", "reward[0] restarted", kDeadlineS, [&](const RunStatus& s) {
+      return Trained(s, 0) && RolePid(s, "reward", 0) != reward && RolePid(s, "reward", 0) != 0;
+    });
+    ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
+    EXPECT_EQ(st->nodes[0].ranks[0].pid, before.nodes[0].ranks[0].pid);
+    EXPECT_EQ(RolePid(*st, "rollout", 0), RolePid(before, "rollout", 0)) << "a worker retries; it does not die";
+    EXPECT_EQ(RolePid(*st, "rollout", 1), RolePid(before, "rollout", 1));
+    ExpectBitExact(daemon);
+    EXPECT_EQ(LatestRunGenerations(dir_ / "run"), 1u);
+    int role_crashes = 0;
+    for (const EventRecord& e : LatestRunEvents(dir_ / "run")) {
+      if (e.kind != "role_crash") continue;
+      ++role_crashes;
+      EXPECT_NE(e.summary.find("role reward[0] killed by signal 9"), std::string::npos) << e.summary;
+    }
+    EXPECT_EQ(role_crashes, 1);
+  }
+
   // The reward service's progress record (role reward[0]).
   std::string RewardRecord() const {
     for (const auto& e : std::filesystem::directory_iterator(dir_ / "shm")) {
@@ -302,28 +326,11 @@ TEST_F(RlFaultsTest, TheRewardServiceKilledWithARequestInFlightLosesNothing) {
   auto st = WaitForStatus(daemon, dir_ / "run", "the learner past step 2 with every role running", kDeadlineS,
                           [](const RunStatus& s) { return Trained(s, 2); });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
-  const int64_t learner = st->nodes[0].ranks[0].pid;
-  const int64_t worker0 = RolePid(*st, "rollout", 0), worker1 = RolePid(*st, "rollout", 1);
   const int64_t reward = RolePid(*st, "reward", 0);
   ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGSTOP), 0);
   ASSERT_TRUE(WaitMidGroup(daemon));  // a worker's request is in flight
   ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGKILL), 0);
-  st = WaitForStatus(daemon, dir_ / "run", "reward[0] restarted", kDeadlineS, [&](const RunStatus& s) {
-    return Trained(s, 0) && RolePid(s, "reward", 0) != reward && RolePid(s, "reward", 0) != 0;
-  });
-  ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
-  EXPECT_EQ(st->nodes[0].ranks[0].pid, learner);
-  EXPECT_EQ(RolePid(*st, "rollout", 0), worker0) << "a worker retries; it does not die with the service";
-  EXPECT_EQ(RolePid(*st, "rollout", 1), worker1);
-  ExpectBitExact(daemon);
-  EXPECT_EQ(LatestRunGenerations(dir_ / "run"), 1u);
-  int role_crashes = 0;
-  for (const EventRecord& e : LatestRunEvents(dir_ / "run")) {
-    if (e.kind != "role_crash") continue;
-    ++role_crashes;
-    EXPECT_NE(e.summary.find("role reward[0] killed by signal 9"), std::string::npos) << e.summary;
-  }
-  EXPECT_EQ(role_crashes, 1);
+  ExpectRewardRestartedAlone(daemon, *st);
 }
 
 // The learned reward's service SIGKILLed in the middle of a batch: stopped
@@ -340,8 +347,6 @@ TEST_F(RlFaultsTest, TheRewardModelServiceKilledMidBatchRestartsAloneAndLosesNot
   auto st = WaitForStatus(daemon, dir_ / "run", "the learner past step 2 with every role running", kDeadlineS,
                           [](const RunStatus& s) { return Trained(s, 2); });
   ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
-  const int64_t learner = st->nodes[0].ranks[0].pid;
-  const int64_t worker0 = RolePid(*st, "rollout", 0), worker1 = RolePid(*st, "rollout", 1);
   const int64_t reward = RolePid(*st, "reward", 0);
   const std::string record = RewardRecord();
   ASSERT_FALSE(record.empty()) << "no progress record of reward[0] under " << dir_ / "shm";
@@ -366,24 +371,10 @@ TEST_F(RlFaultsTest, TheRewardModelServiceKilledMidBatchRestartsAloneAndLosesNot
     return false;
   })) << ReadFile(dir_ / "daemon.log");
   ASSERT_EQ(kill(static_cast<pid_t>(reward), SIGKILL), 0);
-  st = WaitForStatus(daemon, dir_ / "run", "reward[0] restarted", kDeadlineS, [&](const RunStatus& s) {
-    return Trained(s, 0) && RolePid(s, "reward", 0) != reward && RolePid(s, "reward", 0) != 0;
-  });
-  ASSERT_TRUE(st) << ReadFile(dir_ / "daemon.log");
-  EXPECT_EQ(st->nodes[0].ranks[0].pid, learner);
-  EXPECT_EQ(RolePid(*st, "rollout", 0), worker0) << "a worker retries; it does not die with the service";
-  EXPECT_EQ(RolePid(*st, "rollout", 1), worker1);
-  ExpectBitExact(daemon);
-  EXPECT_EQ(LatestRunGenerations(dir_ / "run"), 1u);
-  int role_crashes = 0;
-  for (const EventRecord& e : LatestRunEvents(dir_ / "run")) {
-    if (e.kind != "role_crash") continue;
-    ++role_crashes;
-    EXPECT_NE(e.summary.find("role reward[0] killed by signal 9"), std::string::npos) << e.summary;
-  }
-  EXPECT_EQ(role_crashes, 1);
+  ExpectRewardRestartedAlone(daemon, *st);
   // A request of the batch was sent again: the worker that made it says so.
-  const std::string logs = ReadFile(dir_ / "run/logs/a1-role-rollout-0.log") + ReadFile(dir_ / "run/logs/a1-role-rollout-1.log");
+  const std::string logs =
+      ReadFile(dir_ / "run/logs/a1-role-rollout-0.log") + ReadFile(dir_ / "run/logs/a1-role-rollout-1.log");
   EXPECT_NE(logs.find("sending it again until the service answers"), std::string::npos) << logs.substr(0, 4000);
   // The new service loaded the model, not the rule.
   EXPECT_NE(ReadFile(dir_ / "run/logs/a1-role-reward-0.log").find("rewards: reward model params dump"),
