@@ -47,7 +47,7 @@ class RewardModelScorer final : public rl::TextScorer {
     return out;
   }
 
-  size_t max_batch() const override { return batch_; }
+  size_t max_batch() const override { return kForwardsPerCall * batch_; }
   std::string Describe() const override { return description_; }
 
  private:
@@ -79,7 +79,7 @@ Result<std::shared_ptr<rl::TextScorer>> LoadRewardModel(const RewardModelOptions
     const ModelConfig& m = config.model;
     std::string description = "reward model " + loaded + " (" + std::to_string(m.n_layer) + " layers, " +
                               std::to_string(m.n_embd) + " wide, context " + std::to_string(m.block_size) +
-                              "; batches of " + std::to_string(options.batch) + ")";
+                              "; forwards of " + std::to_string(options.batch) + " rows)";
     return std::shared_ptr<rl::TextScorer>(
         std::make_shared<RewardModelScorer>(std::move(model), options.batch, std::move(description)));
   } catch (const c10::Error& e) {

@@ -5,9 +5,10 @@
 // The reward of a text (a prompt, then a completion up to and with its first
 // newline; byte-level tokens, the first block_size of them) is
 // sigmoid(head(ln_f(h)[last token])): what the objective trains, through the
-// same Gpt::Rewards. Every call runs batches of exactly `batch` rows of
+// same Gpt::Rewards. A call (the requests the service batched together, up to
+// kForwardsPerCall x batch texts) runs forwards of exactly `batch` rows of
 // block_size tokens (unused rows padded), so a text's reward is the same bits
-// whatever else is in its batch and wherever in it: a synchronous RL run stays
+// whatever else is in its call and wherever in it: a synchronous RL run stays
 // deterministic however the service happens to batch its requests.
 //
 // No LibTorch in this header (holdfast-reward's main includes it).
@@ -22,10 +23,14 @@
 
 namespace holdfast {
 
+// Texts of one scorer call, in forwards: the service's batches are up to this
+// many forwards' worth of waiting requests.
+inline constexpr size_t kForwardsPerCall = 16;
+
 struct RewardModelOptions {
   std::string config;   // the reward model's training config (its [model] section is used)
   std::string weights;  // a params dump (--dump-final) or a checkpoint (a step folder or a root)
-  size_t batch = 64;    // rows per forward
+  size_t batch = 8;     // rows per forward (bench/reward_bench.sh: 8 beats 64 on a CPU)
   int threads = 1;      // LibTorch intra-op threads
 };
 

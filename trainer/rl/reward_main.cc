@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   uint64_t count = 0;
   uint64_t log_every = 1000;
   std::string model_dir, model_config;
-  size_t batch = 64;
+  size_t batch = 8;
   int threads = 1;
   app.add_option("--task", task_texts, "task spec to serve, e.g. add2 or add3:max=9 (repeatable)")->required();
   app.add_option("--addr-file", addr_file, "serve: write HOST:PORT here (atomically) once listening");
@@ -80,7 +80,9 @@ int main(int argc, char** argv) {
                  "serve: a learned reward model's weights (a params dump or a checkpoint of a run with "
                  "train.objective = \"reward\") scores the completions instead of the task's rule");
   app.add_option("--model-config", model_config, "--model: the config the reward model was trained with");
-  app.add_option("--batch", batch, "--model: texts scored per forward (requests waiting together share one)");
+  app.add_option("--batch", batch,
+                 "--model: rows of one forward (every forward is this many; the requests waiting together are "
+                 "scored in one call of up to 16 forwards)");
   app.add_option("--threads", threads, "--model: LibTorch threads");
   app.add_option("--emit", emit, "write data instead of serving: sft | preference | eval");
   app.add_option("--count", count, "--emit: number of lines (eval: at most the held-out prompt count)");
@@ -206,11 +208,11 @@ int main(int argc, char** argv) {
   while (sigwait(&stop_signals, &sig) != 0) {
   }
   const RewardServerStats stats = (*server)->stats();
-  spdlog::info("holdfast-reward: {} received: stopping after {} requests ({} items, {} bad requests)",
+  spdlog::info("holdfast-reward: {} received: stopping after {} requests ({} items, {} bad requests, {} scorer calls)",
                sig == SIGTERM  ? "SIGTERM"
                : sig == SIGINT ? "SIGINT"
                                : "SIGHUP",
-               stats.requests, stats.items, stats.errors);
+               stats.requests, stats.items, stats.errors, stats.batches);
   (*server)->Stop();
   progress->SetPhase(Phase::kDone);
   return kRankExitOk;
