@@ -84,14 +84,18 @@ int CmdBest(const CliContext& ctx, const std::string& run, const std::string& me
 // `runs` empty: every run of the run directory, oldest first; a RUN that is
 // a run directory (holding a lineage.db) stands for its newest run (a
 // sweep's members). Metrics come from lineage (each checkpoint's eval at its own
-// step). An unknown metric: exit 2 listing those present.
-int CmdCompare(const CliContext& ctx, const std::vector<std::string>& runs, const std::string& metric);
+// step). An unknown metric: exit 2 listing those present. `html` non-empty:
+// also writes the comparison as an HTML page there (cli/compare_html.h: the
+// metric's curves; written aside and renamed).
+int CmdCompare(const CliContext& ctx, const std::vector<std::string>& runs, const std::string& metric,
+               const std::string& html = "");
 // Runs JOB_FILE once per value of `vary` (NAME=V1,V2,...): each member's job
 // file is JOB_FILE with {value} replaced by its value and {sweep} by its tag
 // (NAME-VALUE), its [job] name suffixed NAME=VALUE, in its own run directory
 // RUN_DIR/sweep-NAME/TAG under its own holdfastd; `side_by_side` members at
 // a time (1: in turn). Then compares them (CmdCompare over their run
-// directories, by `metric`: as CmdCompare's). A job file without {value} or {sweep}, or an existing sweep
+// directories, by `metric`: as CmdCompare's; the page in
+// RUN_DIR/sweep-NAME/compare.html). A job file without {value} or {sweep}, or an existing sweep
 // folder: exit 2 before anything is written. Exit 1 when a member failed.
 int CmdSweep(const CliContext& ctx, const std::string& job_file, const std::string& vary, int side_by_side,
              const std::string& metric);

@@ -38,6 +38,7 @@ struct Flags {
   std::string best_metric = "eval_loss";
   std::vector<std::string> compare_runs;  // compare RUN...
   std::string compare_metric;             // compare --metric
+  std::string compare_html;               // compare --html
   std::string sweep_job, sweep_vary;      // sweep JOB --vary
   int sweep_side_by_side = 1;
   bool checkpoint_wait = false;
@@ -155,6 +156,8 @@ void AddShowCommands(CLI::App& app, Flags& f, Commands& c) {
   c.compare->add_option("RUN", f.compare_runs, "the runs (default: every run of the run directory, oldest first)");
   c.compare->add_option("--metric", f.compare_metric,
                         "the eval metric (default: eval_loss where recorded, else the first one the runs carry)");
+  c.compare->add_option("--html", f.compare_html,
+                        "also write the comparison as an HTML page here: the metric's curve per run, the tables");
 
   c.sweep = app.add_subcommand("sweep", "run JOB once per value of a parameter, each member its own holdfastd and run "
                                         "directory (RUN_DIR/sweep-NAME/NAME-VALUE), then compare them");
@@ -220,7 +223,7 @@ int Dispatch(const CliContext& ctx, const Flags& f, const Commands& c) {
   if (*c.lineage) return CmdLineage(ctx, f.run, f.max_events);
   if (*c.triage) return CmdTriage(ctx, f.run, sel);
   if (*c.best) return CmdBest(ctx, f.run, f.best_metric);
-  if (*c.compare) return CmdCompare(ctx, f.compare_runs, f.compare_metric);
+  if (*c.compare) return CmdCompare(ctx, f.compare_runs, f.compare_metric, f.compare_html);
   if (*c.sweep) return CmdSweep(ctx, f.sweep_job, f.sweep_vary, f.sweep_side_by_side, f.compare_metric);
   if (*c.report) return CmdReport(ctx, f.run, f.report_out, f.report_metrics);
   if (*c.checkpoint) {

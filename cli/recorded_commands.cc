@@ -12,6 +12,7 @@
 
 #include "cli/command_support.h"
 #include "cli/commands.h"
+#include "cli/compare_html.h"
 #include "cli/format.h"
 #include "cli/rank_summary.h"
 #include "cli/report.h"
@@ -319,7 +320,31 @@ static int ResolveRuns(const CliContext& c, const std::vector<std::string>& spec
   return kRunctlOk;
 }
 
-int CmdCompare(const CliContext& c, const std::vector<std::string>& specs, const std::string& wanted) {
+// The comparison as an HTML page at `path`, written aside and renamed.
+static int WriteComparePage(const CliContext& c, const std::vector<RunMetric>& rows, const std::string& metric,
+                            bool higher, const std::string& path) {
+  CompareData d;
+  d.metric = metric;
+  d.higher_is_better = higher;
+  d.generated = FormatTime(c.clock->UnixMs());
+  for (const RunMetric& r : rows) {
+    CompareSeries series{r.run.run_id, r.run.name, RunStateName(r.run.state), {}};
+    series.points.assign(r.by_step.begin(), r.by_step.end());
+    d.runs.push_back(std::move(series));
+  }
+  const std::string tmp = path + ".tmp";
+  std::ofstream f(tmp, std::ios::trunc);
+  f << RenderCompareHtml(d);
+  f.close();
+  if (!f) return Fail(c, kRunctlFailure, "cannot write " + tmp + ": check that its folder exists and is writable");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Fail(c, kRunctlFailure, ErrnoError("rename " + tmp + " to " + path, errno).message());
+  }
+  return kRunctlOk;
+}
+
+int CmdCompare(const CliContext& c, const std::vector<std::string>& specs, const std::string& wanted,
+               const std::string& html) {
   std::vector<std::unique_ptr<LineageDb>> dbs;
   std::vector<std::pair<RunRecord, LineageDb*>> runs;
   if (int exit = ResolveRuns(c, specs, &dbs, &runs); exit != kRunctlOk) return exit;
@@ -364,6 +389,9 @@ int CmdCompare(const CliContext& c, const std::vector<std::string>& specs, const
     }
   }
   const bool higher = HigherIsBetter(metric);
+  if (!html.empty()) {
+    if (int exit = WriteComparePage(c, rows, metric, higher, html); exit != kRunctlOk) return exit;
+  }
   auto best_of = [&](const RunMetric& r) {
     auto best = r.by_step.begin();
     for (auto it = r.by_step.begin(); it != r.by_step.end(); ++it) {
@@ -384,11 +412,13 @@ int CmdCompare(const CliContext& c, const std::vector<std::string>& specs, const
       }
       out["runs"].push_back(std::move(j));
     }
+    if (!html.empty()) out["html"] = html;
     PrintJson(c, out);
     return kRunctlOk;
   }
   std::ostream& os = *c.out;
   os << metric << " (" << (higher ? "higher" : "lower") << " is better) at each run's evaluated checkpoints\n\n";
+  if (!html.empty()) os << "curves: " << html << "\n\n";
   Table summary({"RUN", "NAME", "STATE", "BEST", "AT STEP", "LAST", "AT STEP"});
   std::set<int64_t> steps;
   for (const RunMetric& r : rows) {

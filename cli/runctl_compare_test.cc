@@ -78,6 +78,25 @@ TEST_F(RunctlTest, CompareShowsRunsSideBySideByAnEvalMetric) {
   EXPECT_EQ(j["runs"][0]["run_id"], "r-20250101-s003");
   EXPECT_EQ(j["runs"][0]["best"]["step"], 100);
 
+  // The page: a curve per run with points (one that has none draws none), each
+  // run's best point ringed, the tables; written whole.
+  const std::string page = dir_ + "/compare.html";
+  o = Run({"compare", "--metric", "eval_reward_accuracy", "--html", page});
+  ASSERT_EQ(o.exit, 0) << o.err;
+  EXPECT_TRUE(Has(o.out, "curves: " + page)) << o.out;
+  const std::string html = ReadFile(page);
+  EXPECT_TRUE(Has(html, "4 runs compared by eval_reward_accuracy")) << html.substr(0, 400);
+  size_t curves = 0;
+  for (size_t at = html.find("<polyline"); at != std::string::npos; at = html.find("<polyline", at + 1)) ++curves;
+  EXPECT_EQ(curves, 3u) << "three runs have values, the fourth none";
+  EXPECT_TRUE(Has(html, "r-20250101-s003 (dpo lr=1e-3)")) << "a curve names its run";
+  EXPECT_TRUE(Has(html, "step 100, eval_reward_accuracy 0.6200 (best)")) << "lr 1e-3's best point is ringed";
+  EXPECT_FALSE(Has(html, "0.9000"));
+  EXPECT_FALSE(std::filesystem::exists(page + ".tmp"));
+  o = Run({"compare", "--metric", "eval_reward_accuracy", "--html", dir_ + "/no/such/folder/c.html"});
+  EXPECT_EQ(o.exit, 1);
+  EXPECT_TRUE(Has(o.err, "cannot write")) << o.err;
+
   o = Run({"compare", "--metric", "eval_bleu"});
   EXPECT_EQ(o.exit, 2);
   EXPECT_TRUE(Has(o.err, "eval_loss, eval_reward_accuracy")) << o.err;

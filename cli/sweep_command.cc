@@ -188,7 +188,7 @@ int CmdSweep(const CliContext& c, const std::string& job_file, const std::string
     dirs.push_back(m.dir);
   }
   if (!c.json) os << "\n";
-  const int compared = CmdCompare(c, dirs, metric);
+  const int compared = CmdCompare(c, dirs, metric, root + "/compare.html");
   if (!failed.empty()) {
     return Fail(c, kRunctlFailure, "members that did not succeed: " + Join(failed, ", ") +
                                        " (runctl --run-dir MEMBER_DIR triage latest says why)");
