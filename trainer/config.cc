@@ -157,6 +157,7 @@ const std::vector<KeyDef>& Schema() {
       HF_FLOAT(rl, wait_timeout_s, 0.001, 86400 * 7, false),
       HF_INT(rl, keep_versions, 2, 1 << 20, false),
       HF_BOOL(rl, ledger, false),
+      HF_STRING(rl, weights_transport, "network|files", 0),
   };
   return kSchema;
 }

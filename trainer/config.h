@@ -179,6 +179,10 @@ struct RlConfig {
   // Learner rank 0 writes the groups each step trained on to DIR/trained/sN.jsonl
   // (what tests/reference/check_grpo.py replays in PyTorch; an audit trail).
   bool ledger = false;
+  // How workers get each policy version (trainer/rl/weights_wire.h): "network"
+  // = from learner rank 0's weights server as soon as it is handed over, the
+  // exchange directory's copy as the fallback; "files" = the copy only.
+  std::string weights_transport = "network";
 };
 
 struct TrainerConfig {

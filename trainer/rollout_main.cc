@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +35,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/progress_record.h"
+#include "common/tcp_store.h"
 #include "trainer/progress_sink.h"
 #include "trainer/config.h"
 #include "trainer/exit_codes.h"
@@ -43,6 +45,7 @@
 #include "trainer/rl/policy.h"
 #include "trainer/rl/reward_client.h"
 #include "trainer/rl/task.h"
+#include "trainer/rl/weights_wire.h"
 #include "trainer/sampler.h"
 #include "trainer/trainer.h"
 
@@ -93,20 +96,34 @@ struct Worker {
   int64_t held_version = -1;
   std::unique_ptr<ProgressSink> progress = std::make_unique<NoProgressSink>();  // never null
   std::unique_ptr<RewardClient> rewards;
+  std::unique_ptr<WeightsSubscriber> weights;  // null: the exchange directory only
   std::unique_ptr<Journal> journal;
   int64_t groups_done = 0;
   int64_t learner_epoch = -1;  // of the demand last acted on (logged when it changes)
   int64_t unreadable_version = -1;  // last version that could not be read (logged once)
 
-  // Loads the newest published weights when they differ from the held ones.
-  // A version folder removed while being read (the learner keeps a few) is
-  // simply retried on the next call.
+  // Loads the newest published weights when they differ from the held ones:
+  // the learner's version over the network when it is at least the exchange
+  // directory's newest (it usually arrives before the files are written),
+  // else the files. A version folder removed while being read (the learner
+  // keeps a few) is simply retried on the next call.
   Status RefreshWeights() {
     auto latest = ReadLatestVersion(dir);
-    if (!latest.ok()) {
-      if (latest.status().code() == StatusCode::kNotFound) return Status::Ok();
-      return latest.status();
+    if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) return latest.status();
+    std::optional<ReceivedWeights> net = weights != nullptr ? weights->Latest() : std::nullopt;
+    if (net && (!latest.ok() || net->version >= *latest)) {
+      if (net->version == held_version) return Status::Ok();
+      const auto t0 = Clock::now();
+      HF_RETURN_IF_ERROR(LoadModel(*net->dump, model, "weights version " + std::to_string(net->version) + " from " +
+                                                          net->from));
+      spdlog::info("worker {}: policy version {} loaded in {:.1f} ms (over the network from {}, received in {:.1f} ms)",
+                   index, net->version, MsSince(t0), net->from, net->transfer_ms);
+      journal->Write({{"event", "weights"}, {"version", net->version}, {"load_ms", MsSince(t0)},
+                      {"via", "network"}, {"transfer_ms", net->transfer_ms}});
+      held_version = net->version;
+      return Status::Ok();
     }
+    if (!latest.ok()) return Status::Ok();  // nothing published yet
     if (*latest == held_version) return Status::Ok();
     const auto t0 = Clock::now();
     const std::string wdir = WeightsDir(dir, *latest);
@@ -141,7 +158,8 @@ struct Worker {
     }
     spdlog::info("worker {}: policy version {} loaded in {:.1f} ms (published {:.1f} ms ago)", index, *latest,
                  MsSince(t0), age_ms);
-    journal->Write({{"event", "weights"}, {"version", *latest}, {"load_ms", MsSince(t0)}, {"since_publish_ms", age_ms}});
+    journal->Write({{"event", "weights"}, {"version", *latest}, {"load_ms", MsSince(t0)}, {"since_publish_ms", age_ms},
+                    {"via", "files"}});
     held_version = *latest;
     return Status::Ok();
   }
@@ -346,6 +364,15 @@ int main(int argc, char** argv) {
     }
   };
   w.rewards = std::make_unique<RewardClient>(w.dir + "/reward.addr", ropts);
+  if (cfg->rl.weights_transport == "network") {
+    Result<RunKey> key = StoreKeyFromEnvironment();
+    if (key.ok()) {
+      w.weights = std::make_unique<WeightsSubscriber>(WeightsAddressPath(w.dir), *key);
+    } else {
+      spdlog::info("worker {}: policy weights from the exchange directory only: no run key ({})", index,
+                   key.status().message());
+    }
+  }
   w.model = Gpt(cfg->model);
   w.model->eval();
   spdlog::info("worker {} of {}: task {}, groups of {}, exchange {}", index, count, w.task_text, cfg->rl.group_size,

@@ -131,6 +131,9 @@ class RlFaultsTest : public ::testing::Test {
     ASSERT_EQ(daemon.Wait(), 0) << ReadFile(ref.dir_ / "daemon.log");
     reference_ = ReadFile(ref.dir_ / "final/params.bin");
     ASSERT_FALSE(reference_.empty());
+    // Without faults the workers get the policy from the learner over the network, the first version aside.
+    const auto [network, files] = ref.LoadsVia();
+    EXPECT_GT(network, files) << network << " loads over the network, " << files << " from files";
     const std::string sft_params = ReadFile(*shared_ / "sft/final/params.bin");
     ASSERT_NE(reference_, sft_params) << "GRPO did not change the parameters: the test would prove nothing";
     // The fault-free reference with the learned reward.
@@ -233,6 +236,22 @@ class RlFaultsTest : public ::testing::Test {
     ASSERT_FALSE(params.empty()) << ReadFile(dir_ / "daemon.log");
     EXPECT_TRUE(params == (model_reward_ ? model_reference_ : reference_))
         << "the final parameters differ from the fault-free run's";
+    // The workers got the policy from the learner over the network too (the
+    // exchange directory is the fallback: a first version before the
+    // subscriber connects, a learner being restarted).
+    EXPECT_GT(LoadsVia().first, 0) << "no policy version came over the network";
+  }
+
+  // Policy versions the workers loaded (their journals): {over the network, from files}.
+  std::pair<int, int> LoadsVia() const {
+    int network = 0, files = 0;
+    for (int w = 0; w < 2; ++w) {
+      for (const auto& j : Journal(rl_dir(), w)) {
+        if (j["event"] != "weights") continue;
+        (j.value("via", "") == "network" ? network : files) += 1;
+      }
+    }
+    return {network, files};
   }
 
   // After a SIGKILL of the reward service (pid in `before`): it alone restarts

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -15,12 +16,15 @@
 #include <spdlog/spdlog.h>
 
 #include "common/atomic_file.h"
+#include "common/launch_contract.h"
+#include "common/tcp_store.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/rl/exchange.h"
 #include "trainer/rl/grpo_loss.h"
 #include "trainer/rl/policy.h"
 #include "trainer/rl/replay_buffer.h"
 #include "trainer/rl/task.h"
+#include "trainer/rl/weights_wire.h"
 #include "trainer/sampler.h"
 
 namespace holdfast::rl {
@@ -34,9 +38,14 @@ double MsSince(Clock::time_point t0) {
 
 // Writes weights versions on its own thread: the learner hands over a copy of
 // the parameters and goes on; only the newest pending version is written.
+//
+// With a WeightsServer (rl.weights_transport = "network") each version is
+// handed to it first, then written: workers that hold a connection get it
+// before the exchange directory's copy exists.
 class WeightPublisher {
  public:
-  WeightPublisher(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep), thread_([this] { Loop(); }) {}
+  WeightPublisher(std::string dir, int keep, std::unique_ptr<WeightsServer> server)
+      : dir_(std::move(dir)), keep_(keep), server_(std::move(server)), thread_([this] { Loop(); }) {}
   ~WeightPublisher() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -79,6 +88,7 @@ class WeightPublisher {
       has_pending_ = false;
       lock.unlock();
       const auto t0 = Clock::now();
+      if (server_ != nullptr) server_->Publish(version, dump);
       Status s = WriteParamsDumpAtomically(dump, WeightsDir(dir_, version));
       if (s.ok()) s = CommitLatestVersion(dir_, version, keep_);
       const double ms = MsSince(t0);
@@ -90,6 +100,7 @@ class WeightPublisher {
 
   const std::string dir_;
   const int keep_;
+  const std::unique_ptr<WeightsServer> server_;  // null: files only
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;             // guarded by mu_
@@ -280,11 +291,38 @@ class GrpoObjective : public Objective {
     return WriteDemand(dir_, d);
   }
 
+  // Rank 0's weights server (rl.weights_transport = "network"), its address
+  // in DIR/weights.addr; null — the exchange directory only — without the
+  // run's key (a learner not started by holdfastd) or when it cannot listen.
+  std::unique_ptr<WeightsServer> StartServer() {
+    std::error_code ec;
+    std::filesystem::remove(WeightsAddressPath(dir_), ec);  // an earlier learner's: never dial a dead server
+    if (cfg_.rl.weights_transport != "network") return nullptr;
+    Result<RunKey> key = StoreKeyFromEnvironment();
+    if (!key.ok()) {
+      spdlog::info("GRPO: policy weights through the exchange directory only: no run key to serve them with ({})",
+                   key.status().message());
+      return nullptr;
+    }
+    const char* node = std::getenv(kEnvNodeAddr);
+    Result<std::unique_ptr<WeightsServer>> server =
+        WeightsServer::Start(node != nullptr && *node != '\0' ? node : "127.0.0.1", *key);
+    Status s = server.ok() ? WriteFileAtomically(WeightsAddressPath(dir_), (*server)->address().ToString() + "\n")
+                           : server.status();
+    if (!s.ok()) {
+      spdlog::warn("GRPO: policy weights through the exchange directory only: {}", s.ToString());
+      return nullptr;
+    }
+    spdlog::info("GRPO: serving policy weights on {} (workers subscribe; the exchange directory keeps a copy)",
+                 (*server)->address().ToString());
+    return std::move(server).value();
+  }
+
   // Rank 0: publishes version `step`, then ingests groups until the step's are in.
   Status GatherStep(int64_t step) {
     if (publisher_ == nullptr) {
       HF_RETURN_IF_ERROR(PrepareExchange(dir_));
-      publisher_ = std::make_unique<WeightPublisher>(dir_, static_cast<int>(cfg_.rl.keep_versions));
+      publisher_ = std::make_unique<WeightPublisher>(dir_, static_cast<int>(cfg_.rl.keep_versions), StartServer());
       epoch_ = static_cast<int64_t>(::getpid()) * 1000003 +
                std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                    .count();

@@ -46,19 +46,23 @@ const ParamsDump::Tensor* ParamsDump::Find(const std::string& name) const {
   return nullptr;
 }
 
+std::string ParamsDumpIndex(const ParamsDump& dump) {
+  nlohmann::json index = {{"format", kFormat}, {"dtype", "float32"}, {"tensors", nlohmann::json::array()}};
+  for (const ParamsDump::Tensor& t : dump.tensors) {
+    index["tensors"].push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset * 4}, {"numel", t.numel}});
+  }
+  return index.dump(1) + "\n";
+}
+
 Status WriteParamsDumpAtomically(const ParamsDump& dump, const std::string& dir) {
   const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) return IoError("create " + tmp + ": " + ec.message());
-  nlohmann::json index = {{"format", kFormat}, {"dtype", "float32"}, {"tensors", nlohmann::json::array()}};
-  for (const ParamsDump::Tensor& t : dump.tensors) {
-    index["tensors"].push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset * 4}, {"numel", t.numel}});
-  }
   Status s = WriteAndSync(tmp + "/params.bin", reinterpret_cast<const char*>(dump.data.data()), dump.data.size() * 4);
   if (s.ok()) {
-    const std::string text = index.dump(1) + "\n";
+    const std::string text = ParamsDumpIndex(dump);
     s = WriteAndSync(tmp + "/params.json", text.data(), text.size());
   }
   if (s.ok()) {
@@ -80,19 +84,26 @@ Result<ParamsDump> ReadParamsDump(const std::string& dir) {
   }
   std::stringstream text;
   text << js.rdbuf();
-  nlohmann::json index = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (index.is_discarded() || !index.is_object() || index.value("format", "") != kFormat ||
-      index.value("dtype", "") != "float32" || !index.contains("tensors") || !index["tensors"].is_array()) {
-    return CorruptionError(json_path + ": not a holdfast-params-v1 index (format, dtype float32, tensors)");
-  }
   std::ifstream bin(bin_path, std::ios::binary | std::ios::ate);
   if (!bin) return ErrnoError("open " + bin_path, errno);
-  const int64_t bytes = static_cast<int64_t>(bin.tellg());
-  ParamsDump dump;
-  dump.data.resize(static_cast<size_t>(bytes / 4));
+  const auto bytes = static_cast<size_t>(bin.tellg());
+  std::vector<float> data(bytes / 4);
   bin.seekg(0);
-  bin.read(reinterpret_cast<char*>(dump.data.data()), static_cast<std::streamsize>(dump.data.size() * 4));
+  bin.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(data.size() * 4));
   if (!bin) return IoError("read " + bin_path + " failed");
+  if (bytes % 4 != 0) return CorruptionError(bin_path + ": " + std::to_string(bytes) + " bytes, not whole floats");
+  return ParseParamsDump(text.str(), std::move(data), json_path);
+}
+
+Result<ParamsDump> ParseParamsDump(const std::string& index_text, std::vector<float> data, const std::string& source) {
+  nlohmann::json index = nlohmann::json::parse(index_text, nullptr, /*allow_exceptions=*/false);
+  if (index.is_discarded() || !index.is_object() || index.value("format", "") != kFormat ||
+      index.value("dtype", "") != "float32" || !index.contains("tensors") || !index["tensors"].is_array()) {
+    return CorruptionError(source + ": not a holdfast-params-v1 index (format, dtype float32, tensors)");
+  }
+  const auto bytes = static_cast<int64_t>(data.size() * 4);
+  ParamsDump dump;
+  dump.data = std::move(data);
   try {
     for (const auto& tj : index["tensors"]) {
       ParamsDump::Tensor t;
@@ -103,14 +114,14 @@ Result<ParamsDump> ReadParamsDump(const std::string& dir) {
       int64_t n = 1;
       for (int64_t d : t.shape) n *= d;
       if (offset % 4 != 0 || offset < 0 || t.numel != n || offset + t.numel * 4 > bytes) {
-        return CorruptionError(json_path + ": tensor '" + t.name + "' does not fit params.bin (" +
-                               std::to_string(bytes) + " bytes) or its shape");
+        return CorruptionError(source + ": tensor '" + t.name + "' does not fit the data (" + std::to_string(bytes) +
+                               " bytes) or its shape");
       }
       t.offset = offset / 4;
       dump.tensors.push_back(std::move(t));
     }
   } catch (const nlohmann::json::exception& e) {
-    return CorruptionError(json_path + ": malformed tensor entry: " + e.what());
+    return CorruptionError(source + ": malformed tensor entry: " + e.what());
   }
   return dump;
 }

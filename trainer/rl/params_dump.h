@@ -41,4 +41,10 @@ Status WriteParamsDumpAtomically(const ParamsDump& dump, const std::string& dir)
 // missing folder is kNotFound, a malformed one kCorruption naming the file.
 Result<ParamsDump> ReadParamsDump(const std::string& dir);
 
+// The dump's params.json text (its index), and the reverse: a dump from an
+// index and its floats, checked as ReadParamsDump checks files (kCorruption
+// naming `source`). The weights wire (weights_wire.h) sends these two.
+std::string ParamsDumpIndex(const ParamsDump& dump);
+Result<ParamsDump> ParseParamsDump(const std::string& index_text, std::vector<float> data, const std::string& source);
+
 }  // namespace holdfast::rl
