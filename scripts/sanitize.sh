@@ -55,6 +55,9 @@ TSAN_SUITES=(
   # against client threads; the client follows the address file to a replacement server; and
   # the holdfast-reward process itself, SIGKILLed under concurrent clients.
   rl_reward_test rl_reward_process_test
+  # RL weights over the network: the server's accept and per-subscriber threads, each
+  # subscriber's thread, publishing and reading the newest version from other threads.
+  rl_weights_wire_test
 )
 
 ONLY=""
