@@ -372,6 +372,9 @@ class WeightsServer::Impl {
 };
 
 Result<std::unique_ptr<WeightsServer>> WeightsServer::Start(const std::string& host, RunKey key) {
+  // spdlog builds its registry on first use; build it before our threads can
+  // log (its lazy construction is invisible to ThreadSanitizer).
+  spdlog::default_logger();
   auto impl = std::make_shared<Impl>(std::move(key));
   HF_RETURN_IF_ERROR(impl->Listen(host));
   return std::unique_ptr<WeightsServer>(new WeightsServer(std::move(impl)));
@@ -515,8 +518,10 @@ class WeightsSubscriber::Impl {
   std::thread thread_;  // last
 };
 
-WeightsSubscriber::WeightsSubscriber(std::string addr_file, RunKey key)
-    : impl_(std::make_shared<Impl>(std::move(addr_file), std::move(key))) {}
+WeightsSubscriber::WeightsSubscriber(std::string addr_file, RunKey key) {
+  spdlog::default_logger();  // before the thread can log (as WeightsServer::Start)
+  impl_ = std::make_shared<Impl>(std::move(addr_file), std::move(key));
+}
 WeightsSubscriber::~WeightsSubscriber() = default;
 std::optional<ReceivedWeights> WeightsSubscriber::Latest() const { return impl_->Latest(); }
 uint64_t WeightsSubscriber::connects() const { return impl_->connects(); }
