@@ -67,14 +67,16 @@ int main(int argc, char** argv) {
   }
   std::vector<double> every;  // per version: the last worker's load time
   for (int v = 0; v < versions; ++v) {
-    ParamsDump dump;
-    std::vector<float> values(static_cast<size_t>(floats), static_cast<float>(v));
-    dump.Add("w", {floats}, values.data(), floats);
+    auto dump = std::make_shared<ParamsDump>();
+    {
+      std::vector<float> values(static_cast<size_t>(floats), static_cast<float>(v));
+      dump->Add("w", {floats}, values.data(), floats);
+    }
     std::vector<double> at(static_cast<size_t>(workers), 0);
     const auto t0 = Clock::now();
     std::thread publisher([&] {
       if (server) server->Publish(v, dump);
-      Status s = WriteParamsDumpAtomically(dump, WeightsDir(dir, v));
+      Status s = WriteParamsDumpAtomically(*dump, WeightsDir(dir, v));
       if (s.ok()) s = CommitLatestVersion(dir, v, 2);
       if (!s.ok()) {
         std::fprintf(stderr, "holdfast-weights-bench: %s\n", s.ToString().c_str());

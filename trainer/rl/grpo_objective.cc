@@ -88,8 +88,9 @@ class WeightPublisher {
       has_pending_ = false;
       lock.unlock();
       const auto t0 = Clock::now();
-      if (server_ != nullptr) server_->Publish(version, dump);
-      Status s = WriteParamsDumpAtomically(dump, WeightsDir(dir_, version));
+      auto shared = std::make_shared<const ParamsDump>(std::move(dump));
+      if (server_ != nullptr) server_->Publish(version, shared);
+      Status s = WriteParamsDumpAtomically(*shared, WeightsDir(dir_, version));
       if (s.ok()) s = CommitLatestVersion(dir_, version, keep_);
       const double ms = MsSince(t0);
       lock.lock();

@@ -219,12 +219,12 @@ class WeightsServer::Impl {
 
   HostPort address() const { return {host_, port_}; }
 
-  void Publish(int64_t version, const ParamsDump& dump) {
+  void Publish(int64_t version, std::shared_ptr<const ParamsDump> dump) {
     auto v = std::make_shared<Version>();
     v->version = version;
-    v->index = ParamsDumpIndex(dump);
-    v->data = dump.data;  // a copy: the caller's dump goes on to the file writer
-    v->xxh3 = Checksum(v->index, v->data.data(), v->data.size());
+    v->index = ParamsDumpIndex(*dump);
+    v->xxh3 = Checksum(v->index, dump->data.data(), dump->data.size());
+    v->dump = std::move(dump);
     {
       std::lock_guard<std::mutex> lock(mu_);
       latest_ = std::move(v);
@@ -258,7 +258,7 @@ class WeightsServer::Impl {
   struct Version {
     int64_t version = -1;
     std::string index;
-    std::vector<float> data;
+    std::shared_ptr<const ParamsDump> dump;
     uint64_t xxh3 = 0;
   };
 
@@ -349,10 +349,10 @@ class WeightsServer::Impl {
     std::snprintf(sum, sizeof(sum), "%016llx", static_cast<unsigned long long>(v->xxh3));
     HF_RETURN_IF_ERROR(c.WriteLine({{"version", v->version},
                                     {"index", v->index.size()},
-                                    {"data", v->data.size() * 4},
+                                    {"data", v->dump->data.size() * 4},
                                     {"xxh3", sum}}));
     HF_RETURN_IF_ERROR(c.Write(v->index.data(), v->index.size()));
-    HF_RETURN_IF_ERROR(c.Write(v->data.data(), v->data.size() * 4));
+    HF_RETURN_IF_ERROR(c.Write(v->dump->data.data(), v->dump->data.size() * 4));
     sent_.fetch_add(1);
     return Status::Ok();
   }
@@ -381,7 +381,9 @@ Result<std::unique_ptr<WeightsServer>> WeightsServer::Start(const std::string& h
 }
 WeightsServer::~WeightsServer() { Stop(); }
 HostPort WeightsServer::address() const { return impl_->address(); }
-void WeightsServer::Publish(int64_t version, const ParamsDump& dump) { impl_->Publish(version, dump); }
+void WeightsServer::Publish(int64_t version, std::shared_ptr<const ParamsDump> dump) {
+  impl_->Publish(version, std::move(dump));
+}
 uint64_t WeightsServer::sent() const { return impl_->sent(); }
 void WeightsServer::Stop() { impl_->Stop(); }
 

@@ -51,8 +51,9 @@ class WeightsServer {
   HostPort address() const;
   // Makes `version` the newest: every subscriber waiting for one newer than
   // what it has gets it now. Versions may go down (never on one server: a
-  // learner that resumed runs a new server).
-  void Publish(int64_t version, const ParamsDump& dump);
+  // learner that resumed runs a new server). The dump is shared, not copied
+  // (the publisher writes the files from the same one).
+  void Publish(int64_t version, std::shared_ptr<const ParamsDump> dump);
   // Versions sent so far (all subscribers together): for logs and tests.
   uint64_t sent() const;
   void Stop();

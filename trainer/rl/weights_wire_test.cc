@@ -33,6 +33,7 @@ class TempDir {
 RunKey Key() { return *RunKey::Generate(); }
 
 // A dump of two tensors whose values say which version they are.
+std::shared_ptr<const ParamsDump> Shared(ParamsDump d) { return std::make_shared<const ParamsDump>(std::move(d)); }
 ParamsDump Dump(int64_t version, size_t floats = 1000) {
   ParamsDump d;
   std::vector<float> a(floats), b(6);
@@ -65,8 +66,8 @@ TEST(WeightsWireTest, EachNewerVersionReachesEverySubscriberWhole) {
   Advertise(**server, dir / "weights.addr");
   WeightsSubscriber a(dir / "weights.addr", key), b(dir / "weights.addr", key);
   EXPECT_FALSE(a.Latest()) << "nothing published yet";
-  (*server)->Publish(0, Dump(0));
-  (*server)->Publish(1, Dump(1));  // before anyone asked: only the newest is sent
+  (*server)->Publish(0, Shared(Dump(0)));
+  (*server)->Publish(1, Shared(Dump(1)));  // before anyone asked: only the newest is sent
   for (WeightsSubscriber* s : {&a, &b}) {
     auto got = WaitFor(*s, 1);
     ASSERT_TRUE(got && got->version == 1);
@@ -78,7 +79,7 @@ TEST(WeightsWireTest, EachNewerVersionReachesEverySubscriberWhole) {
     EXPECT_EQ(got->from, (*server)->address().ToString());
   }
   // A large version (40 MB) goes out the same way.
-  (*server)->Publish(7, Dump(7, 10'000'000));
+  (*server)->Publish(7, Shared(Dump(7, 10'000'000)));
   auto big = WaitFor(a, 7);
   ASSERT_TRUE(big && big->version == 7);
   EXPECT_EQ(big->dump->data.size(), 10'000'006u);
@@ -95,7 +96,7 @@ TEST(WeightsWireTest, APeerWithoutTheRunsKeyGetsNothing) {
   auto server = WeightsServer::Start("127.0.0.1", Key());
   ASSERT_TRUE(server.ok());
   Advertise(**server, dir / "weights.addr");
-  (*server)->Publish(3, Dump(3));
+  (*server)->Publish(3, Shared(Dump(3)));
   WeightsSubscriber stranger(dir / "weights.addr", Key());
   for (int i = 0; i < 50 && stranger.connects() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_GE(stranger.connects(), 1u);
@@ -110,7 +111,7 @@ TEST(WeightsWireTest, ALostServerTakesItsVersionsAndTheNextOneIsFollowed) {
   ASSERT_TRUE(first.ok());
   Advertise(**first, dir / "weights.addr");
   WeightsSubscriber s(dir / "weights.addr", key);
-  (*first)->Publish(9, Dump(9));
+  (*first)->Publish(9, Shared(Dump(9)));
   ASSERT_TRUE(WaitFor(s, 9));
   first->reset();  // the learner died
   for (int i = 0; i < 6000 && s.Latest(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -119,7 +120,7 @@ TEST(WeightsWireTest, ALostServerTakesItsVersionsAndTheNextOneIsFollowed) {
   auto second = WeightsServer::Start("127.0.0.1", key);
   ASSERT_TRUE(second.ok());
   Advertise(**second, dir / "weights.addr");
-  (*second)->Publish(5, Dump(5));
+  (*second)->Publish(5, Shared(Dump(5)));
   auto got = WaitFor(s, 5);
   ASSERT_TRUE(got && got->version == 5);
   EXPECT_EQ(got->dump->data, Dump(5).data);
