@@ -162,12 +162,7 @@ def main():
             cells.append(f"{results[(name, c)]:.0f}" + (f" ({t:.1f})" if t else ""))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("")
-    section = "\n".join(lines) + "\n"
-    print()
-    print(section)
-    if not args.no_docs:
-        trainer_bench.replace_section(section, SECTION)
-        print(f"wrote the '{SECTION}' section of {os.path.relpath(trainer_bench.DOCS)}")
+    trainer_bench.publish_section(lines, SECTION, not args.no_docs)
     return 0
 
 

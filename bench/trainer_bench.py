@@ -175,6 +175,16 @@ def replace_section(section, title):
         f.write(out)
 
 
+def publish_section(lines, title, write_docs_file=True):
+    """Prints the section made of `lines` and, unless told not to, writes it into docs/benchmarks.md."""
+    section = "\n".join(lines) + "\n"
+    print()
+    print(section)
+    if write_docs_file:
+        replace_section(section, title)
+        print(f"wrote the '{title}' section of {os.path.relpath(DOCS)}")
+
+
 def write_docs(section):
     replace_section(section, "## Trainer")
 

@@ -69,12 +69,7 @@ def main():
         n = statistics.median(results[(name, "network")])
         lines.append(f"| {name} | {floats:,} | {f:.1f} | {n:.1f} |")
     lines.append("")
-    section = "\n".join(lines) + "\n"
-    print()
-    print(section)
-    if not args.no_docs:
-        trainer_bench.replace_section(section, SECTION)
-        print(f"wrote the '{SECTION}' section of {os.path.relpath(trainer_bench.DOCS)}")
+    trainer_bench.publish_section(lines, SECTION, not args.no_docs)
     return 0
 
 
