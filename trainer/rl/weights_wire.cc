@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <fstream>
+#include <list>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -246,12 +247,12 @@ class WeightsServer::Impl {
     if (accept_.joinable()) accept_.join();
     if (listen_fd_ >= 0) ::close(listen_fd_);
     listen_fd_ = -1;
-    std::vector<std::thread> threads;
+    std::list<Session> sessions;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      threads.swap(threads_);
+      sessions.swap(sessions_);
     }
-    for (auto& t : threads) t.join();
+    for (auto& t : sessions) t.thread.join();
   }
 
  private:
@@ -298,12 +299,24 @@ class WeightsServer::Impl {
         ::close(fd);
         return;
       }
-      threads_.emplace_back([this, fd] { Serve(fd); });
+      // The threads of subscribers that went away are joined here: a worker
+      // reconnecting again and again leaves no finished threads behind.
+      for (auto it = sessions_.begin(); it != sessions_.end();) {
+        if (!it->done) {
+          ++it;
+          continue;
+        }
+        it->thread.join();  // it set `done` last and has released mu_: it is returning
+        it = sessions_.erase(it);
+      }
+      Session& session = sessions_.emplace_back();
+      session.thread = std::thread([this, fd, &session] { Serve(fd, &session.done); });
     }
   }
 
-  // One subscriber: the handshake, then each newer version it asks for.
-  void Serve(int fd) {
+  // One subscriber: the handshake, then each newer version it asks for;
+  // *done (guarded by mu_) set as the last thing it does.
+  void Serve(int fd, bool* done) {
     Conn c(fd);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -317,6 +330,7 @@ class WeightsServer::Impl {
     }
     std::lock_guard<std::mutex> lock(mu_);
     conns_.erase(std::find(conns_.begin(), conns_.end(), &c));
+    *done = true;
   }
 
   Status Handshake(Conn& c) {
@@ -366,7 +380,11 @@ class WeightsServer::Impl {
   std::condition_variable cv_;
   bool stopping_ = false;                  // guarded by mu_
   std::shared_ptr<const Version> latest_;  // guarded by mu_
-  std::vector<std::thread> threads_;       // guarded by mu_
+  struct Session {
+    std::thread thread;
+    bool done = false;  // guarded by mu_
+  };
+  std::list<Session> sessions_;            // guarded by mu_ (a list: a Session never moves)
   std::vector<Conn*> conns_;               // guarded by mu_
   std::atomic<uint64_t> sent_{0};
 };

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "common/atomic_file.h"
@@ -91,6 +92,17 @@ TEST(WeightsWireTest, EachNewerVersionReachesEverySubscriberWhole) {
   EXPECT_GE((*server)->sent(), 4u);
 }
 
+// This process's virtual size (/proc/self/status VmSize), in kB: a thread
+// that ended but was never joined keeps its stack (8 MB) mapped.
+int64_t VirtualKb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmSize:", 0) == 0) return std::stoll(line.substr(7));
+  }
+  return -1;
+}
+
 TEST(WeightsWireTest, APeerWithoutTheRunsKeyGetsNothing) {
   TempDir dir;
   auto server = WeightsServer::Start("127.0.0.1", Key());
@@ -102,6 +114,18 @@ TEST(WeightsWireTest, APeerWithoutTheRunsKeyGetsNothing) {
   EXPECT_GE(stranger.connects(), 1u);
   EXPECT_FALSE(stranger.Latest()) << "weights went to a peer that does not hold the run's key";
   EXPECT_EQ((*server)->sent(), 0u);
+  // It keeps coming back; the server does not keep a thread per attempt.
+  const int64_t kb = VirtualKb();
+  const uint64_t before = stranger.connects();
+  for (int i = 0; i < 3000 && stranger.connects() < before + 12; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(stranger.connects(), before + 12);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // they map memory of their own per thread
+  EXPECT_LT(VirtualKb() - kb, 3 * 8192) << "finished subscriber threads were left unjoined (their stacks stay mapped)";
+#else
+  (void)kb;
+#endif
 }
 
 TEST(WeightsWireTest, ALostServerTakesItsVersionsAndTheNextOneIsFollowed) {
