@@ -340,9 +340,10 @@ class GateScorer final : public TextScorer {
   void Hold() { Set([&] { open_ = false; }); }
   void Release() { Set([&] { open_ = true; }); }
   void FailNext() { Set([&] { fail_next_ = true; }); }
-  void WaitForCalls(size_t n) {
+  // Up to 60 s (a backstop, not a timing assertion): whether n calls came.
+  bool WaitForCalls(size_t n) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return calls_.size() >= n; });
+    return cv_.wait_for(lock, std::chrono::seconds(60), [&] { return calls_.size() >= n; });
   }
   std::vector<std::vector<std::string>> calls() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -401,7 +402,10 @@ TEST(RewardServerScorerTest, RequestsWaitingBehindABatchGoTogetherIntoTheNextAnd
   scorer->Hold();
   const std::vector<std::pair<uint64_t, std::string>> a1 = {{0, "79\n"}, {1, "93\nxyz"}};
   a.Send(Request(1, "add2", json::array({Item(0, "train", "79\n"), Item(1, "train", "93\nxyz")})) + "\n");
-  scorer->WaitForCalls(1);  // batch 1 is out, held: the record says so
+  if (!scorer->WaitForCalls(1)) {  // the first call is out, held
+    scorer->Release();
+    FAIL() << "the first request never reached the scorer";
+  }
   auto reader = ProgressReader::Open(record);
   ASSERT_TRUE(reader.ok());
   EXPECT_EQ((*reader)->Read().record.phase, static_cast<uint8_t>(Phase::kForward));
@@ -412,7 +416,12 @@ TEST(RewardServerScorerTest, RequestsWaitingBehindABatchGoTogetherIntoTheNextAnd
                                          Item(8, "train", "8")})) + "\n");
   a.Send(Request(4, "add2", json::array({Item(9, "train", "99\n")})) + "\n");
   a.Send(Request(5, "add2", json::array({Item(9, "tRain", "99\n")})) + "\n");
-  while (server->stats().waiting < 3 || server->stats().errors < 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // Backstop 60 s: the three requests queued behind the held call and the bad one answered.
+  for (int i = 0; i < 12000 && (server->stats().waiting < 3 || server->stats().errors < 1); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(server->stats().waiting, 3u);  // not ASSERT: the held call must be released either way
+  EXPECT_EQ(server->stats().errors, 1u);
   scorer->Release();
   // a's answers in the order asked, the bad one (answered at once) after the two before it.
   const json r1 = json::parse(a.ReadLine()), r4 = json::parse(a.ReadLine()), r5 = json::parse(a.ReadLine());
